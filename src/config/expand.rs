@@ -1,0 +1,132 @@
+//! `${VAR}` expansion of string values, reporting every missing variable with its key.
+
+use serde_json::Value;
+
+/// A `${VAR}` that the environment does not define.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MissingVar {
+    /// Dotted key of the value that references it.
+    pub key: String,
+    /// The variable name.
+    pub var: String,
+}
+
+/// Expands `${VAR}` in every string under `value`, in place. `$${` stays a literal `${`.
+///
+/// Returns the dotted keys of the values that were expanded (so messages can avoid echoing
+/// secrets) and every missing variable.
+pub fn expand_all(value: &mut Value, lookup: &dyn Fn(&str) -> Option<String>) -> (Vec<String>, Vec<MissingVar>) {
+    let mut expanded = Vec::new();
+    let mut missing = Vec::new();
+    walk(value, &mut Vec::new(), lookup, &mut expanded, &mut missing);
+    (expanded, missing)
+}
+
+fn walk(
+    value: &mut Value,
+    path: &mut Vec<String>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    expanded: &mut Vec<String>,
+    missing: &mut Vec<MissingVar>,
+) {
+    match value {
+        Value::String(text) if text.contains('$') => {
+            let key = path.join(".");
+            let mut unresolved = Vec::new();
+            let out = expand(text, lookup, &mut unresolved);
+            if out != *text {
+                expanded.push(key.clone());
+                *text = out;
+            }
+            missing.extend(unresolved.into_iter().map(|var| MissingVar { key: key.clone(), var }));
+        }
+        Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                path.push(k.clone());
+                walk(child, path, lookup, expanded, missing);
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter_mut().enumerate() {
+                path.push(i.to_string());
+                walk(child, path, lookup, expanded, missing);
+                path.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Expands one string. Unknown variables are left as written and reported in `missing`.
+pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>, missing: &mut Vec<String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let tail = &rest[pos..];
+        if let Some(after) = tail.strip_prefix("$${") {
+            out.push_str("${");
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("${") {
+            match after.find('}') {
+                Some(end) if is_var_name(&after[..end]) => {
+                    let name = &after[..end];
+                    match lookup(name) {
+                        Some(v) => out.push_str(&v),
+                        None => {
+                            missing.push(name.to_string());
+                            out.push_str(&tail[..end + 3]);
+                        }
+                    }
+                    rest = &after[end + 1..];
+                }
+                _ => {
+                    out.push('$');
+                    rest = &tail[1..];
+                }
+            }
+        } else {
+            out.push('$');
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn is_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "TOKEN").then(|| "s3cret".to_string())
+    }
+
+    #[test]
+    fn expands_known_keeps_escapes_and_reports_missing() {
+        let mut missing = Vec::new();
+        assert_eq!(expand("Bearer ${TOKEN}", &env, &mut missing), "Bearer s3cret");
+        assert_eq!(expand("cost $5 and $${TOKEN}", &env, &mut missing), "cost $5 and ${TOKEN}");
+        assert_eq!(expand("${NOPE}/x", &env, &mut missing), "${NOPE}/x");
+        assert_eq!(missing, vec!["NOPE".to_string()]);
+    }
+
+    #[test]
+    fn walks_nested_values_with_keys() {
+        let mut value = serde_json::json!({"tools": {"script": {"jira": {"token": "${TOKEN}", "url": "${JIRA_URL}"}}}});
+        let (expanded, missing) = expand_all(&mut value, &env);
+        assert_eq!(value["tools"]["script"]["jira"]["token"], "s3cret");
+        assert_eq!(expanded, vec!["tools.script.jira.token"]);
+        assert_eq!(
+            missing,
+            vec![MissingVar { key: "tools.script.jira.url".into(), var: "JIRA_URL".into() }]
+        );
+    }
+}

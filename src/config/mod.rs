@@ -1,0 +1,304 @@
+//! `ctx.toml`: located, parsed, `${VAR}`-expanded, validated against `config.schema.json`, typed.
+//!
+//! Raw TOML becomes a [`Config`] once, here; the rest of ctx only sees validated, typed values
+//! with absolute paths.
+
+mod error;
+mod expand;
+mod toml_source;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+pub use error::{ConfigError, ConfigProblem};
+pub use expand::expand as expand_vars;
+
+use crate::schema::{Dialect, SchemaValidator};
+use crate::types;
+
+/// Environment variable that names the config file when `--config` is not given.
+pub const CONFIG_ENV: &str = "CTX_CONFIG";
+/// The config file looked for in the current folder when neither `--config` nor `CTX_CONFIG` is set.
+pub const DEFAULT_FILE: &str = "ctx.toml";
+
+/// Where the config file path came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Located {
+    pub path: PathBuf,
+    pub how: &'static str,
+}
+
+/// Lookup order: `--config`, then `$CTX_CONFIG`, then `./ctx.toml`.
+pub fn locate(flag: Option<&Path>) -> Located {
+    if let Some(path) = flag {
+        return Located { path: path.to_path_buf(), how: "from --config" };
+    }
+    match std::env::var_os(CONFIG_ENV) {
+        Some(value) if !value.is_empty() => Located { path: PathBuf::from(value), how: "from $CTX_CONFIG" },
+        _ => Located { path: PathBuf::from(DEFAULT_FILE), how: "the default ./ctx.toml" },
+    }
+}
+
+/// Which kind of extension a script section configures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ScriptKind {
+    Connector,
+    Tool,
+    Agent,
+}
+
+impl ScriptKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScriptKind::Connector => "connector",
+            ScriptKind::Tool => "tool",
+            ScriptKind::Agent => "agent",
+        }
+    }
+
+    /// The deadline a script of this kind gets when its section sets no `timeout`.
+    pub fn default_timeout(self) -> Duration {
+        match self {
+            ScriptKind::Connector => Duration::from_secs(300),
+            ScriptKind::Tool | ScriptKind::Agent => Duration::from_secs(30),
+        }
+    }
+
+    fn section(self) -> &'static str {
+        match self {
+            ScriptKind::Connector => "connectors.script",
+            ScriptKind::Tool => "tools.script",
+            ScriptKind::Agent => "agents.script",
+        }
+    }
+}
+
+/// A `[connectors|tools|agents.script.<name>]` section, resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScriptSection {
+    pub kind: ScriptKind,
+    pub name: String,
+    /// Absolute path of the script.
+    pub path: PathBuf,
+    /// The path as written in the config, for messages that must not show absolute paths.
+    pub display_path: String,
+    pub timeout: Duration,
+    pub memory_limit_bytes: usize,
+    pub max_result_bytes: usize,
+    pub allow_hosts: Option<Vec<String>>,
+    pub allow_env: Option<Vec<String>>,
+    /// The free keys of the section, `${VAR}` expanded: the script's `config` table.
+    pub config: Map<String, Value>,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The config file, absolute.
+    pub file: PathBuf,
+    /// Its folder: every relative path in the config is relative to it.
+    pub base_dir: PathBuf,
+    /// The typed settings, generated from `config.schema.json`.
+    pub spec: types::Config,
+    /// Every script section, ordered by kind then name.
+    pub scripts: Vec<ScriptSection>,
+}
+
+impl Config {
+    /// Reads and validates the file at `located`.
+    pub fn load(located: &Located) -> Result<Config, ConfigError> {
+        let path = &located.path;
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ConfigError::NotFound { path: path.clone(), how: located.how })
+            }
+            Err(source) => return Err(ConfigError::Unreadable { path: path.clone(), source }),
+        };
+        let file = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+        Self::from_text(&text, path, &file, &|name| std::env::var(name).ok())
+    }
+
+    /// Validates config text. `shown` is the path used in messages; `file` the absolute one.
+    pub fn from_text(
+        text: &str,
+        shown: &Path,
+        file: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut value = toml_source::to_json(text).map_err(|e| ConfigError::Syntax {
+            path: shown.to_path_buf(),
+            line: e.line,
+            column: e.column,
+            message: e.message,
+        })?;
+        let (_expanded, missing) = expand::expand_all(&mut value, env);
+        let mut problems: Vec<ConfigProblem> = missing
+            .into_iter()
+            .map(|m| ConfigProblem {
+                line: toml_source::line_of(text, &split(&m.key)),
+                message: format!("environment variable {} is not set (referenced as ${{{}}})", m.var, m.var),
+                key: m.key,
+            })
+            .collect();
+        for problem in validator().problems(&value, Dialect::Toml) {
+            problems.push(ConfigProblem {
+                key: problem.dotted(),
+                line: toml_source::line_of(text, &problem.path),
+                message: problem.message,
+            });
+        }
+        let invalid = |problems: Vec<ConfigProblem>| ConfigError::Invalid { path: shown.to_path_buf(), problems };
+        if !problems.is_empty() {
+            return Err(invalid(problems));
+        }
+        let spec: types::Config = serde_json::from_value(value.clone()).map_err(|e| {
+            invalid(vec![ConfigProblem { key: "(top level)".into(), line: None, message: e.to_string() }])
+        })?;
+        let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        if spec.chunking.overlap_tokens >= spec.chunking.max_tokens {
+            problems.push(ConfigProblem {
+                key: "chunking.overlap_tokens".into(),
+                line: toml_source::line_of(text, &split("chunking.overlap_tokens")),
+                message: format!(
+                    "must be smaller than chunking.max_tokens ({}), got {}",
+                    spec.chunking.max_tokens, spec.chunking.overlap_tokens
+                ),
+            });
+        }
+        if !problems.is_empty() {
+            return Err(invalid(problems));
+        }
+        let scripts = script_sections(&value, &spec, &base_dir);
+        Ok(Config { file: file.to_path_buf(), base_dir, spec, scripts })
+    }
+
+    /// Resolves a path from the config against the config file's folder.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let p = Path::new(path);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+
+    /// The SQLite database file.
+    pub fn db_path(&self) -> PathBuf {
+        self.resolve(&self.spec.db.path)
+    }
+
+    /// The script sections of one kind, by name.
+    pub fn scripts_of(&self, kind: ScriptKind) -> impl Iterator<Item = &ScriptSection> {
+        self.scripts.iter().filter(move |s| s.kind == kind)
+    }
+}
+
+fn validator() -> &'static SchemaValidator {
+    static VALIDATOR: OnceLock<SchemaValidator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| SchemaValidator::for_definition("Config"))
+}
+
+fn split(key: &str) -> Vec<String> {
+    key.split('.').map(str::to_owned).collect()
+}
+
+/// The keys a script section reserves; every other key goes to the script's `config` table.
+pub fn reserved_script_keys() -> &'static [String] {
+    static KEYS: OnceLock<Vec<String>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        crate::schema::definitions("#/$defs/")["ScriptSectionConfig"]["properties"]
+            .as_object()
+            .map(|props| props.keys().cloned().collect())
+            .unwrap_or_default()
+    })
+}
+
+fn script_sections(value: &Value, spec: &types::Config, base_dir: &Path) -> Vec<ScriptSection> {
+    let groups: [(ScriptKind, &BTreeMap<types::ExtensionName, types::ScriptSectionConfig>); 3] = [
+        (ScriptKind::Connector, &spec.connectors.script),
+        (ScriptKind::Tool, &spec.tools.script),
+        (ScriptKind::Agent, &spec.agents.script),
+    ];
+    let mut out = Vec::new();
+    for (kind, sections) in groups {
+        for (name, section) in sections {
+            let raw = split(kind.section())
+                .iter()
+                .fold(Some(value), |node, key| node.and_then(|n| n.get(key)))
+                .and_then(|n| n.get(name.as_str()))
+                .and_then(Value::as_object);
+            let config = raw
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| !reserved_script_keys().contains(k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let path = Path::new(section.path.as_str());
+                        out.push(ScriptSection {
+                kind,
+                name: name.to_string(),
+                path: if path.is_absolute() { path.to_path_buf() } else { base_dir.join(path) },
+                display_path: section.path.to_string(),
+                timeout: section.timeout.map(|t| Duration::from_secs(t)).unwrap_or(kind.default_timeout()),
+                memory_limit_bytes: (section.memory_mb as usize).saturating_mul(1024 * 1024),
+                max_result_bytes: section.max_result_bytes.max(0) as usize,
+                allow_hosts: non_empty(section.allow_hosts.iter().map(|s| s.to_string())),
+                allow_env: non_empty(section.allow_env.iter().map(|s| s.to_string())),
+                config,
+            });
+        }
+    }
+    out
+}
+
+/// `None` for an empty list: the schema requires at least one item, so empty means "not set".
+fn non_empty(items: impl Iterator<Item = String>) -> Option<Vec<String>> {
+    let list: Vec<String> = items.collect();
+    (!list.is_empty()).then_some(list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        let env = |name: &str| (name == "JIRA_TOKEN").then(|| "tok".to_string());
+        Config::from_text(text, Path::new("ctx.toml"), Path::new("/w/ctx.toml"), &env)
+    }
+
+    #[test]
+    fn empty_config_takes_defaults() {
+        let config = load("").unwrap();
+        assert_eq!(config.db_path(), PathBuf::from("/w/data/ctx.sqlite"));
+        assert_eq!(config.spec.server.bind.as_str(), "127.0.0.1:7391");
+        assert_eq!(config.spec.retrieval.default_limit, 12);
+    }
+
+    #[test]
+    fn script_sections_keep_free_keys_expanded() {
+        let config = load("[tools.script.jira]\npath = \"tools/jira.lua\"\ntimeout = 5\nurl = \"https://x\"\ntoken = \"${JIRA_TOKEN}\"\n").unwrap();
+        let jira = &config.scripts[0];
+        assert_eq!(jira.kind, ScriptKind::Tool);
+        assert_eq!(jira.path, PathBuf::from("/w/tools/jira.lua"));
+        assert_eq!(jira.timeout, Duration::from_secs(5));
+        assert_eq!(jira.config.get("token").unwrap(), "tok");
+        assert!(!jira.config.contains_key("path"));
+        assert!(!jira.config.contains_key("timeout"));
+    }
+
+    #[test]
+    fn reports_every_problem_with_key_and_line() {
+        let err = load("[db]\npth = 1\n\n[tools.script.jira]\npath = \"j.lua\"\ntimeout = \"30s\"\nkey = \"${NOPE}\"\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("tools.script.jira.timeout (line 6): expected integer between 1 and 86400, got \"30s\""), "{text}");
+        assert!(text.contains("db.pth (line 2): unknown key; expected one of: path"), "{text}");
+        assert!(text.contains("tools.script.jira.key (line 7): environment variable NOPE is not set"), "{text}");
+    }
+}

@@ -1,0 +1,3 @@
+pub mod config;
+pub mod schema;
+pub mod types;

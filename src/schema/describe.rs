@@ -1,0 +1,264 @@
+//! Words a jsonschema error as "<path>: expected <what the schema wants>, got <value>".
+//!
+//! The expectation is read from the schema itself (type, bounds, enum, pattern), so a message
+//! such as `tools.script.jira.timeout: expected integer ≥ 1, got "30s"` stays true when the
+//! schema changes.
+
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::paths::LocationSegment;
+use jsonschema::ValidationError;
+use serde_json::Value;
+
+/// How paths and types are spelled for the reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// Config files: dotted key paths (`server.bind`), TOML type names (`table`).
+    Toml,
+    /// Request bodies: JSON pointers (`/priority`), JSON type names (`object`).
+    Json,
+}
+
+/// One validation problem: where, and what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Path segments of the offending value inside the instance.
+    pub path: Vec<String>,
+    /// What was wrong, and what was expected.
+    pub message: String,
+}
+
+impl Problem {
+    /// The path as a dotted key (`tools.script.jira.timeout`), or `(top level)`.
+    pub fn dotted(&self) -> String {
+        if self.path.is_empty() {
+            "(top level)".to_string()
+        } else {
+            self.path.join(".")
+        }
+    }
+
+    /// The path as a JSON pointer (`/priority`), or `""` for the whole instance.
+    pub fn pointer(&self) -> String {
+        self.path
+            .iter()
+            .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
+            .collect()
+    }
+}
+
+pub(super) fn problems(error: &ValidationError<'_>, document: &Value, dialect: Dialect) -> Vec<Problem> {
+    let path: Vec<String> = error
+        .instance_path()
+        .iter()
+        .map(|segment| match segment {
+            LocationSegment::Property(p) => p.to_string(),
+            LocationSegment::Index(i) => i.to_string(),
+        })
+        .collect();
+    let keyword_path: Vec<String> = error
+        .schema_path()
+        .iter()
+        .map(|segment| match segment {
+            LocationSegment::Property(p) => p.to_string(),
+            LocationSegment::Index(i) => i.to_string(),
+        })
+        .collect();
+    // The schema that holds the failing keyword: drop the keyword itself.
+    let parent = keyword_path.split_last().map(|(_, rest)| rest).unwrap_or(&[]);
+    let schema = walk(document, parent).unwrap_or(&Value::Null);
+    let instance = error.instance();
+    let at = |extra: &str| {
+        let mut p = path.clone();
+        p.push(extra.to_string());
+        p
+    };
+    let got = render(instance);
+    match error.kind() {
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            let known = schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .map(|props| props.keys().cloned().collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            let noun = match dialect {
+                Dialect::Toml => "key",
+                Dialect::Json => "field",
+            };
+            unexpected
+                .iter()
+                .map(|key| Problem {
+                    path: at(key),
+                    message: if known.is_empty() {
+                        format!("unknown {noun}; this {} takes none", type_word("object", dialect))
+                    } else {
+                        format!("unknown {noun}; expected one of: {known}")
+                    },
+                })
+                .collect()
+        }
+        ValidationErrorKind::Required { property } => {
+            let name = property.as_str().unwrap_or_default();
+            let wanted = schema
+                .get("properties")
+                .and_then(|p| p.get(name))
+                .map(|s| describe(s, document, dialect))
+                .unwrap_or_else(|| "a value".to_string());
+            vec![Problem {
+                path: at(name),
+                message: format!("missing; expected {wanted}"),
+            }]
+        }
+        ValidationErrorKind::Enum { options } => vec![Problem {
+            path,
+            message: format!("{got} is not one of {}", compact(options)),
+        }],
+        ValidationErrorKind::PropertyNames { error: inner } => {
+            let name = inner.instance().as_str().unwrap_or_default().to_string();
+            let names = schema.get("propertyNames").map(|s| describe(s, document, dialect)).unwrap_or_default();
+            vec![Problem {
+                path: at(&name),
+                message: format!("invalid name; expected {names}"),
+            }]
+        }
+        ValidationErrorKind::FalseSchema => vec![Problem {
+            path,
+            message: "not allowed here".to_string(),
+        }],
+        ValidationErrorKind::Type { .. }
+        | ValidationErrorKind::Minimum { .. }
+        | ValidationErrorKind::Maximum { .. }
+        | ValidationErrorKind::ExclusiveMinimum { .. }
+        | ValidationErrorKind::ExclusiveMaximum { .. }
+        | ValidationErrorKind::MinLength { .. }
+        | ValidationErrorKind::MaxLength { .. }
+        | ValidationErrorKind::Pattern { .. }
+        | ValidationErrorKind::MinItems { .. }
+        | ValidationErrorKind::MaxItems { .. }
+        | ValidationErrorKind::Constant { .. }
+        | ValidationErrorKind::OneOfNotValid { .. }
+        | ValidationErrorKind::AnyOf { .. }
+        | ValidationErrorKind::Format { .. } => vec![Problem {
+            path,
+            message: format!("expected {}, got {got}", describe(schema, document, dialect)),
+        }],
+        _ => vec![Problem {
+            path,
+            message: error.to_string(),
+        }],
+    }
+}
+
+/// Follows a keyword path through the document, resolving each `$ref` on the way.
+fn walk<'a>(document: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut node = document;
+    for segment in path {
+        node = if segment == "$ref" {
+            resolve(node.get("$ref")?, document)?
+        } else {
+            match node {
+                Value::Object(map) => map.get(segment)?,
+                Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+                _ => return None,
+            }
+        };
+    }
+    Some(node)
+}
+
+fn resolve<'a>(reference: &Value, document: &'a Value) -> Option<&'a Value> {
+    let pointer = reference.as_str()?.strip_prefix('#')?;
+    document.pointer(pointer)
+}
+
+/// What a schema accepts, in a few words: `integer ≥ 1`, `one of ["a","b"]`, `array of string`.
+pub fn describe(schema: &Value, document: &Value, dialect: Dialect) -> String {
+    if let Some(target) = schema.get("$ref").and_then(|r| resolve(r, document)) {
+        return describe(target, document, dialect);
+    }
+    if let Some(options) = schema.get("enum") {
+        return format!("one of {}", compact(options));
+    }
+    if let Some(value) = schema.get("const") {
+        return compact(value);
+    }
+    if let Some(alternatives) = schema.get("oneOf").or_else(|| schema.get("anyOf")).and_then(Value::as_array) {
+        let words: Vec<String> = alternatives.iter().map(|s| describe(s, document, dialect)).collect();
+        return words.join(" or ");
+    }
+    let types: Vec<&str> = match schema.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
+        _ => vec![],
+    };
+    let mut words = match types.as_slice() {
+        [] => "a value".to_string(),
+        [one] => type_word(one, dialect).to_string(),
+        many => many.iter().map(|t| type_word(t, dialect)).collect::<Vec<_>>().join(" or "),
+    };
+    let num = |key: &str| schema.get(key).and_then(Value::as_f64);
+    let show = |n: f64| {
+        if n.fract() == 0.0 && n.abs() < 1e15 {
+            format!("{}", n as i64)
+        } else {
+            n.to_string()
+        }
+    };
+    match (num("minimum"), num("maximum")) {
+        (Some(lo), Some(hi)) => words += &format!(" between {} and {}", show(lo), show(hi)),
+        (Some(lo), None) => words += &format!(" ≥ {}", show(lo)),
+        (None, Some(hi)) => words += &format!(" ≤ {}", show(hi)),
+        _ => {}
+    }
+    if let Some(lo) = num("exclusiveMinimum") {
+        words += &format!(" > {}", show(lo));
+    }
+    if let Some(hi) = num("exclusiveMaximum") {
+        words += &format!(" < {}", show(hi));
+    }
+    match (num("minLength"), num("maxLength")) {
+        (Some(lo), Some(hi)) => words += &format!(" of {} to {} characters", show(lo), show(hi)),
+        (Some(lo), None) if lo == 1.0 => words = format!("non-empty {words}"),
+        (Some(lo), None) => words += &format!(" of at least {} characters", show(lo)),
+        (None, Some(hi)) => words += &format!(" of at most {} characters", show(hi)),
+        _ => {}
+    }
+    if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+        words += &format!(" matching {pattern}");
+    }
+    if types == ["array"] {
+        if let Some(items) = schema.get("items") {
+            words += &format!(" of {}", describe(items, document, dialect));
+        }
+        if let Some(n) = num("minItems") {
+            words += &format!(" (at least {})", show(n));
+        }
+    }
+    words
+}
+
+fn type_word(json_type: &str, dialect: Dialect) -> &str {
+    match (json_type, dialect) {
+        ("object", Dialect::Toml) => "table",
+        ("number", Dialect::Toml) => "number (integer or float)",
+        (other, _) => other,
+    }
+}
+
+fn compact(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// The offending value, short enough for one line.
+fn render(value: &Value) -> String {
+    let text = match value {
+        Value::Object(_) => "a table/object".to_string(),
+        Value::Array(items) => format!("an array of {} item(s)", items.len()),
+        other => compact(other),
+    };
+    if text.chars().count() > 60 {
+        let cut: String = text.chars().take(57).collect();
+        format!("{cut}...")
+    } else {
+        text
+    }
+}

@@ -1,0 +1,86 @@
+//! The JSON Schemas in `schemas/`: embedded, bundled, compiled, and turned into precise messages.
+//!
+//! Config loading, tool parameter validation and the OpenAPI document all come through here, so
+//! one set of files is the contract and one formatter words every validation problem.
+
+pub mod bundle;
+mod describe;
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+
+pub use describe::{Dialect, Problem};
+
+include!(concat!(env!("OUT_DIR"), "/schema_files.rs"));
+
+/// The JSON Schema dialect every file in `schemas/` declares.
+pub const DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
+
+/// The schema files parsed, by file name.
+pub fn files() -> &'static [(String, Value)] {
+    static PARSED: OnceLock<Vec<(String, Value)>> = OnceLock::new();
+    PARSED.get_or_init(|| {
+        FILES
+            .iter()
+            .map(|(name, text)| {
+                // build.rs already parsed every file, so this cannot fail at runtime.
+                let value = serde_json::from_str(text).expect("schema files are checked by build.rs");
+                (name.to_string(), value)
+            })
+            .collect()
+    })
+}
+
+/// All definitions, with references rewritten to `prefix` (for example `#/components/schemas/`).
+pub fn definitions(prefix: &str) -> BTreeMap<String, Value> {
+    bundle::bundle(files(), prefix).expect("schema files are checked by build.rs")
+}
+
+/// A compiled validator for one named definition (a file's type name, such as `Config`, or a
+/// hoisted `$defs` entry such as `ConnectorItem`).
+pub struct SchemaValidator {
+    validator: jsonschema::Validator,
+    document: Value,
+}
+
+impl SchemaValidator {
+    /// Compiles the validator for `name`. Panics only if `name` is not a definition, which is a
+    /// programming error caught by the tests.
+    pub fn for_definition(name: &str) -> Self {
+        let defs = definitions("#/$defs/");
+        assert!(defs.contains_key(name), "no schema definition named {name}");
+        let document = json!({
+            "$schema": DIALECT,
+            "$ref": format!("#/$defs/{name}"),
+            "$defs": defs,
+        });
+        Self::compile(document).expect("bundled schemas compile")
+    }
+
+    /// Compiles an arbitrary schema document (used for tool parameter schemas).
+    pub fn compile(document: Value) -> Result<Self, String> {
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .build(&document)
+            .map_err(|e| e.to_string())?;
+        Ok(Self { validator, document })
+    }
+
+    /// The schema document this validator was built from.
+    pub fn document(&self) -> &Value {
+        &self.document
+    }
+
+    /// Every problem with `instance`, in document order, worded for `dialect`.
+    pub fn problems(&self, instance: &Value, dialect: Dialect) -> Vec<Problem> {
+        let mut out: Vec<Problem> = self
+            .validator
+            .iter_errors(instance)
+            .flat_map(|error| describe::problems(&error, &self.document, dialect))
+            .collect();
+        out.dedup();
+        out
+    }
+}
