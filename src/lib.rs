@@ -1,3 +1,19 @@
+//! # ctx
+//!
+//! Context and actions for AI agents: a knowledge base in SQLite, sandboxed Lua tools and agents,
+//! served over MCP and REST.
+//!
+//! # Layout
+//! - [`schema`]: the JSON Schemas in `schemas/`, bundled, compiled, and worded as messages.
+//! - [`types`]: Rust types generated from those schemas (the only generated code).
+//! - [`config`]: `ctx.toml` located, expanded, validated and typed.
+//! - [`connectors`]: filesystem and git sources that feed sync.
+//! - [`kb`]: the SQLite store, chunking, sync and search.
+//! - [`cli`]: the `ctx` command line.
+
+pub mod cli;
 pub mod config;
+pub mod connectors;
+pub mod kb;
 pub mod schema;
 pub mod types;

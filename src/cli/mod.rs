@@ -1,0 +1,1 @@
+//! The ctx command line.

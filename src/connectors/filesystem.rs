@@ -1,0 +1,1 @@
+//! Filesystem connector (being written).

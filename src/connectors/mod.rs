@@ -1,0 +1,151 @@
+//! Connectors read a source (a folder, a git repository, a Lua script) into [`Item`]s for sync.
+//!
+//! A connector streams items to a callback instead of returning them all, so a sync of a large
+//! source keeps only one document in memory at a time.
+
+pub mod filesystem;
+pub mod git;
+
+use serde_json::Value;
+
+/// One document as a connector produced it, before chunking.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Item {
+    /// Stable id within the source (a relative path for files).
+    pub source_id: String,
+    pub title: String,
+    pub body: String,
+    pub content_type: String,
+    pub source_url: Option<String>,
+    pub author: Option<String>,
+    /// RFC 3339, UTC. `None` means "same as updated_at".
+    pub created_at: Option<String>,
+    /// RFC 3339, UTC.
+    pub updated_at: String,
+    /// Source-specific metadata (`Value::Null` for none).
+    pub metadata: Value,
+}
+
+/// Why a connector skipped an entry without producing an item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SkipReason {
+    Binary,
+    TooLarge { bytes: u64, limit: u64 },
+    Unreadable(String),
+    Invalid(String),
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SkipReason::Binary => write!(f, "binary file"),
+            SkipReason::TooLarge { bytes, limit } => write!(f, "{bytes} bytes is over the {limit}-byte limit"),
+            SkipReason::Unreadable(why) => write!(f, "unreadable: {why}"),
+            SkipReason::Invalid(why) => write!(f, "invalid item: {why}"),
+        }
+    }
+}
+
+/// What a connector reports as it scans.
+pub enum Event {
+    Item(Item),
+    Skipped { source_id: String, reason: SkipReason },
+}
+
+/// A failure of a whole source (missing root, clone failed, script error). Other sources still sync.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectorError {
+    #[error("{0}")]
+    Source(String),
+    #[error("stopped: {0}")]
+    Sink(String),
+}
+
+/// The receiver of scan events. Returning an error stops the scan.
+pub type Sink<'a> = dyn FnMut(Event) -> Result<(), String> + 'a;
+
+/// Content type by file extension; `text/plain` for anything unrecognised.
+pub fn content_type_for(path: &str) -> &'static str {
+    let ext = path.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+    match ext.as_str() {
+        "md" | "markdown" | "mdx" => "text/markdown",
+        "html" | "htm" => "text/html",
+        "json" => "application/json",
+        "yaml" | "yml" => "application/yaml",
+        "toml" => "application/toml",
+        "xml" => "application/xml",
+        "csv" => "text/csv",
+        "rs" => "text/x-rust",
+        "py" => "text/x-python",
+        "js" | "mjs" | "cjs" => "text/javascript",
+        "ts" | "tsx" => "text/x-typescript",
+        "go" => "text/x-go",
+        "java" => "text/x-java",
+        "c" | "h" => "text/x-c",
+        "cpp" | "cc" | "hpp" => "text/x-c++",
+        "sh" | "bash" => "text/x-shellscript",
+        "lua" => "text/x-lua",
+        "sql" => "application/sql",
+        "rst" => "text/x-rst",
+        _ => "text/plain",
+    }
+}
+
+/// True when the bytes look binary: a NUL in the first 8 KiB, like git's own heuristic.
+pub fn looks_binary(bytes: &[u8]) -> bool {
+    bytes.iter().take(8192).any(|&b| b == 0)
+}
+
+/// Decodes text, replacing invalid UTF-8. The flag says whether anything was replaced.
+pub fn decode_lossy(bytes: Vec<u8>) -> (String, bool) {
+    match String::from_utf8(bytes) {
+        Ok(text) => (text, false),
+        Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), true),
+    }
+}
+
+/// The document title: markdown front matter `title:`, else the first `# ` heading, else the
+/// file name.
+pub fn title_for(path: &str, body: &str, content_type: &str) -> String {
+    if content_type == "text/markdown" {
+        if let Some(rest) = body.strip_prefix("---\n").or_else(|| body.strip_prefix("---\r\n")) {
+            if let Some(end) = rest.find("\n---") {
+                for line in rest[..end].lines() {
+                    if let Some(v) = line.strip_prefix("title:") {
+                        let v = v.trim().trim_matches(|c| c == '"' || c == '\'').trim();
+                        if !v.is_empty() {
+                            return v.to_string();
+                        }
+                    }
+                }
+            }
+        }
+        let mut in_fence = false;
+        for line in body.lines() {
+            let trimmed = line.trim_start();
+            if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+                in_fence = !in_fence;
+            } else if !in_fence {
+                if let Some(h) = trimmed.strip_prefix("# ") {
+                    let h = h.trim().trim_end_matches('#').trim();
+                    if !h.is_empty() {
+                        return h.to_string();
+                    }
+                }
+            }
+        }
+    }
+    path.rsplit('/').next().unwrap_or(path).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_from_front_matter_heading_or_file_name() {
+        assert_eq!(title_for("a/b.md", "---\ntitle: \"Deploys\"\n---\n# Other\n", "text/markdown"), "Deploys");
+        assert_eq!(title_for("a/b.md", "```\n# not this\n```\n# Runbook\n", "text/markdown"), "Runbook");
+        assert_eq!(title_for("a/notes.txt", "# not markdown", "text/plain"), "notes.txt");
+    }
+}

@@ -1,0 +1,1 @@
+//! Paragraph-boundary chunking with overlap (being written).

@@ -1,0 +1,3 @@
+//! The knowledge base: SQLite store, chunking, sync and search.
+
+pub mod chunk;
