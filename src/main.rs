@@ -1,1 +1,5 @@
-fn main() {}
+//! The `ctx` binary: parses the command line and hands over to the library.
+
+fn main() -> std::process::ExitCode {
+    ctx::cli::main()
+}

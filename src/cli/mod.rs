@@ -1,1 +1,142 @@
-//! The ctx command line.
+//! The `ctx` command line: argument definitions, dispatch, exit codes and error printing.
+//!
+//! Each subcommand group lives in its own file and calls the library; nothing here knows SQL,
+//! Lua or HTTP.
+
+mod init;
+mod schema_cmd;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+use crate::config::{self, Config, ConfigError};
+
+/// Context and actions for AI agents: index your team's knowledge, serve it and your Lua tools
+/// over MCP and REST.
+#[derive(Debug, Parser)]
+#[command(name = "ctx", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Config file. Default: $CTX_CONFIG, else ./ctx.toml.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// More log output on stderr (-v info, -vv debug, -vvv trace). Also shows script internals.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+
+    /// Only errors on stderr.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a workspace: a commented ctx.toml, a data folder and an example tool.
+    Init(init::InitArgs),
+    /// Check or export the JSON Schemas that define ctx's config and wire formats.
+    #[command(subcommand)]
+    Schema(schema_cmd::SchemaCommand),
+    /// Print a shell completion script.
+    Completions {
+        /// Shell to generate for.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Why a command failed; decides the exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The config file is missing, unreadable or invalid (exit 2).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The command line asked for something impossible (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// A check found problems, already printed (exit 2).
+    #[error("{0}")]
+    Problems(String),
+    /// The command ran and failed (exit 1).
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Config(_) | CliError::Usage(_) | CliError::Problems(_) => 2,
+            CliError::Failed(_) => 1,
+        }
+    }
+}
+
+/// Global options every command can read.
+pub struct Globals {
+    pub config: Option<PathBuf>,
+    pub verbose: u8,
+    pub quiet: bool,
+}
+
+impl Globals {
+    /// Loads and validates the config file named by the lookup order.
+    pub fn load_config(&self) -> Result<Config, CliError> {
+        Ok(Config::load(&config::locate(self.config.as_deref()))?)
+    }
+}
+
+/// Parses the command line, runs the command and returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose, cli.quiet);
+    let globals = Globals { config: cli.config.clone(), verbose: cli.verbose, quiet: cli.quiet };
+    match run(cli.command, &globals) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            if !matches!(err, CliError::Problems(_)) {
+                eprintln!("error: {}", render(&err));
+            }
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
+    match command {
+        Command::Init(args) => init::run(args),
+        Command::Schema(cmd) => schema_cmd::run(cmd, globals),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "ctx", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}
+
+/// The error with its causes, one per line, never a Debug dump.
+fn render(err: &CliError) -> String {
+    match err {
+        CliError::Failed(e) => format!("{e:#}"),
+        other => other.to_string(),
+    }
+}
+
+fn init_logging(verbose: u8, quiet: bool) {
+    use tracing_subscriber::EnvFilter;
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_env("CTX_LOG").unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},warn")));
+    // Logs go to stderr so stdout stays clean for --json output and the MCP stdio transport.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

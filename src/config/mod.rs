@@ -152,6 +152,7 @@ impl Config {
                 message: problem.message,
             });
         }
+        problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
         let invalid = |problems: Vec<ConfigProblem>| ConfigError::Invalid { path: shown.to_path_buf(), problems };
         if !problems.is_empty() {
             return Err(invalid(problems));

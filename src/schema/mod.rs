@@ -84,3 +84,14 @@ impl SchemaValidator {
         out
     }
 }
+
+/// Every definition in one 2020-12 document (`$defs`), as `ctx schema export` writes it.
+pub fn bundle_document() -> Value {
+    json!({
+        "$schema": DIALECT,
+        "$id": "https://ctx.dev/schemas/bundle.schema.json",
+        "title": "ctx schemas",
+        "description": "Every ctx schema definition in one document, references resolved to $defs.",
+        "$defs": definitions("#/$defs/"),
+    })
+}

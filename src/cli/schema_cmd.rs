@@ -1,0 +1,107 @@
+//! `ctx schema check` and `ctx schema export`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use super::{CliError, Globals};
+use crate::config::{self, Config, ConfigError};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum SchemaCommand {
+    /// Validate the config file, the environment variables it needs, and the files it points at.
+    /// Reports every problem and exits 2 if there is any.
+    Check,
+    /// Write the JSON Schemas (and their bundle) to a folder.
+    Export {
+        /// Output folder (created if missing).
+        #[arg(long, default_value = "ctx-schemas")]
+        out: PathBuf,
+    },
+}
+
+pub fn run(cmd: SchemaCommand, globals: &Globals) -> Result<(), CliError> {
+    match cmd {
+        SchemaCommand::Check => check(globals),
+        SchemaCommand::Export { out } => export(&out),
+    }
+}
+
+fn check(globals: &Globals) -> Result<(), CliError> {
+    let located = config::locate(globals.config.as_deref());
+    let (config, mut problems) = match Config::load(&located) {
+        Ok(config) => (Some(config), Vec::new()),
+        Err(err @ (ConfigError::Invalid { .. } | ConfigError::Syntax { .. })) => {
+            (None, err.problems().iter().map(ToString::to_string).collect::<Vec<_>>())
+        }
+        Err(other) => return Err(other.into()),
+    };
+    if let Some(config) = &config {
+        problems.extend(referenced_files(config));
+    }
+    let shown = located.path.display();
+    if problems.is_empty() {
+        let config = config.expect("no problems means the config loaded");
+        let spec = &config.spec;
+        println!(
+            "ok: {shown} is valid ({} filesystem, {} git, {} script connector(s); {} tool(s); {} agent(s))",
+            spec.connectors.filesystem.len(),
+            spec.connectors.git.len(),
+            spec.connectors.script.len(),
+            spec.tools.script.len(),
+            spec.agents.inline.len() + spec.agents.script.len(),
+        );
+        return Ok(());
+    }
+    eprintln!("error: {shown} has {} problem(s):", problems.len());
+    for problem in &problems {
+        eprintln!("  - {problem}");
+    }
+    Err(CliError::Problems(format!("{} problem(s)", problems.len())))
+}
+
+/// Files and folders the config points at that do not exist.
+fn referenced_files(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (name, fs) in &config.spec.connectors.filesystem {
+        let root = config.resolve(&fs.root);
+        if !root.is_dir() {
+            problems.push(format!("connectors.filesystem.{}.root: folder {:?} does not exist", name.as_str(), fs.root.as_str()));
+        }
+    }
+    for (name, git) in &config.spec.connectors.git {
+        let url = git.url.as_str();
+        let remote = url.contains("://") && !url.starts_with("file://") || url.contains('@');
+        if !remote && !config.resolve(url.trim_start_matches("file://")).exists() {
+            problems.push(format!("connectors.git.{}.url: local repository {url:?} does not exist", name.as_str()));
+        }
+    }
+    for script in &config.scripts {
+        if !script.path.is_file() {
+            let section = match script.kind {
+                config::ScriptKind::Connector => "connectors",
+                config::ScriptKind::Tool => "tools",
+                config::ScriptKind::Agent => "agents",
+            };
+            problems.push(format!(
+                "{section}.script.{}.path: script {:?} does not exist",
+                script.name, script.display_path
+            ));
+        }
+    }
+    problems
+}
+
+fn export(out: &std::path::Path) -> Result<(), CliError> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    for (name, text) in crate::schema::FILES {
+        let path = out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let bundle = crate::schema::bundle_document();
+    let path = out.join("bundle.schema.json");
+    let text = serde_json::to_string_pretty(&bundle).context("serialise bundle")? + "\n";
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    println!("wrote {} schema file(s) and bundle.schema.json to {}", crate::schema::FILES.len(), out.display());
+    Ok(())
+}
