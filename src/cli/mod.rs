@@ -4,6 +4,7 @@
 //! Lua or HTTP.
 
 mod init;
+mod kb_cmd;
 mod schema_cmd;
 
 use std::path::PathBuf;
@@ -41,6 +42,16 @@ pub enum Command {
     /// Check or export the JSON Schemas that define ctx's config and wire formats.
     #[command(subcommand)]
     Schema(schema_cmd::SchemaCommand),
+    /// Index the configured sources: all, a type, or one type:name.
+    Sync(kb_cmd::SyncArgs),
+    /// Search the knowledge base.
+    Search(kb_cmd::SearchArgs),
+    /// Show one document with its chunks.
+    Get(kb_cmd::GetArgs),
+    /// List sources with health, document counts and last sync.
+    Sources(kb_cmd::JsonFlag),
+    /// Database statistics.
+    Stats(kb_cmd::JsonFlag),
     /// Print a shell completion script.
     Completions {
         /// Shell to generate for.
@@ -92,7 +103,11 @@ impl Globals {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.quiet);
-    let globals = Globals { config: cli.config.clone(), verbose: cli.verbose, quiet: cli.quiet };
+    let globals = Globals {
+        config: cli.config.clone(),
+        verbose: cli.verbose,
+        quiet: cli.quiet,
+    };
     match run(cli.command, &globals) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -108,6 +123,11 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
     match command {
         Command::Init(args) => init::run(args),
         Command::Schema(cmd) => schema_cmd::run(cmd, globals),
+        Command::Sync(args) => kb_cmd::sync(args, globals),
+        Command::Search(args) => kb_cmd::search(args, globals),
+        Command::Get(args) => kb_cmd::get(args, globals),
+        Command::Sources(args) => kb_cmd::sources(args, globals),
+        Command::Stats(args) => kb_cmd::stats(args, globals),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ctx", &mut std::io::stdout());
             Ok(())
@@ -132,7 +152,8 @@ fn init_logging(verbose: u8, quiet: bool) {
         (false, 2) => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_env("CTX_LOG").unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},warn")));
+    let filter = EnvFilter::try_from_env("CTX_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},warn")));
     // Logs go to stderr so stdout stays clean for --json output and the MCP stdio transport.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -21,7 +21,9 @@ impl std::fmt::Display for ConfigProblem {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("no config file at {path} ({how}); run `ctx init` to create one, or pass --config <file>")]
+    #[error(
+        "no config file at {path} ({how}); run `ctx init` to create one, or pass --config <file>"
+    )]
     NotFound { path: PathBuf, how: &'static str },
 
     #[error("cannot read config file {path}: {source}")]
@@ -40,7 +42,10 @@ pub enum ConfigError {
     },
 
     #[error("{path} has {} problem(s):\n{}", problems.len(), list(problems))]
-    Invalid { path: PathBuf, problems: Vec<ConfigProblem> },
+    Invalid {
+        path: PathBuf,
+        problems: Vec<ConfigProblem>,
+    },
 }
 
 impl ConfigError {
@@ -63,5 +68,9 @@ impl ConfigError {
 }
 
 fn list(problems: &[ConfigProblem]) -> String {
-    problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n")
+    problems
+        .iter()
+        .map(|p| format!("  - {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -15,7 +15,10 @@ pub struct MissingVar {
 ///
 /// Returns the dotted keys of the values that were expanded (so messages can avoid echoing
 /// secrets) and every missing variable.
-pub fn expand_all(value: &mut Value, lookup: &dyn Fn(&str) -> Option<String>) -> (Vec<String>, Vec<MissingVar>) {
+pub fn expand_all(
+    value: &mut Value,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> (Vec<String>, Vec<MissingVar>) {
     let mut expanded = Vec::new();
     let mut missing = Vec::new();
     walk(value, &mut Vec::new(), lookup, &mut expanded, &mut missing);
@@ -38,7 +41,10 @@ fn walk(
                 expanded.push(key.clone());
                 *text = out;
             }
-            missing.extend(unresolved.into_iter().map(|var| MissingVar { key: key.clone(), var }));
+            missing.extend(unresolved.into_iter().map(|var| MissingVar {
+                key: key.clone(),
+                var,
+            }));
         }
         Value::Object(map) => {
             for (k, child) in map.iter_mut() {
@@ -59,7 +65,11 @@ fn walk(
 }
 
 /// Expands one string. Unknown variables are left as written and reported in `missing`.
-pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>, missing: &mut Vec<String>) -> String {
+pub fn expand(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    missing: &mut Vec<String>,
+) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(pos) = rest.find('$') {
@@ -112,8 +122,14 @@ mod tests {
     #[test]
     fn expands_known_keeps_escapes_and_reports_missing() {
         let mut missing = Vec::new();
-        assert_eq!(expand("Bearer ${TOKEN}", &env, &mut missing), "Bearer s3cret");
-        assert_eq!(expand("cost $5 and $${TOKEN}", &env, &mut missing), "cost $5 and ${TOKEN}");
+        assert_eq!(
+            expand("Bearer ${TOKEN}", &env, &mut missing),
+            "Bearer s3cret"
+        );
+        assert_eq!(
+            expand("cost $5 and $${TOKEN}", &env, &mut missing),
+            "cost $5 and ${TOKEN}"
+        );
         assert_eq!(expand("${NOPE}/x", &env, &mut missing), "${NOPE}/x");
         assert_eq!(missing, vec!["NOPE".to_string()]);
     }
@@ -126,7 +142,10 @@ mod tests {
         assert_eq!(expanded, vec!["tools.script.jira.token"]);
         assert_eq!(
             missing,
-            vec![MissingVar { key: "tools.script.jira.url".into(), var: "JIRA_URL".into() }]
+            vec![MissingVar {
+                key: "tools.script.jira.url".into(),
+                var: "JIRA_URL".into()
+            }]
         );
     }
 }

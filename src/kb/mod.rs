@@ -1,3 +1,238 @@
 //! The knowledge base: SQLite store, chunking, sync and search.
+//!
+//! [`Kb`] is the library API. The CLI, the built-in tools and the Lua context bridge all call
+//! it, so it holds no CLI or HTTP concerns.
 
 pub mod chunk;
+mod error;
+mod pool;
+pub mod query;
+pub mod search;
+pub mod store;
+pub mod sync;
+
+use std::sync::Arc;
+
+pub use error::KbError;
+pub use store::{SqliteStore, Stats, Store};
+
+use crate::config::Config;
+use crate::types::{
+    Document, SearchRequest, SearchResponse, SourceStatus, SourceStatusType, SourcesResponse,
+};
+
+/// Namespace of document ids: UUID v5 of `source` + "\n" + `source_id`.
+const ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6f0c_5b1e_2d7a_4c3e_9a51_8e0d_c7a4_1b29);
+
+/// The stable id of a document.
+pub fn document_id(source: &str, source_id: &str) -> String {
+    uuid::Uuid::new_v5(&ID_NAMESPACE, format!("{source}\n{source_id}").as_bytes()).to_string()
+}
+
+/// The knowledge base of one config: its store plus the configured sources.
+#[derive(Clone)]
+pub struct Kb {
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+}
+
+impl Kb {
+    /// Opens the SQLite store named by the config.
+    pub fn open(config: Arc<Config>) -> Result<Kb, KbError> {
+        let store = SqliteStore::open(&config.db_path())?;
+        Ok(Kb {
+            config,
+            store: Arc::new(store),
+        })
+    }
+
+    pub fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
+    pub fn store(&self) -> &dyn Store {
+        self.store.as_ref()
+    }
+
+    /// Configured sources as `type:name`, sorted.
+    pub fn configured_sources(&self) -> Vec<(String, SourceStatusType)> {
+        let spec = &self.config.spec.connectors;
+        let mut out: Vec<(String, SourceStatusType)> = spec
+            .filesystem
+            .keys()
+            .map(|n| {
+                (
+                    format!("filesystem:{}", n.as_str()),
+                    SourceStatusType::Filesystem,
+                )
+            })
+            .chain(
+                spec.git
+                    .keys()
+                    .map(|n| (format!("git:{}", n.as_str()), SourceStatusType::Git)),
+            )
+            .chain(
+                spec.script
+                    .keys()
+                    .map(|n| (format!("script:{}", n.as_str()), SourceStatusType::Script)),
+            )
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Configured sources plus any source that still has documents.
+    pub fn known_sources(&self) -> Result<Vec<String>, KbError> {
+        let mut names: Vec<String> = self
+            .configured_sources()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        names.extend(self.store.sources()?.into_iter().map(|s| s.source));
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    pub fn search(&self, request: &SearchRequest) -> Result<SearchResponse, KbError> {
+        search::search(
+            self.store.as_ref(),
+            &self.config,
+            &self.known_sources()?,
+            request,
+        )
+    }
+
+    pub fn get(&self, id: &str) -> Result<Document, KbError> {
+        self.store
+            .document(id)?
+            .ok_or_else(|| KbError::NotFound(id.to_string()))
+    }
+
+    pub fn sources(&self) -> Result<SourcesResponse, KbError> {
+        let rows = self.store.sources()?;
+        let configured = self.configured_sources();
+        let mut names: Vec<String> = configured.iter().map(|(n, _)| n.clone()).collect();
+        names.extend(rows.iter().map(|r| r.source.clone()));
+        names.sort();
+        names.dedup();
+        let sources = names
+            .into_iter()
+            .map(|name| {
+                let row = rows.iter().find(|r| r.source == name);
+                let kind = configured.iter().find(|(n, _)| *n == name).map(|(_, k)| *k);
+                let ty = kind.unwrap_or(match name.split(':').next() {
+                    Some("git") => SourceStatusType::Git,
+                    Some("script") => SourceStatusType::Script,
+                    _ => SourceStatusType::Filesystem,
+                });
+                let last_error = row.and_then(|r| r.last_error.clone());
+                let notes = if kind.is_none() {
+                    Some(
+                        "no longer configured; its documents stay searchable until removed"
+                            .to_string(),
+                    )
+                } else if row.and_then(|r| r.last_sync.as_ref()).is_none() {
+                    Some("never synced; run `ctx sync`".to_string())
+                } else {
+                    last_error.clone()
+                };
+                SourceStatus {
+                    name: name.clone(),
+                    type_: ty,
+                    configured: kind.is_some(),
+                    healthy: last_error.is_none(),
+                    notes,
+                    documents: row.map(|r| r.documents as u64).unwrap_or(0),
+                    chunks: row.map(|r| r.chunks as u64).unwrap_or(0),
+                    last_sync: row.and_then(|r| r.last_sync.clone()),
+                    last_error,
+                }
+            })
+            .collect();
+        Ok(SourcesResponse { sources })
+    }
+
+    pub fn stats(&self) -> Result<Stats, KbError> {
+        self.store.stats()
+    }
+
+    /// Chunking limits from the config.
+    pub fn chunk_spec(&self) -> chunk::ChunkSpec {
+        chunk::ChunkSpec {
+            max_tokens: self.config.spec.chunking.max_tokens as usize,
+            overlap_tokens: self.config.spec.chunking.overlap_tokens as usize,
+        }
+    }
+}
+
+/// Now as RFC 3339 UTC with second precision, the one format every stored date uses.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Normalises a date (`YYYY-MM-DD`, RFC 3339 with any offset, or unix seconds) to RFC 3339 UTC.
+pub fn normalize_date(text: &str) -> Option<String> {
+    let text = text.trim();
+    if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Some(
+            dt.with_timezone(&chrono::Utc)
+                .format("%Y-%m-%dT%H:%M:%SZ")
+                .to_string(),
+        );
+    }
+    if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Some(format!("{}T00:00:00Z", date.format("%Y-%m-%d")));
+    }
+    if let Ok(secs) = text.parse::<i64>() {
+        return unix_to_rfc3339(secs);
+    }
+    None
+}
+
+/// Unix seconds as RFC 3339 UTC.
+pub fn unix_to_rfc3339(secs: i64) -> Option<String> {
+    chrono::DateTime::from_timestamp(secs, 0).map(|dt| dt.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_normalise_to_utc() {
+        assert_eq!(
+            normalize_date("2026-01-31").as_deref(),
+            Some("2026-01-31T00:00:00Z")
+        );
+        assert_eq!(
+            normalize_date("2026-01-31T12:00:00+02:00").as_deref(),
+            Some("2026-01-31T10:00:00Z")
+        );
+        assert_eq!(normalize_date("0").as_deref(), Some("1970-01-01T00:00:00Z"));
+        assert_eq!(normalize_date("yesterday"), None);
+    }
+
+    #[test]
+    fn ids_are_stable_and_distinct() {
+        assert_eq!(
+            document_id("filesystem:docs", "a.md"),
+            document_id("filesystem:docs", "a.md")
+        );
+        assert_ne!(
+            document_id("filesystem:docs", "a.md"),
+            document_id("filesystem:other", "a.md")
+        );
+    }
+}

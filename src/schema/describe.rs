@@ -46,7 +46,11 @@ impl Problem {
     }
 }
 
-pub(super) fn problems(error: &ValidationError<'_>, document: &Value, dialect: Dialect) -> Vec<Problem> {
+pub(super) fn problems(
+    error: &ValidationError<'_>,
+    document: &Value,
+    dialect: Dialect,
+) -> Vec<Problem> {
     let path: Vec<String> = error
         .instance_path()
         .iter()
@@ -64,7 +68,10 @@ pub(super) fn problems(error: &ValidationError<'_>, document: &Value, dialect: D
         })
         .collect();
     // The schema that holds the failing keyword: drop the keyword itself.
-    let parent = keyword_path.split_last().map(|(_, rest)| rest).unwrap_or(&[]);
+    let parent = keyword_path
+        .split_last()
+        .map(|(_, rest)| rest)
+        .unwrap_or(&[]);
     let schema = walk(document, parent).unwrap_or(&Value::Null);
     let instance = error.instance();
     let at = |extra: &str| {
@@ -89,7 +96,10 @@ pub(super) fn problems(error: &ValidationError<'_>, document: &Value, dialect: D
                 .map(|key| Problem {
                     path: at(key),
                     message: if known.is_empty() {
-                        format!("unknown {noun}; this {} takes none", type_word("object", dialect))
+                        format!(
+                            "unknown {noun}; this {} takes none",
+                            type_word("object", dialect)
+                        )
                     } else {
                         format!("unknown {noun}; expected one of: {known}")
                     },
@@ -114,7 +124,10 @@ pub(super) fn problems(error: &ValidationError<'_>, document: &Value, dialect: D
         }],
         ValidationErrorKind::PropertyNames { error: inner } => {
             let name = inner.instance().as_str().unwrap_or_default().to_string();
-            let names = schema.get("propertyNames").map(|s| describe(s, document, dialect)).unwrap_or_default();
+            let names = schema
+                .get("propertyNames")
+                .map(|s| describe(s, document, dialect))
+                .unwrap_or_default();
             vec![Problem {
                 path: at(&name),
                 message: format!("invalid name; expected {names}"),
@@ -139,7 +152,10 @@ pub(super) fn problems(error: &ValidationError<'_>, document: &Value, dialect: D
         | ValidationErrorKind::AnyOf { .. }
         | ValidationErrorKind::Format { .. } => vec![Problem {
             path,
-            message: format!("expected {}, got {got}", describe(schema, document, dialect)),
+            message: format!(
+                "expected {}, got {got}",
+                describe(schema, document, dialect)
+            ),
         }],
         _ => vec![Problem {
             path,
@@ -181,19 +197,34 @@ pub fn describe(schema: &Value, document: &Value, dialect: Dialect) -> String {
     if let Some(value) = schema.get("const") {
         return compact(value);
     }
-    if let Some(alternatives) = schema.get("oneOf").or_else(|| schema.get("anyOf")).and_then(Value::as_array) {
-        let words: Vec<String> = alternatives.iter().map(|s| describe(s, document, dialect)).collect();
+    if let Some(alternatives) = schema
+        .get("oneOf")
+        .or_else(|| schema.get("anyOf"))
+        .and_then(Value::as_array)
+    {
+        let words: Vec<String> = alternatives
+            .iter()
+            .map(|s| describe(s, document, dialect))
+            .collect();
         return words.join(" or ");
     }
     let types: Vec<&str> = match schema.get("type") {
         Some(Value::String(t)) => vec![t.as_str()],
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|t| *t != "null")
+            .collect(),
         _ => vec![],
     };
     let mut words = match types.as_slice() {
         [] => "a value".to_string(),
         [one] => type_word(one, dialect).to_string(),
-        many => many.iter().map(|t| type_word(t, dialect)).collect::<Vec<_>>().join(" or "),
+        many => many
+            .iter()
+            .map(|t| type_word(t, dialect))
+            .collect::<Vec<_>>()
+            .join(" or "),
     };
     let num = |key: &str| schema.get(key).and_then(Value::as_f64);
     let show = |n: f64| {
@@ -217,7 +248,7 @@ pub fn describe(schema: &Value, document: &Value, dialect: Dialect) -> String {
     }
     match (num("minLength"), num("maxLength")) {
         (Some(lo), Some(hi)) => words += &format!(" of {} to {} characters", show(lo), show(hi)),
-        (Some(lo), None) if lo == 1.0 => words = format!("non-empty {words}"),
+        (Some(1.0), None) => words = format!("non-empty {words}"),
         (Some(lo), None) => words += &format!(" of at least {} characters", show(lo)),
         (None, Some(hi)) => words += &format!(" of at most {} characters", show(hi)),
         _ => {}

@@ -1,0 +1,35 @@
+//! Errors of the knowledge-base layer. No HTTP or CLI knowledge here.
+
+#[derive(Debug, thiserror::Error)]
+pub enum KbError {
+    #[error("the search query is empty; give at least one word to look for")]
+    EmptyQuery,
+    #[error("semantic search needs an embedding provider: set [embedding] provider, model and dims in ctx.toml (keyword and hybrid search work without one)")]
+    SemanticUnavailable,
+    #[error("unknown source {given:?}; known sources: {}", if known.is_empty() { "none yet (run `ctx sync`)".to_string() } else { known.join(", ") })]
+    UnknownSource { given: String, known: Vec<String> },
+    #[error("unknown sync target {given:?}; use all, filesystem, git, script, or one of: {}", if known.is_empty() { "(no sources configured)".to_string() } else { known.join(", ") })]
+    UnknownTarget { given: String, known: Vec<String> },
+    #[error("invalid date {0:?}: expected YYYY-MM-DD or an RFC 3339 timestamp such as 2026-01-31T12:00:00Z")]
+    BadDate(String),
+    #[error("limit {given} is out of range: expected 1 to {max}")]
+    BadLimit { given: i64, max: i64 },
+    #[error("no document with id {0:?}")]
+    NotFound(String),
+    #[error("cannot open the database at {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("the database at {path} was written by a newer ctx (schema version {found}, this build knows {known}); upgrade ctx")]
+    TooNew {
+        path: String,
+        found: i64,
+        known: i64,
+    },
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,110 @@
+//! A small pool of SQLite connections, reused for the life of the process.
+//!
+//! `rusqlite::Connection` is `Send` but not `Sync`, so each blocking worker takes its own
+//! connection. The lock only guards a `Vec` push/pop; queries never run under it, so concurrent
+//! callers are not serialised.
+
+use std::ops::{Deref, DerefMut};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::KbError;
+
+pub struct Pool {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+    max_idle: usize,
+}
+
+impl Pool {
+    pub fn new(path: &Path, max_idle: usize) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            idle: Mutex::new(Vec::new()),
+            max_idle,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A connection from the pool, or a new one when all are in use.
+    pub fn get(&self) -> Result<Pooled<'_>, KbError> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => open(&self.path)?,
+        };
+        Ok(Pooled {
+            pool: self,
+            conn: Some(conn),
+        })
+    }
+}
+
+pub(super) fn open(path: &Path) -> Result<Connection, KbError> {
+    let wrap = |source| KbError::Open {
+        path: path.display().to_string(),
+        source,
+    };
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(wrap)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(wrap)?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = NORMAL;
+         PRAGMA foreign_keys = ON;
+         PRAGMA temp_store = MEMORY;
+         PRAGMA cache_size = -16000;",
+    )
+    .map_err(wrap)?;
+    Ok(conn)
+}
+
+/// A checked-out connection; it goes back to the pool when dropped.
+pub struct Pooled<'a> {
+    pool: &'a Pool,
+    conn: Option<Connection>,
+}
+
+impl Deref for Pooled<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn.as_ref().expect("present until drop")
+    }
+}
+
+impl DerefMut for Pooled<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        self.conn.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            // A connection left inside a transaction (a panic mid-write) is not reused.
+            if !conn.is_autocommit() {
+                return;
+            }
+            let mut idle = self
+                .pool
+                .idle
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if idle.len() < self.pool.max_idle {
+                idle.push(conn);
+            }
+        }
+    }
+}

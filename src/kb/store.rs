@@ -1,0 +1,439 @@
+//! The `Store` trait and its SQLite implementation: documents, chunks, the FTS5 index, sync state.
+//!
+//! Everything else in the knowledge base talks to the trait, so another backend (PostgreSQL)
+//! can be added later without touching sync or search.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use rusqlite::{params, OptionalExtension, Transaction};
+use serde_json::Value;
+
+use super::chunk::Chunk;
+use super::pool::{self, Pool};
+use super::KbError;
+use crate::types;
+
+/// A document ready to be written, with its chunks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewDocument {
+    pub id: String,
+    pub source: String,
+    pub source_id: String,
+    pub title: String,
+    pub body: String,
+    pub content_type: String,
+    pub source_url: Option<String>,
+    pub author: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub metadata: Value,
+    pub content_hash: String,
+    pub chunks: Vec<Chunk>,
+}
+
+/// One write of a sync batch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    Upsert(Box<NewDocument>),
+    Delete { source: String, source_id: String },
+}
+
+/// Restrictions applied inside the query, before the top-k cut.
+#[derive(Clone, Debug, Default)]
+pub struct SearchFilter {
+    /// Exact source names (`type:name`); `None` searches every source.
+    pub sources: Option<Vec<String>>,
+    /// RFC 3339 lower bound on `updated_at`.
+    pub since: Option<String>,
+}
+
+/// A ranked chunk, before grouping by document.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    pub chunk_id: i64,
+    pub document_id: String,
+    pub chunk_index: i64,
+    /// Higher is better: the negated BM25 rank.
+    pub score: f64,
+    pub title: String,
+    pub source: String,
+    pub source_url: Option<String>,
+    pub updated_at: String,
+}
+
+/// Indexed counts and last sync of one source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceRow {
+    pub source: String,
+    pub documents: i64,
+    pub chunks: i64,
+    pub last_sync: Option<String>,
+    pub last_error: Option<String>,
+}
+
+/// Database-wide counts for `ctx stats`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Stats {
+    pub documents: i64,
+    pub chunks: i64,
+    pub sources: i64,
+    pub database_bytes: u64,
+    pub schema_version: i64,
+}
+
+/// Storage for the knowledge base.
+pub trait Store: Send + Sync {
+    /// `source_id -> content_hash` of every document of `source`.
+    fn known_hashes(&self, source: &str) -> Result<HashMap<String, String>, KbError>;
+    /// Applies the changes in one transaction: all or nothing.
+    fn apply(&self, changes: &[Change]) -> Result<(), KbError>;
+    /// Records the end of a sync of `source`.
+    fn record_sync(&self, source: &str, error: Option<&str>) -> Result<(), KbError>;
+    /// Top `limit` chunks for an FTS5 MATCH expression, filters applied before the cut.
+    fn keyword_candidates(
+        &self,
+        fts_query: &str,
+        filter: &SearchFilter,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, KbError>;
+    /// Highlighted snippets for some chunks of a query, by chunk id.
+    fn snippets(&self, fts_query: &str, chunk_ids: &[i64])
+        -> Result<HashMap<i64, String>, KbError>;
+    /// A whole document with its chunks.
+    fn document(&self, id: &str) -> Result<Option<types::Document>, KbError>;
+    /// Every source that has documents or a sync record.
+    fn sources(&self) -> Result<Vec<SourceRow>, KbError>;
+    fn stats(&self) -> Result<Stats, KbError>;
+}
+
+/// Schema migrations; `PRAGMA user_version` is the number applied.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE documents (
+    id            TEXT PRIMARY KEY,
+    source        TEXT NOT NULL,
+    source_id     TEXT NOT NULL,
+    title         TEXT NOT NULL,
+    body          TEXT NOT NULL,
+    content_type  TEXT NOT NULL,
+    source_url    TEXT,
+    author        TEXT,
+    created_at    TEXT NOT NULL,
+    updated_at    TEXT NOT NULL,
+    metadata_json TEXT NOT NULL DEFAULT 'null',
+    content_hash  TEXT NOT NULL,
+    UNIQUE (source, source_id)
+);
+-- Source and updated_at are copied onto chunks so that filters run inside the ranked query.
+CREATE TABLE chunks (
+    id          INTEGER PRIMARY KEY,
+    document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    idx         INTEGER NOT NULL,
+    text        TEXT NOT NULL,
+    tokens      INTEGER NOT NULL,
+    title       TEXT NOT NULL,
+    source      TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    UNIQUE (document_id, idx)
+);
+CREATE INDEX chunks_source ON chunks (source, updated_at);
+CREATE VIRTUAL TABLE chunks_fts USING fts5(
+    text, title, content = 'chunks', content_rowid = 'id',
+    tokenize = 'unicode61 remove_diacritics 2'
+);
+INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('rank', 'bm25(1.0, 1.5)');
+CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts (rowid, text, title) VALUES (new.id, new.text, new.title);
+END;
+CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, text, title) VALUES ('delete', old.id, old.text, old.title);
+END;
+CREATE TRIGGER chunks_au AFTER UPDATE ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, text, title) VALUES ('delete', old.id, old.text, old.title);
+    INSERT INTO chunks_fts (rowid, text, title) VALUES (new.id, new.text, new.title);
+END;
+CREATE TABLE sync_state (
+    source     TEXT PRIMARY KEY,
+    last_sync  TEXT NOT NULL,
+    last_error TEXT
+);
+"#];
+
+/// The SQLite store.
+pub struct SqliteStore {
+    pool: Pool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    pub fn open(path: &Path) -> Result<Self, KbError> {
+        if let Some(parent) = path.parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent)?;
+            }
+        }
+        let mut conn = pool::open(path)?;
+        migrate(&mut conn, path)?;
+        let workers = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        let pool = Pool::new(path, workers * 4);
+        Ok(Self { pool })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.pool.path()
+    }
+}
+
+fn migrate(conn: &mut rusqlite::Connection, path: &Path) -> Result<(), KbError> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(KbError::TooNew {
+            path: path.display().to_string(),
+            found: version,
+            known,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn known_hashes(&self, source: &str) -> Result<HashMap<String, String>, KbError> {
+        let conn = self.pool.get()?;
+        let mut stmt =
+            conn.prepare_cached("SELECT source_id, content_hash FROM documents WHERE source = ?1")?;
+        let rows = stmt.query_map([source], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn apply(&self, changes: &[Change]) -> Result<(), KbError> {
+        let mut conn = self.pool.get()?;
+        let tx = conn.transaction()?;
+        for change in changes {
+            match change {
+                Change::Upsert(doc) => upsert(&tx, doc)?,
+                Change::Delete { source, source_id } => {
+                    tx.prepare_cached(
+                        "DELETE FROM documents WHERE source = ?1 AND source_id = ?2",
+                    )?
+                    .execute(params![source, source_id])?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn record_sync(&self, source: &str, error: Option<&str>) -> Result<(), KbError> {
+        let conn = self.pool.get()?;
+        conn.execute(
+            "INSERT INTO sync_state (source, last_sync, last_error) VALUES (?1, ?2, ?3)
+             ON CONFLICT (source) DO UPDATE SET last_sync = excluded.last_sync, last_error = excluded.last_error",
+            params![source, super::now_rfc3339(), error],
+        )?;
+        Ok(())
+    }
+
+    fn keyword_candidates(
+        &self,
+        fts_query: &str,
+        filter: &SearchFilter,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, KbError> {
+        let conn = self.pool.get()?;
+        // The filters sit in the WHERE clause of the ranked query, so they apply before LIMIT.
+        let mut stmt = conn.prepare_cached(
+            "SELECT c.id, c.document_id, c.idx, -f.rank, c.title, c.source, d.source_url, c.updated_at
+             FROM (
+                 SELECT chunks_fts.rowid AS id, chunks_fts.rank AS rank
+                 FROM chunks_fts JOIN chunks ch ON ch.id = chunks_fts.rowid
+                 WHERE chunks_fts MATCH ?1
+                   AND (?2 IS NULL OR ch.source IN (SELECT value FROM json_each(?2)))
+                   AND (?3 IS NULL OR ch.updated_at >= ?3)
+                 ORDER BY chunks_fts.rank
+                 LIMIT ?4
+             ) AS f
+             JOIN chunks c ON c.id = f.id
+             JOIN documents d ON d.id = c.document_id
+             ORDER BY f.rank",
+        )?;
+        let sources = filter
+            .sources
+            .as_ref()
+            .map(|s| serde_json::to_string(s).unwrap_or_default());
+        let rows = stmt.query_map(
+            params![fts_query, sources, filter.since, limit as i64],
+            |r| {
+                Ok(Candidate {
+                    chunk_id: r.get(0)?,
+                    document_id: r.get(1)?,
+                    chunk_index: r.get(2)?,
+                    score: r.get(3)?,
+                    title: r.get(4)?,
+                    source: r.get(5)?,
+                    source_url: r.get(6)?,
+                    updated_at: r.get(7)?,
+                })
+            },
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn snippets(
+        &self,
+        fts_query: &str,
+        chunk_ids: &[i64],
+    ) -> Result<HashMap<i64, String>, KbError> {
+        if chunk_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let conn = self.pool.get()?;
+        // Integers only, so the id list can be inlined safely.
+        let ids = chunk_ids
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let sql = format!(
+            "SELECT rowid, snippet(chunks_fts, 0, '«', '»', '…', 32) FROM chunks_fts
+             WHERE chunks_fts MATCH ?1 AND rowid IN ({ids})"
+        );
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map([fts_query], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn document(&self, id: &str) -> Result<Option<types::Document>, KbError> {
+        let conn = self.pool.get()?;
+        let row = conn
+            .prepare_cached(
+                "SELECT id, source, source_id, title, body, content_type, source_url, author, created_at,
+                        updated_at, metadata_json, content_hash
+                 FROM documents WHERE id = ?1",
+            )?
+            .query_row([id], |r| {
+                let metadata: String = r.get(10)?;
+                Ok(types::Document {
+                    id: r.get(0)?,
+                    source: r.get(1)?,
+                    source_id: r.get(2)?,
+                    title: r.get(3)?,
+                    body: r.get(4)?,
+                    content_type: r.get(5)?,
+                    source_url: r.get(6)?,
+                    author: r.get(7)?,
+                    created_at: r.get(8)?,
+                    updated_at: r.get(9)?,
+                    metadata: serde_json::from_str(&metadata).ok().filter(|v: &Value| !v.is_null()),
+                    content_hash: r.get(11)?,
+                    chunks: Vec::new(),
+                })
+            })
+            .optional()?;
+        let Some(mut doc) = row else { return Ok(None) };
+        let mut stmt = conn.prepare_cached(
+            "SELECT idx, text, tokens FROM chunks WHERE document_id = ?1 ORDER BY idx",
+        )?;
+        doc.chunks = stmt
+            .query_map([id], |r| {
+                Ok(types::Chunk {
+                    index: r.get::<_, i64>(0)? as u64,
+                    text: r.get(1)?,
+                    tokens: r.get::<_, i64>(2)? as u64,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(Some(doc))
+    }
+
+    fn sources(&self) -> Result<Vec<SourceRow>, KbError> {
+        let conn = self.pool.get()?;
+        let mut stmt = conn.prepare_cached(
+            "WITH names AS (SELECT source FROM documents UNION SELECT source FROM sync_state)
+             SELECT n.source,
+                    (SELECT COUNT(*) FROM documents d WHERE d.source = n.source),
+                    (SELECT COUNT(*) FROM chunks c WHERE c.source = n.source),
+                    s.last_sync, s.last_error
+             FROM names n LEFT JOIN sync_state s ON s.source = n.source
+             ORDER BY n.source",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(SourceRow {
+                source: r.get(0)?,
+                documents: r.get(1)?,
+                chunks: r.get(2)?,
+                last_sync: r.get(3)?,
+                last_error: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn stats(&self) -> Result<Stats, KbError> {
+        let conn = self.pool.get()?;
+        let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0));
+        let database_bytes = std::fs::metadata(self.path()).map(|m| m.len()).unwrap_or(0)
+            + std::fs::metadata(self.path().with_extension("sqlite-wal"))
+                .map(|m| m.len())
+                .unwrap_or(0);
+        Ok(Stats {
+            documents: count("SELECT COUNT(*) FROM documents")?,
+            chunks: count("SELECT COUNT(*) FROM chunks")?,
+            sources: count("SELECT COUNT(DISTINCT source) FROM documents")?,
+            database_bytes,
+            schema_version: count("PRAGMA user_version")?,
+        })
+    }
+}
+
+fn upsert(tx: &Transaction<'_>, doc: &NewDocument) -> Result<(), KbError> {
+    tx.prepare_cached(
+        "INSERT INTO documents (id, source, source_id, title, body, content_type, source_url, author,
+                                created_at, updated_at, metadata_json, content_hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+         ON CONFLICT (id) DO UPDATE SET
+             title = excluded.title, body = excluded.body, content_type = excluded.content_type,
+             source_url = excluded.source_url, author = excluded.author, created_at = excluded.created_at,
+             updated_at = excluded.updated_at, metadata_json = excluded.metadata_json,
+             content_hash = excluded.content_hash",
+    )?
+    .execute(params![
+        doc.id,
+        doc.source,
+        doc.source_id,
+        doc.title,
+        doc.body,
+        doc.content_type,
+        doc.source_url,
+        doc.author,
+        doc.created_at,
+        doc.updated_at,
+        doc.metadata.to_string(),
+        doc.content_hash,
+    ])?;
+    tx.prepare_cached("DELETE FROM chunks WHERE document_id = ?1")?
+        .execute([&doc.id])?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO chunks (document_id, idx, text, tokens, title, source, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    for chunk in &doc.chunks {
+        insert.execute(params![
+            doc.id,
+            chunk.index as i64,
+            chunk.text,
+            chunk.tokens as i64,
+            doc.title,
+            doc.source,
+            doc.updated_at
+        ])?;
+    }
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! Sync: stream a connector's items into the store, incrementally, deleting what disappeared.
+//!
+//! Unchanged items (same content hash) are skipped; changed ones are re-chunked. Writes go in
+//! batches, each its own transaction, so a killed sync leaves a consistent database and the next
+//! run picks up where it stopped. Deletions happen only after a scan completed: a source that
+//! fails half-way never loses documents it did not get to see.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::chunk::{chunk, ChunkSpec};
+use super::store::{Change, NewDocument, Store};
+use super::{document_id, normalize_date};
+use crate::connectors::{ConnectorError, Event, Item, Sink, SkipReason};
+
+/// Writes per transaction.
+const BATCH: usize = 512;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SyncOptions {
+    /// Re-index every item even if unchanged.
+    pub full: bool,
+    /// Scan and count, write nothing.
+    pub dry_run: bool,
+}
+
+/// What one source's sync did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SourceSummary {
+    pub source: String,
+    pub added: usize,
+    pub updated: usize,
+    pub deleted: usize,
+    pub unchanged: usize,
+    pub skipped: usize,
+    pub errors: usize,
+    /// Why the source failed, if it did.
+    pub error: Option<String>,
+    pub seconds: f64,
+    pub dry_run: bool,
+}
+
+/// Progress events for a UI.
+pub enum Progress<'a> {
+    Item {
+        source: &'a str,
+        seen: usize,
+    },
+    Skipped {
+        source: &'a str,
+        source_id: &'a str,
+        reason: &'a SkipReason,
+    },
+}
+
+/// Syncs one source. `scan` runs the connector, feeding the sink it is given.
+pub fn sync_source(
+    store: &dyn Store,
+    source: &str,
+    spec: ChunkSpec,
+    options: SyncOptions,
+    scan: &mut dyn FnMut(&mut Sink<'_>) -> Result<(), ConnectorError>,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> SourceSummary {
+    let started = Instant::now();
+    let mut summary = SourceSummary {
+        source: source.to_string(),
+        dry_run: options.dry_run,
+        ..Default::default()
+    };
+    let known = match store.known_hashes(source) {
+        Ok(known) => known,
+        Err(e) => {
+            summary.errors += 1;
+            summary.error = Some(e.to_string());
+            return summary;
+        }
+    };
+    let mut seen: HashSet<String> = HashSet::with_capacity(known.len());
+    let mut batch: Vec<Change> = Vec::with_capacity(BATCH);
+    let mut write_error: Option<String> = None;
+
+    let scanned = {
+        let mut sink = |event: Event| -> Result<(), String> {
+            match event {
+                Event::Item(item) => {
+                    if !seen.insert(item.source_id.clone()) {
+                        summary.skipped += 1;
+                        tracing::warn!(source, source_id = %item.source_id, "duplicate source_id in one scan; keeping the first");
+                        return Ok(());
+                    }
+                    progress(Progress::Item {
+                        source,
+                        seen: seen.len(),
+                    });
+                    let hash = content_hash(&item);
+                    let previous = known.get(&item.source_id);
+                    if previous == Some(&hash) && !options.full {
+                        summary.unchanged += 1;
+                        return Ok(());
+                    }
+                    if previous.is_some() {
+                        summary.updated += 1;
+                    } else {
+                        summary.added += 1;
+                    }
+                    if !options.dry_run {
+                        batch.push(Change::Upsert(Box::new(to_document(source, item, hash, spec))));
+                        if batch.len() >= BATCH {
+                            store.apply(&batch).map_err(|e| e.to_string())?;
+                            batch.clear();
+                        }
+                    }
+                }
+                Event::Skipped { source_id, reason } => {
+                    summary.skipped += 1;
+                    tracing::warn!(source, source_id = %source_id, "skipped: {reason}");
+                    progress(Progress::Skipped {
+                        source,
+                        source_id: &source_id,
+                        reason: &reason,
+                    });
+                    // A skipped item still exists at its source: don't delete its old version.
+                    seen.insert(source_id);
+                }
+            }
+            Ok(())
+        };
+        scan(&mut sink)
+    };
+    if !options.dry_run && !batch.is_empty() {
+        if let Err(e) = store.apply(&batch) {
+            write_error = Some(e.to_string());
+        }
+    }
+    match scanned {
+        Ok(()) if write_error.is_none() => {
+            let gone: Vec<Change> = known
+                .keys()
+                .filter(|id| !seen.contains(*id))
+                .map(|id| Change::Delete {
+                    source: source.to_string(),
+                    source_id: id.clone(),
+                })
+                .collect();
+            summary.deleted = gone.len();
+            if !options.dry_run {
+                for part in gone.chunks(BATCH * 4) {
+                    if let Err(e) = store.apply(part) {
+                        write_error = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(()) => {}
+        Err(e) => summary.error = Some(e.to_string()),
+    }
+    if let Some(e) = write_error {
+        summary.error = Some(format!("writing to the database failed: {e}"));
+    }
+    if summary.error.is_some() {
+        summary.errors += 1;
+    }
+    if !options.dry_run {
+        if let Err(e) = store.record_sync(source, summary.error.as_deref()) {
+            tracing::warn!(source, "could not record sync state: {e}");
+        }
+    }
+    summary.seconds = started.elapsed().as_secs_f64();
+    summary
+}
+
+/// SHA-256 over every indexed field except the dates, so touching a file changes nothing.
+pub fn content_hash(item: &Item) -> String {
+    let mut hasher = Sha256::new();
+    for part in [
+        item.title.as_str(),
+        item.body.as_str(),
+        item.content_type.as_str(),
+        item.source_url.as_deref().unwrap_or(""),
+        item.author.as_deref().unwrap_or(""),
+    ] {
+        hasher.update(part.as_bytes());
+        hasher.update([0u8]);
+    }
+    hasher.update(item.metadata.to_string().as_bytes());
+    super::hex(&hasher.finalize())
+}
+
+fn to_document(source: &str, item: Item, content_hash: String, spec: ChunkSpec) -> NewDocument {
+    let updated_at = normalize_date(&item.updated_at).unwrap_or_else(super::now_rfc3339);
+    let created_at = item
+        .created_at
+        .as_deref()
+        .and_then(normalize_date)
+        .unwrap_or_else(|| updated_at.clone());
+    let chunks = chunk(&item.body, spec);
+    NewDocument {
+        id: document_id(source, &item.source_id),
+        source: source.to_string(),
+        source_id: item.source_id,
+        title: item.title,
+        body: item.body,
+        content_type: item.content_type,
+        source_url: item.source_url,
+        author: item.author,
+        created_at,
+        updated_at,
+        metadata: item.metadata,
+        content_hash,
+        chunks,
+    }
+}
+
+/// Syncs every configured source that `target` names: `all`, a type, or one `type:name`.
+pub fn sync_target(
+    kb: &super::Kb,
+    target: &str,
+    options: SyncOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Vec<SourceSummary>, super::KbError> {
+    let configured = kb.configured_sources();
+    let selected: Vec<&String> = configured
+        .iter()
+        .map(|(name, _)| name)
+        .filter(|name| target == "all" || *name == target || name.split(':').next() == Some(target))
+        .collect();
+    let is_type = matches!(target, "all" | "filesystem" | "git" | "script");
+    if selected.is_empty() && !is_type {
+        return Err(super::KbError::UnknownTarget {
+            given: target.to_string(),
+            known: configured.into_iter().map(|(n, _)| n).collect(),
+        });
+    }
+    let config = kb.config().clone();
+    let spec = kb.chunk_spec();
+    let mut summaries = Vec::new();
+    for source in selected {
+        let (kind, name) = source.split_once(':').unwrap_or(("", source));
+        let mut scan = |sink: &mut Sink<'_>| -> Result<(), ConnectorError> {
+            match kind {
+                "filesystem" => {
+                    let cfg = config
+                        .spec
+                        .connectors
+                        .filesystem
+                        .iter()
+                        .find(|(n, _)| n.as_str() == name)
+                        .map(|(_, c)| c);
+                    let cfg = cfg.ok_or_else(|| {
+                        ConnectorError::Source(format!("{source} is not configured"))
+                    })?;
+                    crate::connectors::filesystem::FilesystemConnector {
+                        name,
+                        config: cfg,
+                        base_dir: &config.base_dir,
+                    }
+                    .scan(sink)
+                }
+                other => Err(ConnectorError::Source(format!(
+                    "connector type {other:?} cannot sync yet"
+                ))),
+            }
+        };
+        summaries.push(sync_source(
+            kb.store(),
+            source,
+            spec,
+            options,
+            &mut scan,
+            progress,
+        ));
+    }
+    Ok(summaries)
+}
