@@ -23,7 +23,9 @@ fn main() {
     names.sort();
 
     let mut files = Vec::new();
-    let mut embedded = String::from("/// Every schema file, by file name, as shipped in `schemas/`.\npub const FILES: &[(&str, &str)] = &[\n");
+    let mut embedded = String::from(
+        "/// Every schema file, by file name, as shipped in `schemas/`.\npub const FILES: &[(&str, &str)] = &[\n",
+    );
     for name in &names {
         let path = dir.join(name);
         println!("cargo:rerun-if-changed={}", path.display());
@@ -54,9 +56,8 @@ fn main() {
     let file: syn::File = syn::parse2(space.to_stream()).expect("typify emits valid Rust");
     // typify maps `minimum: 1` to NonZero integers, which make defaults and arithmetic awkward
     // and which nothing here needs: validation already enforces the bound.
-    let code = prettyplease::unparse(&file)
-        .replace("::std::num::NonZeroU64", "u64")
-        .replace("::std::num::NonZeroU32", "u32");
+    let code =
+        prettyplease::unparse(&file).replace("::std::num::NonZeroU64", "u64").replace("::std::num::NonZeroU32", "u32");
     let code = unwrap_nonzero_literals(&code, "u64");
     let code = unwrap_nonzero_literals(&code, "u32");
     fs::write(out.join("types.rs"), code).expect("write types.rs");
@@ -67,7 +68,9 @@ fn main() {
 /// ignores the fields' own defaults. Derive the full default object from the schema instead, so
 /// the generated literal holds the documented values.
 fn fill_defaults(value: &mut serde_json::Value, defs: &std::collections::BTreeMap<String, serde_json::Value>) {
-    let Some(props) = value.get_mut("properties").and_then(|p| p.as_object_mut()) else { return };
+    let Some(props) = value.get_mut("properties").and_then(|p| p.as_object_mut()) else {
+        return;
+    };
     for prop in props.values_mut() {
         if prop.get("default") != Some(&serde_json::json!({})) {
             continue;
@@ -83,7 +86,10 @@ fn fill_defaults(value: &mut serde_json::Value, defs: &std::collections::BTreeMa
     }
 }
 
-fn derived_default(schema: &serde_json::Value, defs: &std::collections::BTreeMap<String, serde_json::Value>) -> serde_json::Value {
+fn derived_default(
+    schema: &serde_json::Value,
+    defs: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> serde_json::Value {
     let mut out = serde_json::Map::new();
     if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
         for (key, prop) in props {

@@ -93,18 +93,13 @@ fn kb_error(err: KbError) -> CliError {
 
 pub fn sync(args: SyncArgs, globals: &Globals) -> Result<(), CliError> {
     let kb = open(globals)?;
-    let options = SyncOptions {
-        full: args.full,
-        dry_run: args.dry_run,
-    };
+    let options = SyncOptions { full: args.full, dry_run: args.dry_run };
     let tty = std::io::stderr().is_terminal() && !args.json && !globals.quiet;
     let bar = tty.then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {prefix}: {pos} items ({per_sec}) {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+            indicatif::ProgressStyle::with_template("{spinner} {prefix}: {pos} items ({per_sec}) {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
         );
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
@@ -121,13 +116,10 @@ pub fn sync(args: SyncArgs, globals: &Globals) -> Result<(), CliError> {
                 }
                 bar.set_position(seen as u64);
             }
-            Progress::Skipped {
-                source_id, reason, ..
-            } => bar.set_message(format!("skipped {source_id}: {reason}")),
+            Progress::Skipped { source_id, reason, .. } => bar.set_message(format!("skipped {source_id}: {reason}")),
         }
     };
-    let summaries = crate::kb::sync::sync_target(&kb, &args.target, options, &mut progress)
-        .map_err(kb_error)?;
+    let summaries = crate::kb::sync::sync_target(&kb, &args.target, options, &mut progress).map_err(kb_error)?;
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
@@ -151,10 +143,7 @@ pub fn sync(args: SyncArgs, globals: &Globals) -> Result<(), CliError> {
         println!("nothing to sync: no connectors configured; add a [connectors.filesystem.<name>] section to ctx.toml");
     }
     if failed > 0 {
-        return Err(CliError::Failed(anyhow::anyhow!(
-            "{failed} of {} source(s) failed to sync",
-            summaries.len()
-        )));
+        return Err(CliError::Failed(anyhow::anyhow!("{failed} of {} source(s) failed to sync", summaries.len())));
     }
     Ok(())
 }
@@ -177,37 +166,22 @@ pub fn search(args: SearchArgs, globals: &Globals) -> Result<(), CliError> {
         source: args
             .source
             .as_deref()
-            .map(|s| {
-                s.try_into()
-                    .map_err(|e| CliError::Usage(format!("invalid --source: {e}")))
-            })
+            .map(|s| s.try_into().map_err(|e| CliError::Usage(format!("invalid --source: {e}"))))
             .transpose()?,
         since: args.since,
         explain: args.explain,
     };
     let response = kb.search(&request).map_err(kb_error)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&response).context("serialise results")?
-        );
+        println!("{}", serde_json::to_string_pretty(&response).context("serialise results")?);
         return Ok(());
     }
     if response.results.is_empty() {
         println!("no results");
     }
     for (i, hit) in response.results.iter().enumerate() {
-        println!(
-            "{}. {}  [{}]  score {:.3}",
-            i + 1,
-            hit.title,
-            hit.source,
-            hit.score
-        );
-        println!(
-            "   id {}  chunk {}  updated {}",
-            hit.id, hit.chunk_index, hit.updated_at
-        );
+        println!("{}. {}  [{}]  score {:.3}", i + 1, hit.title, hit.source, hit.score);
+        println!("   id {}  chunk {}  updated {}", hit.id, hit.chunk_index, hit.updated_at);
         if let Some(url) = &hit.source_url {
             println!("   {url}");
         }
@@ -215,10 +189,7 @@ pub fn search(args: SearchArgs, globals: &Globals) -> Result<(), CliError> {
     }
     if let Some(explain) = &response.explain {
         println!();
-        println!(
-            "mode: {:?} (requested {:?})",
-            explain.mode, explain.requested_mode
-        );
+        println!("mode: {:?} (requested {:?})", explain.mode, explain.requested_mode);
         println!("fts query: {}", explain.fts_query);
         println!("candidates ranked: {}", explain.candidates);
         for note in &explain.notes {
@@ -232,10 +203,7 @@ pub fn get(args: GetArgs, globals: &Globals) -> Result<(), CliError> {
     let kb = open(globals)?;
     let doc = kb.get(&args.id).map_err(kb_error)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).context("serialise document")?
-        );
+        println!("{}", serde_json::to_string_pretty(&doc).context("serialise document")?);
         return Ok(());
     }
     println!("{}\n", doc.title);
@@ -258,10 +226,7 @@ pub fn sources(args: JsonFlag, globals: &Globals) -> Result<(), CliError> {
     let kb = open(globals)?;
     let response = kb.sources().map_err(kb_error)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&response).context("serialise sources")?
-        );
+        println!("{}", serde_json::to_string_pretty(&response).context("serialise sources")?);
         return Ok(());
     }
     if response.sources.is_empty() {
@@ -288,20 +253,14 @@ pub fn stats(args: JsonFlag, globals: &Globals) -> Result<(), CliError> {
     let kb = open(globals)?;
     let stats = kb.stats().map_err(kb_error)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&stats).context("serialise stats")?
-        );
+        println!("{}", serde_json::to_string_pretty(&stats).context("serialise stats")?);
         return Ok(());
     }
     println!("database:  {}", kb.config().db_path().display());
     println!("documents: {}", stats.documents);
     println!("chunks:    {}", stats.chunks);
     println!("sources:   {}", stats.sources);
-    println!(
-        "size:      {:.1} MiB",
-        stats.database_bytes as f64 / (1024.0 * 1024.0)
-    );
+    println!("size:      {:.1} MiB", stats.database_bytes as f64 / (1024.0 * 1024.0));
     println!("schema:    v{}", stats.schema_version);
     Ok(())
 }

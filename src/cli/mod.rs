@@ -103,11 +103,7 @@ impl Globals {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.quiet);
-    let globals = Globals {
-        config: cli.config.clone(),
-        verbose: cli.verbose,
-        quiet: cli.quiet,
-    };
+    let globals = Globals { config: cli.config.clone(), verbose: cli.verbose, quiet: cli.quiet };
     match run(cli.command, &globals) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -152,12 +148,8 @@ fn init_logging(verbose: u8, quiet: bool) {
         (false, 2) => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_env("CTX_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},warn")));
+    let filter = EnvFilter::try_from_env("CTX_LOG").unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},warn")));
     // Logs go to stderr so stdout stays clean for --json output and the MCP stdio transport.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
 }

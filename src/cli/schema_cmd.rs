@@ -31,13 +31,9 @@ fn check(globals: &Globals) -> Result<(), CliError> {
     let located = config::locate(globals.config.as_deref());
     let (config, mut problems) = match Config::load(&located) {
         Ok(config) => (Some(config), Vec::new()),
-        Err(err @ (ConfigError::Invalid { .. } | ConfigError::Syntax { .. })) => (
-            None,
-            err.problems()
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>(),
-        ),
+        Err(err @ (ConfigError::Invalid { .. } | ConfigError::Syntax { .. })) => {
+            (None, err.problems().iter().map(ToString::to_string).collect::<Vec<_>>())
+        }
         Err(other) => return Err(other.into()),
     };
     if let Some(config) = &config {
@@ -81,10 +77,7 @@ fn referenced_files(config: &Config) -> Vec<String> {
         let url = git.url.as_str();
         let remote = url.contains("://") && !url.starts_with("file://") || url.contains('@');
         if !remote && !config.resolve(url.trim_start_matches("file://")).exists() {
-            problems.push(format!(
-                "connectors.git.{}.url: local repository {url:?} does not exist",
-                name.as_str()
-            ));
+            problems.push(format!("connectors.git.{}.url: local repository {url:?} does not exist", name.as_str()));
         }
     }
     for script in &config.scripts {
@@ -113,10 +106,6 @@ fn export(out: &std::path::Path) -> Result<(), CliError> {
     let path = out.join("bundle.schema.json");
     let text = serde_json::to_string_pretty(&bundle).context("serialise bundle")? + "\n";
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-    println!(
-        "wrote {} schema file(s) and bundle.schema.json to {}",
-        crate::schema::FILES.len(),
-        out.display()
-    );
+    println!("wrote {} schema file(s) and bundle.schema.json to {}", crate::schema::FILES.len(), out.display());
     Ok(())
 }

@@ -21,9 +21,7 @@ impl std::fmt::Display for ConfigProblem {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error(
-        "no config file at {path} ({how}); run `ctx init` to create one, or pass --config <file>"
-    )]
+    #[error("no config file at {path} ({how}); run `ctx init` to create one, or pass --config <file>")]
     NotFound { path: PathBuf, how: &'static str },
 
     #[error("cannot read config file {path}: {source}")]
@@ -34,18 +32,10 @@ pub enum ConfigError {
     },
 
     #[error("{path}:{line}:{column}: TOML syntax error: {message}")]
-    Syntax {
-        path: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
+    Syntax { path: PathBuf, line: usize, column: usize, message: String },
 
     #[error("{path} has {} problem(s):\n{}", problems.len(), list(problems))]
-    Invalid {
-        path: PathBuf,
-        problems: Vec<ConfigProblem>,
-    },
+    Invalid { path: PathBuf, problems: Vec<ConfigProblem> },
 }
 
 impl ConfigError {
@@ -53,24 +43,14 @@ impl ConfigError {
     pub fn problems(&self) -> Vec<ConfigProblem> {
         match self {
             ConfigError::Invalid { problems, .. } => problems.clone(),
-            ConfigError::Syntax { line, message, .. } => vec![ConfigProblem {
-                key: "(syntax)".into(),
-                line: Some(*line),
-                message: message.clone(),
-            }],
-            other => vec![ConfigProblem {
-                key: "(file)".into(),
-                line: None,
-                message: other.to_string(),
-            }],
+            ConfigError::Syntax { line, message, .. } => {
+                vec![ConfigProblem { key: "(syntax)".into(), line: Some(*line), message: message.clone() }]
+            }
+            other => vec![ConfigProblem { key: "(file)".into(), line: None, message: other.to_string() }],
         }
     }
 }
 
 fn list(problems: &[ConfigProblem]) -> String {
-    problems
-        .iter()
-        .map(|p| format!("  - {p}"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n")
 }

@@ -15,10 +15,7 @@ pub struct MissingVar {
 ///
 /// Returns the dotted keys of the values that were expanded (so messages can avoid echoing
 /// secrets) and every missing variable.
-pub fn expand_all(
-    value: &mut Value,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> (Vec<String>, Vec<MissingVar>) {
+pub fn expand_all(value: &mut Value, lookup: &dyn Fn(&str) -> Option<String>) -> (Vec<String>, Vec<MissingVar>) {
     let mut expanded = Vec::new();
     let mut missing = Vec::new();
     walk(value, &mut Vec::new(), lookup, &mut expanded, &mut missing);
@@ -41,10 +38,7 @@ fn walk(
                 expanded.push(key.clone());
                 *text = out;
             }
-            missing.extend(unresolved.into_iter().map(|var| MissingVar {
-                key: key.clone(),
-                var,
-            }));
+            missing.extend(unresolved.into_iter().map(|var| MissingVar { key: key.clone(), var }));
         }
         Value::Object(map) => {
             for (k, child) in map.iter_mut() {
@@ -65,11 +59,7 @@ fn walk(
 }
 
 /// Expands one string. Unknown variables are left as written and reported in `missing`.
-pub fn expand(
-    text: &str,
-    lookup: &dyn Fn(&str) -> Option<String>,
-    missing: &mut Vec<String>,
-) -> String {
+pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>, missing: &mut Vec<String>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(pos) = rest.find('$') {
@@ -122,14 +112,8 @@ mod tests {
     #[test]
     fn expands_known_keeps_escapes_and_reports_missing() {
         let mut missing = Vec::new();
-        assert_eq!(
-            expand("Bearer ${TOKEN}", &env, &mut missing),
-            "Bearer s3cret"
-        );
-        assert_eq!(
-            expand("cost $5 and $${TOKEN}", &env, &mut missing),
-            "cost $5 and ${TOKEN}"
-        );
+        assert_eq!(expand("Bearer ${TOKEN}", &env, &mut missing), "Bearer s3cret");
+        assert_eq!(expand("cost $5 and $${TOKEN}", &env, &mut missing), "cost $5 and ${TOKEN}");
         assert_eq!(expand("${NOPE}/x", &env, &mut missing), "${NOPE}/x");
         assert_eq!(missing, vec!["NOPE".to_string()]);
     }
@@ -140,12 +124,6 @@ mod tests {
         let (expanded, missing) = expand_all(&mut value, &env);
         assert_eq!(value["tools"]["script"]["jira"]["token"], "s3cret");
         assert_eq!(expanded, vec!["tools.script.jira.token"]);
-        assert_eq!(
-            missing,
-            vec![MissingVar {
-                key: "tools.script.jira.url".into(),
-                var: "JIRA_URL".into()
-            }]
-        );
+        assert_eq!(missing, vec![MissingVar { key: "tools.script.jira.url".into(), var: "JIRA_URL".into() }]);
     }
 }

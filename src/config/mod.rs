@@ -35,20 +35,11 @@ pub struct Located {
 /// Lookup order: `--config`, then `$CTX_CONFIG`, then `./ctx.toml`.
 pub fn locate(flag: Option<&Path>) -> Located {
     if let Some(path) = flag {
-        return Located {
-            path: path.to_path_buf(),
-            how: "from --config",
-        };
+        return Located { path: path.to_path_buf(), how: "from --config" };
     }
     match std::env::var_os(CONFIG_ENV) {
-        Some(value) if !value.is_empty() => Located {
-            path: PathBuf::from(value),
-            how: "from $CTX_CONFIG",
-        },
-        _ => Located {
-            path: PathBuf::from(DEFAULT_FILE),
-            how: "the default ./ctx.toml",
-        },
+        Some(value) if !value.is_empty() => Located { path: PathBuf::from(value), how: "from $CTX_CONFIG" },
+        _ => Located { path: PathBuf::from(DEFAULT_FILE), how: "the default ./ctx.toml" },
     }
 }
 
@@ -124,17 +115,9 @@ impl Config {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(ConfigError::NotFound {
-                    path: path.clone(),
-                    how: located.how,
-                })
+                return Err(ConfigError::NotFound { path: path.clone(), how: located.how })
             }
-            Err(source) => {
-                return Err(ConfigError::Unreadable {
-                    path: path.clone(),
-                    source,
-                })
-            }
+            Err(source) => return Err(ConfigError::Unreadable { path: path.clone(), source }),
         };
         let file = std::path::absolute(path).unwrap_or_else(|_| path.clone());
         Self::from_text(&text, path, &file, &|name| std::env::var(name).ok())
@@ -158,10 +141,7 @@ impl Config {
             .into_iter()
             .map(|m| ConfigProblem {
                 line: toml_source::line_of(text, &split(&m.key)),
-                message: format!(
-                    "environment variable {} is not set (referenced as ${{{}}})",
-                    m.var, m.var
-                ),
+                message: format!("environment variable {} is not set (referenced as ${{{}}})", m.var, m.var),
                 key: m.key,
             })
             .collect();
@@ -173,19 +153,12 @@ impl Config {
             });
         }
         problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
-        let invalid = |problems: Vec<ConfigProblem>| ConfigError::Invalid {
-            path: shown.to_path_buf(),
-            problems,
-        };
+        let invalid = |problems: Vec<ConfigProblem>| ConfigError::Invalid { path: shown.to_path_buf(), problems };
         if !problems.is_empty() {
             return Err(invalid(problems));
         }
         let spec: types::Config = serde_json::from_value(value.clone()).map_err(|e| {
-            invalid(vec![ConfigProblem {
-                key: "(top level)".into(),
-                line: None,
-                message: e.to_string(),
-            }])
+            invalid(vec![ConfigProblem { key: "(top level)".into(), line: None, message: e.to_string() }])
         })?;
         let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
         if spec.chunking.overlap_tokens >= spec.chunking.max_tokens {
@@ -202,12 +175,7 @@ impl Config {
             return Err(invalid(problems));
         }
         let scripts = script_sections(&value, &spec, &base_dir);
-        Ok(Config {
-            file: file.to_path_buf(),
-            base_dir,
-            spec,
-            scripts,
-        })
+        Ok(Config { file: file.to_path_buf(), base_dir, spec, scripts })
     }
 
     /// Resolves a path from the config against the config file's folder.
@@ -252,10 +220,7 @@ pub fn reserved_script_keys() -> &'static [String] {
 }
 
 fn script_sections(value: &Value, spec: &types::Config, base_dir: &Path) -> Vec<ScriptSection> {
-    let groups: [(
-        ScriptKind,
-        &BTreeMap<types::ExtensionName, types::ScriptSectionConfig>,
-    ); 3] = [
+    let groups: [(ScriptKind, &BTreeMap<types::ExtensionName, types::ScriptSectionConfig>); 3] = [
         (ScriptKind::Connector, &spec.connectors.script),
         (ScriptKind::Tool, &spec.tools.script),
         (ScriptKind::Agent, &spec.agents.script),
@@ -280,16 +245,9 @@ fn script_sections(value: &Value, spec: &types::Config, base_dir: &Path) -> Vec<
             out.push(ScriptSection {
                 kind,
                 name: name.to_string(),
-                path: if path.is_absolute() {
-                    path.to_path_buf()
-                } else {
-                    base_dir.join(path)
-                },
+                path: if path.is_absolute() { path.to_path_buf() } else { base_dir.join(path) },
                 display_path: section.path.to_string(),
-                timeout: section
-                    .timeout
-                    .map(Duration::from_secs)
-                    .unwrap_or(kind.default_timeout()),
+                timeout: section.timeout.map(Duration::from_secs).unwrap_or(kind.default_timeout()),
                 memory_limit_bytes: (section.memory_mb as usize).saturating_mul(1024 * 1024),
                 max_result_bytes: section.max_result_bytes.max(0) as usize,
                 allow_hosts: non_empty(section.allow_hosts.iter().map(|s| s.to_string())),
@@ -338,16 +296,15 @@ mod tests {
 
     #[test]
     fn reports_every_problem_with_key_and_line() {
-        let err = load("[db]\npth = 1\n\n[tools.script.jira]\npath = \"j.lua\"\ntimeout = \"30s\"\nkey = \"${NOPE}\"\n").unwrap_err();
+        let err =
+            load("[db]\npth = 1\n\n[tools.script.jira]\npath = \"j.lua\"\ntimeout = \"30s\"\nkey = \"${NOPE}\"\n")
+                .unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("tools.script.jira.timeout (line 6): expected integer between 1 and 86400, got \"30s\""), "{text}");
         assert!(
-            text.contains("db.pth (line 2): unknown key; expected one of: path"),
+            text.contains("tools.script.jira.timeout (line 6): expected integer between 1 and 86400, got \"30s\""),
             "{text}"
         );
-        assert!(
-            text.contains("tools.script.jira.key (line 7): environment variable NOPE is not set"),
-            "{text}"
-        );
+        assert!(text.contains("db.pth (line 2): unknown key; expected one of: path"), "{text}");
+        assert!(text.contains("tools.script.jira.key (line 7): environment variable NOPE is not set"), "{text}");
     }
 }

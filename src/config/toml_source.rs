@@ -15,11 +15,7 @@ pub struct SyntaxError {
 pub fn to_json(text: &str) -> Result<Value, SyntaxError> {
     let table: toml::Table = toml::from_str(text).map_err(|e| {
         let (line, column) = e.span().map(|s| position(text, s.start)).unwrap_or((1, 1));
-        SyntaxError {
-            line,
-            column,
-            message: e.message().trim().to_string(),
-        }
+        SyntaxError { line, column, message: e.message().trim().to_string() }
     })?;
     Ok(convert(toml::Value::Table(table)))
 }
@@ -28,18 +24,13 @@ fn convert(value: toml::Value) -> Value {
     match value {
         toml::Value::String(s) => Value::String(s),
         toml::Value::Integer(i) => Value::Number(i.into()),
-        toml::Value::Float(f) => Number::from_f64(f)
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
+        toml::Value::Float(f) => Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null),
         toml::Value::Boolean(b) => Value::Bool(b),
         toml::Value::Datetime(d) => Value::String(d.to_string()),
         toml::Value::Array(items) => Value::Array(items.into_iter().map(convert).collect()),
-        toml::Value::Table(table) => Value::Object(
-            table
-                .into_iter()
-                .map(|(k, v)| (k, convert(v)))
-                .collect::<Map<_, _>>(),
-        ),
+        toml::Value::Table(table) => {
+            Value::Object(table.into_iter().map(|(k, v)| (k, convert(v))).collect::<Map<_, _>>())
+        }
     }
 }
 
@@ -51,10 +42,7 @@ pub fn line_of(text: &str, path: &[String]) -> Option<usize> {
     let mut array: Option<&[toml::Spanned<DeValue<'_>>]> = None;
     for segment in path {
         let node = if let Some(t) = table {
-            let Some((key, value)) = t
-                .iter()
-                .find(|(k, _)| k.get_ref().as_ref() == segment.as_str())
-            else {
+            let Some((key, value)) = t.iter().find(|(k, _)| k.get_ref().as_ref() == segment.as_str()) else {
                 break;
             };
             let span = key.span();
@@ -86,12 +74,7 @@ pub fn line_of(text: &str, path: &[String]) -> Option<usize> {
 fn position(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
-    let column = before
-        .rsplit('\n')
-        .next()
-        .map(|l| l.chars().count())
-        .unwrap_or(0)
-        + 1;
+    let column = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
     (line, column)
 }
 
@@ -101,8 +84,7 @@ mod tests {
 
     #[test]
     fn finds_lines_of_nested_keys() {
-        let text =
-            "[db]\npath = \"x\"\n\n[tools.script.jira]\npath = \"j.lua\"\ntimeout = \"30s\"\n";
+        let text = "[db]\npath = \"x\"\n\n[tools.script.jira]\npath = \"j.lua\"\ntimeout = \"30s\"\n";
         let path = |p: &str| p.split('.').map(String::from).collect::<Vec<_>>();
         assert_eq!(line_of(text, &path("db.path")), Some(2));
         assert_eq!(line_of(text, &path("tools.script.jira.timeout")), Some(6));

@@ -6,10 +6,7 @@ use std::time::SystemTime;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::json;
 
-use super::{
-    content_type_for, decode_lossy, looks_binary, title_for, ConnectorError, Event, Item, Sink,
-    SkipReason,
-};
+use super::{content_type_for, decode_lossy, looks_binary, title_for, ConnectorError, Event, Item, Sink, SkipReason};
 use crate::types::FilesystemConnectorConfig;
 
 pub struct FilesystemConnector<'a> {
@@ -47,11 +44,8 @@ impl FilesystemConnector<'_> {
                 Ok(entry) => entry,
                 Err(err) => {
                     let id = err_path(&err).unwrap_or_else(|| "(unknown)".to_string());
-                    sink(Event::Skipped {
-                        source_id: id,
-                        reason: SkipReason::Unreadable(err.to_string()),
-                    })
-                    .map_err(ConnectorError::Sink)?;
+                    sink(Event::Skipped { source_id: id, reason: SkipReason::Unreadable(err.to_string()) })
+                        .map_err(ConnectorError::Sink)?;
                     continue;
                 }
             };
@@ -74,62 +68,34 @@ impl FilesystemConnector<'_> {
                 Ok(meta) if meta.is_file() => meta,
                 Ok(_) => continue,
                 Err(e) => {
-                    let why = if file_type.is_symlink() {
-                        format!("broken symlink ({e})")
-                    } else {
-                        e.to_string()
-                    };
-                    sink(Event::Skipped {
-                        source_id: rel,
-                        reason: SkipReason::Unreadable(why),
-                    })
-                    .map_err(ConnectorError::Sink)?;
+                    let why = if file_type.is_symlink() { format!("broken symlink ({e})") } else { e.to_string() };
+                    sink(Event::Skipped { source_id: rel, reason: SkipReason::Unreadable(why) })
+                        .map_err(ConnectorError::Sink)?;
                     continue;
                 }
             };
             if meta.len() > limit {
-                sink(Event::Skipped {
-                    source_id: rel,
-                    reason: SkipReason::TooLarge {
-                        bytes: meta.len(),
-                        limit,
-                    },
-                })
-                .map_err(ConnectorError::Sink)?;
+                sink(Event::Skipped { source_id: rel, reason: SkipReason::TooLarge { bytes: meta.len(), limit } })
+                    .map_err(ConnectorError::Sink)?;
                 continue;
             }
             let bytes = match std::fs::read(entry.path()) {
                 Ok(bytes) => bytes,
                 Err(e) => {
-                    sink(Event::Skipped {
-                        source_id: rel,
-                        reason: SkipReason::Unreadable(e.to_string()),
-                    })
-                    .map_err(ConnectorError::Sink)?;
+                    sink(Event::Skipped { source_id: rel, reason: SkipReason::Unreadable(e.to_string()) })
+                        .map_err(ConnectorError::Sink)?;
                     continue;
                 }
             };
             if looks_binary(&bytes) {
-                sink(Event::Skipped {
-                    source_id: rel,
-                    reason: SkipReason::Binary,
-                })
-                .map_err(ConnectorError::Sink)?;
+                sink(Event::Skipped { source_id: rel, reason: SkipReason::Binary }).map_err(ConnectorError::Sink)?;
                 continue;
             }
             let (body, lossy) = decode_lossy(bytes);
             let content_type = content_type_for(&rel).to_string();
-            let updated_at = meta
-                .modified()
-                .ok()
-                .and_then(rfc3339)
-                .unwrap_or_else(crate::kb::now_rfc3339);
+            let updated_at = meta.modified().ok().and_then(rfc3339).unwrap_or_else(crate::kb::now_rfc3339);
             let created_at = meta.created().ok().and_then(rfc3339);
-            let metadata = if lossy {
-                json!({ "lossy_utf8": true })
-            } else {
-                serde_json::Value::Null
-            };
+            let metadata = if lossy { json!({ "lossy_utf8": true }) } else { serde_json::Value::Null };
             let item = Item {
                 title: title_for(&rel, &body, &content_type),
                 source_id: rel,
@@ -150,16 +116,11 @@ impl FilesystemConnector<'_> {
 fn globs(patterns: &[String], key: &str) -> Result<GlobSet, ConnectorError> {
     let mut builder = GlobSetBuilder::new();
     for pattern in patterns {
-        let glob = Glob::new(pattern).map_err(|e| {
-            ConnectorError::Source(format!(
-                "{key} pattern {pattern:?} is not a valid glob: {e}"
-            ))
-        })?;
+        let glob = Glob::new(pattern)
+            .map_err(|e| ConnectorError::Source(format!("{key} pattern {pattern:?} is not a valid glob: {e}")))?;
         builder.add(glob);
     }
-    builder
-        .build()
-        .map_err(|e| ConnectorError::Source(format!("{key} patterns: {e}")))
+    builder.build().map_err(|e| ConnectorError::Source(format!("{key} patterns: {e}")))
 }
 
 fn rfc3339(time: SystemTime) -> Option<String> {
@@ -170,9 +131,7 @@ fn rfc3339(time: SystemTime) -> Option<String> {
 fn err_path(err: &ignore::Error) -> Option<String> {
     match err {
         ignore::Error::WithPath { path, .. } => Some(path.display().to_string()),
-        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
-            err_path(err)
-        }
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => err_path(err),
         _ => None,
     }
 }

@@ -53,10 +53,7 @@ impl std::fmt::Display for SkipReason {
 #[allow(clippy::large_enum_variant)]
 pub enum Event {
     Item(Item),
-    Skipped {
-        source_id: String,
-        reason: SkipReason,
-    },
+    Skipped { source_id: String, reason: SkipReason },
 }
 
 /// A failure of a whole source (missing root, clone failed, script error). Other sources still sync.
@@ -73,10 +70,7 @@ pub type Sink<'a> = dyn FnMut(Event) -> Result<(), String> + 'a;
 
 /// Content type by file extension; `text/plain` for anything unrecognised.
 pub fn content_type_for(path: &str) -> &'static str {
-    let ext = path
-        .rsplit_once('.')
-        .map(|(_, e)| e.to_ascii_lowercase())
-        .unwrap_or_default();
+    let ext = path.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
     match ext.as_str() {
         "md" | "markdown" | "mdx" => "text/markdown",
         "html" | "htm" => "text/html",
@@ -118,10 +112,7 @@ pub fn decode_lossy(bytes: Vec<u8>) -> (String, bool) {
 /// file name.
 pub fn title_for(path: &str, body: &str, content_type: &str) -> String {
     if content_type == "text/markdown" {
-        if let Some(rest) = body
-            .strip_prefix("---\n")
-            .or_else(|| body.strip_prefix("---\r\n"))
-        {
+        if let Some(rest) = body.strip_prefix("---\n").or_else(|| body.strip_prefix("---\r\n")) {
             if let Some(end) = rest.find("\n---") {
                 for line in rest[..end].lines() {
                     if let Some(v) = line.strip_prefix("title:") {
@@ -157,25 +148,8 @@ mod tests {
 
     #[test]
     fn titles_from_front_matter_heading_or_file_name() {
-        assert_eq!(
-            title_for(
-                "a/b.md",
-                "---\ntitle: \"Deploys\"\n---\n# Other\n",
-                "text/markdown"
-            ),
-            "Deploys"
-        );
-        assert_eq!(
-            title_for(
-                "a/b.md",
-                "```\n# not this\n```\n# Runbook\n",
-                "text/markdown"
-            ),
-            "Runbook"
-        );
-        assert_eq!(
-            title_for("a/notes.txt", "# not markdown", "text/plain"),
-            "notes.txt"
-        );
+        assert_eq!(title_for("a/b.md", "---\ntitle: \"Deploys\"\n---\n# Other\n", "text/markdown"), "Deploys");
+        assert_eq!(title_for("a/b.md", "```\n# not this\n```\n# Runbook\n", "text/markdown"), "Runbook");
+        assert_eq!(title_for("a/notes.txt", "# not markdown", "text/plain"), "notes.txt");
     }
 }

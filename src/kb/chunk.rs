@@ -92,11 +92,7 @@ fn parse(text: &str) -> (Vec<Line<'_>>, Vec<Range<usize>>) {
             }
             continue;
         }
-        let sep = if start.is_some() && !gap {
-            LINE
-        } else {
-            PARAGRAPH
-        };
+        let sep = if start.is_some() && !gap { LINE } else { PARAGRAPH };
         start.get_or_insert(lines.len());
         gap = false;
         let sticky = fence.is_none() && is_heading(raw);
@@ -105,11 +101,7 @@ fn parse(text: &str) -> (Vec<Line<'_>>, Vec<Range<usize>>) {
             Some(open) => Some(open),
             None => Fence::opens(raw),
         };
-        lines.push(Line {
-            text: raw,
-            sep,
-            sticky,
-        });
+        lines.push(Line { text: raw, sep, sticky });
     }
     if let Some(first) = start {
         blocks.push(first..lines.len());
@@ -121,11 +113,7 @@ fn parse(text: &str) -> (Vec<Line<'_>>, Vec<Range<usize>>) {
 fn is_heading(line: &str) -> bool {
     let line = line.trim_start();
     let hashes = line.bytes().take_while(|&b| b == b'#').count();
-    (1..=6).contains(&hashes)
-        && line[hashes..]
-            .chars()
-            .next()
-            .is_none_or(char::is_whitespace)
+    (1..=6).contains(&hashes) && line[hashes..].chars().next().is_none_or(char::is_whitespace)
 }
 
 /// An open code fence: its marker byte (backtick or tilde) and how many opened it.
@@ -193,11 +181,20 @@ impl Packer {
             if self.place(unit) {
                 continue;
             }
-            for line in unit {
-                if !self.place(std::slice::from_ref(line)) {
-                    self.place_long_line(*line);
-                }
+            // Too long for one chunk: keep the headings together, then place the line they
+            // introduce, which if it is long starts right after them.
+            let (headings, rest) = unit.split_at(unit.iter().take_while(|l| l.sticky).count());
+            if !self.place(headings) {
+                headings.iter().for_each(|line| self.place_line(*line));
             }
+            rest.iter().for_each(|line| self.place_line(*line));
+        }
+    }
+
+    /// Places one line, cutting it only if it is too long for any chunk.
+    fn place_line(&mut self, line: Line) {
+        if !self.place(std::slice::from_ref(&line)) {
+            self.place_long_line(line);
         }
     }
 
@@ -207,11 +204,7 @@ impl Packer {
         let Some(first) = lines.first() else {
             return true;
         };
-        let len = lines
-            .iter()
-            .map(|line| line.sep.len() + line.text.len())
-            .sum::<usize>()
-            - first.sep.len();
+        let len = lines.iter().map(|line| line.sep.len() + line.text.len()).sum::<usize>() - first.sep.len();
         if !self.make_room(first.sep, len) {
             return false;
         }
@@ -221,23 +214,32 @@ impl Packer {
         true
     }
 
-    /// Cuts a line too long for any chunk into pieces: the first fills what is left of the
-    /// current chunk, and each further piece starts a new one.
+    /// Cuts a line too long for any chunk into pieces, each as long as its chunk allows: the
+    /// first fills what is left of the current chunk. Cuts fall at whitespace; only a word that
+    /// alone exceeds a chunk is cut inside, between chars.
     fn place_long_line(&mut self, line: Line) {
         let (mut sep, mut rest) = (line.sep, line.text);
         while !self.make_room(sep, rest.len()) {
-            let room = self.limit.saturating_sub(self.used(sep));
-            if let Some((head, next_sep, tail)) = split_line(rest, room) {
+            let word = first_word_len(rest);
+            // Make room for the first word (maybe in a new chunk), then take all words that fit.
+            let head = self.make_room(sep, word).then(|| split_at_space(rest, self.room(sep))).flatten();
+            if let Some((head, tail)) = head {
                 self.append(sep, head);
-                (sep, rest) = (next_sep, tail);
+                (sep, rest) = (SPACE, tail);
+            } else {
+                // The word is longer than a chunk, so it is cut anyway: fill what is left here,
+                // needing room for only one char, so every round makes progress.
+                let first = rest.chars().next().map_or(0, char::len_utf8);
+                self.make_room(sep, first);
+                let cut = floor_char_boundary(rest, self.room(sep));
+                self.append(sep, &rest[..cut]);
+                (sep, rest) = ("", &rest[cut..]);
             }
-            let Some(next) = rest.chars().next() else {
-                return; // only whitespace was left
-            };
-            // Leave room for at least one char, so the next round always makes progress.
-            self.break_chunk(sep.len() + next.len_utf8());
         }
-        self.append(sep, rest);
+        // Empty when the line ended in whitespace, which a trailing separator would only pad.
+        if !rest.is_empty() {
+            self.append(sep, rest);
+        }
     }
 
     /// Ensures `len` more bytes joined by `sep` fit, starting a new chunk if they must. False
@@ -251,6 +253,11 @@ impl Packer {
         }
         self.break_chunk(sep.len() + len);
         true
+    }
+
+    /// Bytes still free in the current chunk once `sep` is added.
+    fn room(&self, sep: &str) -> usize {
+        self.limit.saturating_sub(self.used(sep))
     }
 
     /// Bytes taken in the current chunk once `sep` is added; `sep` is skipped while it is empty.
@@ -288,11 +295,7 @@ impl Packer {
 
     fn emit(&mut self) {
         let text = trim_blank_lines(&self.cur);
-        self.chunks.push(Chunk {
-            index: self.chunks.len(),
-            tokens: estimate_tokens(text),
-            text: text.to_owned(),
-        });
+        self.chunks.push(Chunk { index: self.chunks.len(), tokens: estimate_tokens(text), text: text.to_owned() });
     }
 
     fn finish(mut self) -> Vec<Chunk> {
@@ -303,27 +306,21 @@ impl Packer {
     }
 }
 
-/// Cuts from `line` the longest head of at most `room` bytes, at whitespace when there is some
-/// (the whitespace is dropped and the pieces are rejoined by a space), else at a char boundary.
-/// Returns the head, the separator to rejoin with, and the rest; None when not one char fits.
-fn split_line(line: &str, room: usize) -> Option<(&str, &'static str, &str)> {
+/// Cuts from `line` the longest head of at most `room` bytes that ends at whitespace, dropping
+/// the whitespace; None when no word fits.
+fn split_at_space(line: &str, room: usize) -> Option<(&str, &str)> {
     let cut = floor_char_boundary(line, room);
-    if cut == 0 {
-        return None;
-    }
-    let space = if line[cut..].starts_with(char::is_whitespace) {
-        Some(cut)
-    } else {
-        line[..cut].rfind(char::is_whitespace)
-    };
-    if let Some(space) = space {
-        let head = line[..space].trim_end();
-        // Whitespace that is only indentation would leave an empty head; cut inside instead.
-        if !head.is_empty() {
-            return Some((head, SPACE, line[space..].trim_start()));
-        }
-    }
-    Some((&line[..cut], "", &line[cut..]))
+    let space =
+        if line[cut..].starts_with(char::is_whitespace) { cut } else { line[..cut].rfind(char::is_whitespace)? };
+    // Whitespace that is only indentation leaves no head.
+    let head = line[..space].trim_end();
+    (!head.is_empty()).then(|| (head, line[space..].trim_start()))
+}
+
+/// Bytes up to the end of the first word of `text`, leading whitespace included.
+fn first_word_len(text: &str) -> usize {
+    let start = text.len() - text.trim_start().len();
+    text[start..].find(char::is_whitespace).map_or(text.len(), |end| start + end)
 }
 
 /// The largest char boundary of `text` at or below `index`.
@@ -332,10 +329,7 @@ fn floor_char_boundary(text: &str, index: usize) -> usize {
         return text.len();
     }
     // A UTF-8 char is at most four bytes, so a boundary is at most three steps back.
-    (0..=index)
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0)
+    (0..=index).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0)
 }
 
 /// The longest suffix of `text` of at most `max` bytes that starts a word, or starts a line when
@@ -375,10 +369,8 @@ fn overlap_tail(text: &str, max: usize) -> &str {
 
 /// `text` without its leading and trailing blank lines.
 fn trim_blank_lines(text: &str) -> &str {
-    let (Some(first), Some(last)) = (
-        text.find(|c: char| !c.is_whitespace()),
-        text.rfind(|c: char| !c.is_whitespace()),
-    ) else {
+    let (Some(first), Some(last)) = (text.find(|c: char| !c.is_whitespace()), text.rfind(|c: char| !c.is_whitespace()))
+    else {
         return "";
     };
     let start = text[..first].rfind('\n').map_or(0, |i| i + 1);
@@ -391,10 +383,7 @@ mod tests {
     use super::*;
 
     fn spec(max_tokens: usize, overlap_tokens: usize) -> ChunkSpec {
-        ChunkSpec {
-            max_tokens,
-            overlap_tokens,
-        }
+        ChunkSpec { max_tokens, overlap_tokens }
     }
 
     /// Bytes at the start of `next` that repeat the end of `prev` and end before whitespace.
@@ -423,21 +412,14 @@ mod tests {
         for (i, c) in chunks.iter().enumerate() {
             assert_eq!(c.index, i);
             assert_eq!(c.tokens, estimate_tokens(&c.text));
-            assert!(
-                c.tokens <= spec.max_tokens,
-                "{spec:?} chunk {i}: {:?}",
-                c.text
-            );
+            assert!(c.tokens <= spec.max_tokens, "{spec:?} chunk {i}: {:?}", c.text);
             assert!(!c.text.lines().next().unwrap().trim().is_empty(), "{c:?}");
             assert!(!c.text.lines().last().unwrap().trim().is_empty(), "{c:?}");
             let overlap = match i {
                 0 => 0,
                 _ => overlap_len(&chunks[i - 1].text, &c.text),
             };
-            assert!(
-                overlap <= spec.overlap_tokens * BYTES_PER_TOKEN,
-                "{spec:?} {c:?}"
-            );
+            assert!(overlap <= spec.overlap_tokens * BYTES_PER_TOKEN, "{spec:?} {c:?}");
             if spec.overlap_tokens == 0 {
                 assert_eq!(overlap, 0, "{spec:?} {c:?}");
             }
@@ -472,21 +454,13 @@ mod tests {
     fn short_paragraph_is_one_chunk() {
         let text = "A short paragraph.\nWith two lines.";
         let chunks = chunk(&format!("\n\n{text}\n\n\n"), spec(100, 10));
-        assert_eq!(
-            chunks,
-            vec![Chunk {
-                index: 0,
-                text: text.to_owned(),
-                tokens: estimate_tokens(text),
-            }]
-        );
+        assert_eq!(chunks, vec![Chunk { index: 0, text: text.to_owned(), tokens: estimate_tokens(text) }]);
     }
 
     #[test]
     fn paragraphs_are_packed_greedily_and_whole() {
-        let paragraphs: Vec<String> = (0..40)
-            .map(|i| format!("Paragraph {i} says alpha{i} beta{i} gamma{i}."))
-            .collect();
+        let paragraphs: Vec<String> =
+            (0..40).map(|i| format!("Paragraph {i} says alpha{i} beta{i} gamma{i}.")).collect();
         let text = paragraphs.join("\n\n\n");
         let spec = spec(25, 0);
         let chunks = chunk(&text, spec);
@@ -535,8 +509,7 @@ mod tests {
                 for (n, line) in c.text.lines().enumerate() {
                     // Only an overlap may start inside a line, and then at a word.
                     let whole = originals.contains(&line);
-                    let overlap_start =
-                        i > 0 && n == 0 && originals.iter().any(|o| o.ends_with(line));
+                    let overlap_start = i > 0 && n == 0 && originals.iter().any(|o| o.ends_with(line));
                     assert!(whole || overlap_start, "{spec:?}: {line:?} in {c:?}");
                 }
             }
@@ -576,12 +549,7 @@ mod tests {
     /// Paragraphs of unique words, one word per number.
     fn numbered_paragraphs(count: usize, words_each: usize) -> String {
         (0..count)
-            .map(|p| {
-                (0..words_each)
-                    .map(|w| format!("w{}", p * words_each + w))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
+            .map(|p| (0..words_each).map(|w| format!("w{}", p * words_each + w)).collect::<Vec<_>>().join(" "))
             .collect::<Vec<_>>()
             .join("\n\n")
     }
@@ -614,10 +582,7 @@ mod tests {
 
     #[test]
     fn giant_line_is_cut_at_whitespace() {
-        let text = (0..300)
-            .map(|i| format!("tok{i}"))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let text = (0..300).map(|i| format!("tok{i}")).collect::<Vec<_>>().join(" ");
         for overlap in [0, 3] {
             let spec = spec(10, overlap);
             let chunks = chunk(&text, spec);
@@ -632,21 +597,12 @@ mod tests {
 
     #[test]
     fn heading_stays_with_a_giant_line() {
-        let giant = (0..100)
-            .map(|i| format!("tok{i}"))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let giant = (0..100).map(|i| format!("tok{i}")).collect::<Vec<_>>().join(" ");
         let text = format!("Intro.\n\n## Heading\n{giant}");
         let chunks = chunk(&text, spec(12, 2));
         check(&text, spec(12, 2), &chunks);
-        let with_heading = chunks
-            .iter()
-            .find(|c| c.text.contains("## Heading"))
-            .unwrap();
-        assert!(
-            with_heading.text.contains("## Heading\ntok0"),
-            "{chunks:#?}"
-        );
+        let with_heading = chunks.iter().find(|c| c.text.contains("## Heading")).unwrap();
+        assert!(with_heading.text.contains("## Heading\ntok0"), "{chunks:#?}");
     }
 
     const UNICODE: &str = "日本語の文章です 漢字 かな\n\nÜnïcödé wörds ärë hérè\n\n\
@@ -663,10 +619,7 @@ mod tests {
                     assert!(c.tokens <= max && c.tokens == estimate_tokens(&c.text));
                 }
                 for word in words(UNICODE).into_iter().filter(|w| w.len() <= max * 4) {
-                    assert!(
-                        chunks.iter().any(|c| c.text.contains(word)),
-                        "{spec:?} {word}"
-                    );
+                    assert!(chunks.iter().any(|c| c.text.contains(word)), "{spec:?} {word}");
                 }
                 if overlap == 0 {
                     // Nothing lost or repeated: only whitespace differs.
@@ -683,10 +636,7 @@ mod tests {
         let text = "日本語🦀".repeat(50);
         let chunks = chunk(&text, spec(1, 0));
         assert!(chunks.iter().all(|c| c.tokens == 1));
-        assert_eq!(
-            chunks.iter().map(|c| c.text.as_str()).collect::<String>(),
-            text
-        );
+        assert_eq!(chunks.iter().map(|c| c.text.as_str()).collect::<String>(), text);
     }
 
     /// A deterministic document mixing paragraphs, wrapped lines, headings, fences with blank
@@ -694,9 +644,7 @@ mod tests {
     fn generated(seed: u64) -> String {
         let mut state = seed;
         let mut next = |n: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (state >> 33) % n
         };
         let mut id = 0;
@@ -722,23 +670,32 @@ mod tests {
                         .collect();
                     format!("```rust\n{}\n```", lines.join("\n"))
                 }
-                2 => (0..next(80) + 20)
-                    .map(|_| word(&mut next))
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                2 => (0..next(80) + 20).map(|_| word(&mut next)).collect::<Vec<_>>().join(" "),
                 _ => (0..next(4) + 1)
-                    .map(|_| {
-                        (0..next(7) + 1)
-                            .map(|_| word(&mut next))
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    })
+                    .map(|_| (0..next(7) + 1).map(|_| word(&mut next)).collect::<Vec<_>>().join(" "))
                     .collect::<Vec<_>>()
                     .join("\n"),
             };
             blocks.push(block);
         }
         blocks.join("\n\n")
+    }
+
+    /// Bytes of the run of headings around line `at` plus the line after them, as one block.
+    fn heading_run_len(lines: &[&str], at: usize) -> usize {
+        let nonblank = |l: &&&str| !l.is_empty();
+        let before = lines[..at].iter().rev().filter(nonblank);
+        let after = lines[at + 1..].iter().filter(nonblank);
+        let run = before.take_while(|l| is_heading(l)).map(|l| l.len() + 2);
+        let mut rest = after.map(|l| (l.len() + 2, is_heading(l)));
+        let mut need = lines[at].len() + run.sum::<usize>();
+        for (len, heading) in rest.by_ref() {
+            need += len;
+            if !heading {
+                break;
+            }
+        }
+        need
     }
 
     #[test]
@@ -751,20 +708,18 @@ mod tests {
                     let spec = spec(max, overlap);
                     let chunks = chunk(&text, spec);
                     check(&text, spec, &chunks);
-                    if overlap > 0 && chunks.len() > 1 {
-                        let overlapping = chunks
-                            .windows(2)
-                            .filter(|p| overlap_len(&p[0].text, &p[1].text) > 0)
-                            .count();
+                    // Generated words are at most 13 bytes, so 4 tokens always hold one.
+                    if overlap >= 4 && chunks.len() > 1 {
+                        let overlapping = chunks.windows(2).filter(|p| overlap_len(&p[0].text, &p[1].text) > 0).count();
                         assert!(overlapping > 0, "{spec:?}: no overlap at all");
                     }
-                    // A chunk ends on a heading only if heading and next line cannot share one.
+                    // A chunk ends on a heading only if its run of headings and the line after
+                    // them cannot share one chunk.
                     for c in &chunks[..chunks.len() - 1] {
                         let last = c.text.lines().last().unwrap();
                         if is_heading(last) {
                             let at = originals.iter().position(|l| *l == last).unwrap();
-                            let after = originals[at + 1..].iter().find(|l| !l.is_empty());
-                            let need = last.len() + 2 + after.unwrap().len();
+                            let need = heading_run_len(&originals, at);
                             assert!(need > max * BYTES_PER_TOKEN, "{spec:?}: {c:?}");
                         }
                     }

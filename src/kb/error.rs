@@ -23,11 +23,7 @@ pub enum KbError {
         source: rusqlite::Error,
     },
     #[error("the database at {path} was written by a newer ctx (schema version {found}, this build knows {known}); upgrade ctx")]
-    TooNew {
-        path: String,
-        found: i64,
-        known: i64,
-    },
+    TooNew { path: String, found: i64, known: i64 },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("{0}")]

@@ -17,9 +17,7 @@ pub use error::KbError;
 pub use store::{SqliteStore, Stats, Store};
 
 use crate::config::Config;
-use crate::types::{
-    Document, SearchRequest, SearchResponse, SourceStatus, SourceStatusType, SourcesResponse,
-};
+use crate::types::{Document, SearchRequest, SearchResponse, SourceStatus, SourceStatusType, SourcesResponse};
 
 /// Namespace of document ids: UUID v5 of `source` + "\n" + `source_id`.
 const ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6f0c_5b1e_2d7a_4c3e_9a51_8e0d_c7a4_1b29);
@@ -40,10 +38,7 @@ impl Kb {
     /// Opens the SQLite store named by the config.
     pub fn open(config: Arc<Config>) -> Result<Kb, KbError> {
         let store = SqliteStore::open(&config.db_path())?;
-        Ok(Kb {
-            config,
-            store: Arc::new(store),
-        })
+        Ok(Kb { config, store: Arc::new(store) })
     }
 
     pub fn config(&self) -> &Arc<Config> {
@@ -60,22 +55,9 @@ impl Kb {
         let mut out: Vec<(String, SourceStatusType)> = spec
             .filesystem
             .keys()
-            .map(|n| {
-                (
-                    format!("filesystem:{}", n.as_str()),
-                    SourceStatusType::Filesystem,
-                )
-            })
-            .chain(
-                spec.git
-                    .keys()
-                    .map(|n| (format!("git:{}", n.as_str()), SourceStatusType::Git)),
-            )
-            .chain(
-                spec.script
-                    .keys()
-                    .map(|n| (format!("script:{}", n.as_str()), SourceStatusType::Script)),
-            )
+            .map(|n| (format!("filesystem:{}", n.as_str()), SourceStatusType::Filesystem))
+            .chain(spec.git.keys().map(|n| (format!("git:{}", n.as_str()), SourceStatusType::Git)))
+            .chain(spec.script.keys().map(|n| (format!("script:{}", n.as_str()), SourceStatusType::Script)))
             .collect();
         out.sort();
         out
@@ -83,11 +65,7 @@ impl Kb {
 
     /// Configured sources plus any source that still has documents.
     pub fn known_sources(&self) -> Result<Vec<String>, KbError> {
-        let mut names: Vec<String> = self
-            .configured_sources()
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
+        let mut names: Vec<String> = self.configured_sources().into_iter().map(|(n, _)| n).collect();
         names.extend(self.store.sources()?.into_iter().map(|s| s.source));
         names.sort();
         names.dedup();
@@ -95,18 +73,11 @@ impl Kb {
     }
 
     pub fn search(&self, request: &SearchRequest) -> Result<SearchResponse, KbError> {
-        search::search(
-            self.store.as_ref(),
-            &self.config,
-            &self.known_sources()?,
-            request,
-        )
+        search::search(self.store.as_ref(), &self.config, &self.known_sources()?, request)
     }
 
     pub fn get(&self, id: &str) -> Result<Document, KbError> {
-        self.store
-            .document(id)?
-            .ok_or_else(|| KbError::NotFound(id.to_string()))
+        self.store.document(id)?.ok_or_else(|| KbError::NotFound(id.to_string()))
     }
 
     pub fn sources(&self) -> Result<SourcesResponse, KbError> {
@@ -128,10 +99,7 @@ impl Kb {
                 });
                 let last_error = row.and_then(|r| r.last_error.clone());
                 let notes = if kind.is_none() {
-                    Some(
-                        "no longer configured; its documents stay searchable until removed"
-                            .to_string(),
-                    )
+                    Some("no longer configured; its documents stay searchable until removed".to_string())
                 } else if row.and_then(|r| r.last_sync.as_ref()).is_none() {
                     Some("never synced; run `ctx sync`".to_string())
                 } else {
@@ -175,11 +143,7 @@ pub fn now_rfc3339() -> String {
 pub fn normalize_date(text: &str) -> Option<String> {
     let text = text.trim();
     if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(text) {
-        return Some(
-            dt.with_timezone(&chrono::Utc)
-                .format("%Y-%m-%dT%H:%M:%SZ")
-                .to_string(),
-        );
+        return Some(dt.with_timezone(&chrono::Utc).format("%Y-%m-%dT%H:%M:%SZ").to_string());
     }
     if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
         return Some(format!("{}T00:00:00Z", date.format("%Y-%m-%d")));
@@ -198,12 +162,10 @@ pub fn unix_to_rfc3339(secs: i64) -> Option<String> {
 /// Lower-case hex of bytes.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 #[cfg(test)]
@@ -212,27 +174,15 @@ mod tests {
 
     #[test]
     fn dates_normalise_to_utc() {
-        assert_eq!(
-            normalize_date("2026-01-31").as_deref(),
-            Some("2026-01-31T00:00:00Z")
-        );
-        assert_eq!(
-            normalize_date("2026-01-31T12:00:00+02:00").as_deref(),
-            Some("2026-01-31T10:00:00Z")
-        );
+        assert_eq!(normalize_date("2026-01-31").as_deref(), Some("2026-01-31T00:00:00Z"));
+        assert_eq!(normalize_date("2026-01-31T12:00:00+02:00").as_deref(), Some("2026-01-31T10:00:00Z"));
         assert_eq!(normalize_date("0").as_deref(), Some("1970-01-01T00:00:00Z"));
         assert_eq!(normalize_date("yesterday"), None);
     }
 
     #[test]
     fn ids_are_stable_and_distinct() {
-        assert_eq!(
-            document_id("filesystem:docs", "a.md"),
-            document_id("filesystem:docs", "a.md")
-        );
-        assert_ne!(
-            document_id("filesystem:docs", "a.md"),
-            document_id("filesystem:other", "a.md")
-        );
+        assert_eq!(document_id("filesystem:docs", "a.md"), document_id("filesystem:docs", "a.md"));
+        assert_ne!(document_id("filesystem:docs", "a.md"), document_id("filesystem:other", "a.md"));
     }
 }

@@ -20,11 +20,7 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(path: &Path, max_idle: usize) -> Self {
-        Self {
-            path: path.to_path_buf(),
-            idle: Mutex::new(Vec::new()),
-            max_idle,
-        }
+        Self { path: path.to_path_buf(), idle: Mutex::new(Vec::new()), max_idle }
     }
 
     pub fn path(&self) -> &Path {
@@ -33,33 +29,20 @@ impl Pool {
 
     /// A connection from the pool, or a new one when all are in use.
     pub fn get(&self) -> Result<Pooled<'_>, KbError> {
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .pop();
+        let idle = self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
         let conn = match idle {
             Some(conn) => conn,
             None => open(&self.path)?,
         };
-        Ok(Pooled {
-            pool: self,
-            conn: Some(conn),
-        })
+        Ok(Pooled { pool: self, conn: Some(conn) })
     }
 }
 
 pub(super) fn open(path: &Path) -> Result<Connection, KbError> {
-    let wrap = |source| KbError::Open {
-        path: path.display().to_string(),
-        source,
-    };
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let wrap = |source| KbError::Open { path: path.display().to_string(), source };
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(wrap)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))
-        .map_err(wrap)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(wrap)?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = NORMAL;
@@ -97,11 +80,7 @@ impl Drop for Pooled<'_> {
             if !conn.is_autocommit() {
                 return;
             }
-            let mut idle = self
-                .pool
-                .idle
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut idle = self.pool.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if idle.len() < self.pool.max_idle {
                 idle.push(conn);
             }

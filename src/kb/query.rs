@@ -14,10 +14,8 @@ pub fn fts_query(text: &str) -> Option<String> {
     if terms.is_empty() {
         return None;
     }
-    let parts: Vec<String> = terms
-        .iter()
-        .map(|(term, prefix)| format!("\"{}\"{}", term, if *prefix { "*" } else { "" }))
-        .collect();
+    let parts: Vec<String> =
+        terms.iter().map(|(term, prefix)| format!("\"{}\"{}", term, if *prefix { "*" } else { "" })).collect();
     Some(parts.join(" OR "))
 }
 
@@ -61,25 +59,16 @@ mod tests {
     #[test]
     fn operators_and_punctuation_become_plain_terms() {
         assert_eq!(fts_query("NOT").as_deref(), Some("\"NOT\""));
-        assert_eq!(
-            fts_query("\"AND OR\"").as_deref(),
-            Some("\"AND\" OR \"OR\"")
-        );
+        assert_eq!(fts_query("\"AND OR\"").as_deref(), Some("\"AND\" OR \"OR\""));
         assert_eq!(fts_query("c++").as_deref(), Some("\"c\""));
         assert_eq!(fts_query("foo:bar").as_deref(), Some("\"foo\" OR \"bar\""));
         assert_eq!(fts_query("-x").as_deref(), Some("\"x\""));
-        assert_eq!(
-            fts_query("^start NEAR(a b)").as_deref(),
-            Some("\"start\" OR \"NEAR\" OR \"a\" OR \"b\"")
-        );
+        assert_eq!(fts_query("^start NEAR(a b)").as_deref(), Some("\"start\" OR \"NEAR\" OR \"a\" OR \"b\""));
     }
 
     #[test]
     fn trailing_star_is_a_prefix() {
-        assert_eq!(
-            fts_query("depl* roll").as_deref(),
-            Some("\"depl\"* OR \"roll\"")
-        );
+        assert_eq!(fts_query("depl* roll").as_deref(), Some("\"depl\"* OR \"roll\""));
         assert_eq!(fts_query("*").as_deref(), None);
     }
 
@@ -91,9 +80,6 @@ mod tests {
 
     #[test]
     fn unicode_terms_survive() {
-        assert_eq!(
-            fts_query("café 東京 naïve").as_deref(),
-            Some("\"café\" OR \"東京\" OR \"naïve\"")
-        );
+        assert_eq!(fts_query("café 東京 naïve").as_deref(), Some("\"café\" OR \"東京\" OR \"naïve\""));
     }
 }

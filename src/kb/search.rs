@@ -32,12 +32,7 @@ pub fn search(
     let limit = match request.limit {
         None => retrieval.default_limit as usize,
         Some(n) if n >= 1 && n <= retrieval.max_limit => n as usize,
-        Some(n) => {
-            return Err(KbError::BadLimit {
-                given: n as i64,
-                max: retrieval.max_limit as i64,
-            })
-        }
+        Some(n) => return Err(KbError::BadLimit { given: n as i64, max: retrieval.max_limit as i64 }),
     };
     let fts = fts_query(request.query.as_str()).ok_or(KbError::EmptyQuery)?;
     let filter = SearchFilter {
@@ -86,11 +81,7 @@ pub fn search(
         candidates: candidates as u64,
         notes: notes.clone(),
     });
-    Ok(SearchResponse {
-        results,
-        mode,
-        explain,
-    })
+    Ok(SearchResponse { results, mode, explain })
 }
 
 /// Keeps candidates in rank order, at most `per_doc` per document, up to `limit`.
@@ -116,17 +107,12 @@ pub fn resolve_sources(wanted: &str, known: &[String]) -> Result<Vec<String>, Kb
         .iter()
         .filter(|k| {
             *k == wanted
-                || k.split_once(':').is_some_and(|(ty, name)| {
-                    !wanted.contains(':') && (ty == wanted || name == wanted)
-                })
+                || k.split_once(':').is_some_and(|(ty, name)| !wanted.contains(':') && (ty == wanted || name == wanted))
         })
         .cloned()
         .collect();
     if matches.is_empty() {
-        return Err(KbError::UnknownSource {
-            given: wanted.to_string(),
-            known: known.to_vec(),
-        });
+        return Err(KbError::UnknownSource { given: wanted.to_string(), known: known.to_vec() });
     }
     Ok(matches)
 }

@@ -98,8 +98,7 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> Result<Vec<Candidate>, KbError>;
     /// Highlighted snippets for some chunks of a query, by chunk id.
-    fn snippets(&self, fts_query: &str, chunk_ids: &[i64])
-        -> Result<HashMap<i64, String>, KbError>;
+    fn snippets(&self, fts_query: &str, chunk_ids: &[i64]) -> Result<HashMap<i64, String>, KbError>;
     /// A whole document with its chunks.
     fn document(&self, id: &str) -> Result<Option<types::Document>, KbError>;
     /// Every source that has documents or a sync record.
@@ -174,9 +173,7 @@ impl SqliteStore {
         }
         let mut conn = pool::open(path)?;
         migrate(&mut conn, path)?;
-        let workers = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2);
+        let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
         let pool = Pool::new(path, workers * 4);
         Ok(Self { pool })
     }
@@ -190,11 +187,7 @@ fn migrate(conn: &mut rusqlite::Connection, path: &Path) -> Result<(), KbError> 
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let known = MIGRATIONS.len() as i64;
     if version > known {
-        return Err(KbError::TooNew {
-            path: path.display().to_string(),
-            found: version,
-            known,
-        });
+        return Err(KbError::TooNew { path: path.display().to_string(), found: version, known });
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction()?;
@@ -208,8 +201,7 @@ fn migrate(conn: &mut rusqlite::Connection, path: &Path) -> Result<(), KbError> 
 impl Store for SqliteStore {
     fn known_hashes(&self, source: &str) -> Result<HashMap<String, String>, KbError> {
         let conn = self.pool.get()?;
-        let mut stmt =
-            conn.prepare_cached("SELECT source_id, content_hash FROM documents WHERE source = ?1")?;
+        let mut stmt = conn.prepare_cached("SELECT source_id, content_hash FROM documents WHERE source = ?1")?;
         let rows = stmt.query_map([source], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -221,10 +213,8 @@ impl Store for SqliteStore {
             match change {
                 Change::Upsert(doc) => upsert(&tx, doc)?,
                 Change::Delete { source, source_id } => {
-                    tx.prepare_cached(
-                        "DELETE FROM documents WHERE source = ?1 AND source_id = ?2",
-                    )?
-                    .execute(params![source, source_id])?;
+                    tx.prepare_cached("DELETE FROM documents WHERE source = ?1 AND source_id = ?2")?
+                        .execute(params![source, source_id])?;
                 }
             }
         }
@@ -265,43 +255,29 @@ impl Store for SqliteStore {
              JOIN documents d ON d.id = c.document_id
              ORDER BY f.rank",
         )?;
-        let sources = filter
-            .sources
-            .as_ref()
-            .map(|s| serde_json::to_string(s).unwrap_or_default());
-        let rows = stmt.query_map(
-            params![fts_query, sources, filter.since, limit as i64],
-            |r| {
-                Ok(Candidate {
-                    chunk_id: r.get(0)?,
-                    document_id: r.get(1)?,
-                    chunk_index: r.get(2)?,
-                    score: r.get(3)?,
-                    title: r.get(4)?,
-                    source: r.get(5)?,
-                    source_url: r.get(6)?,
-                    updated_at: r.get(7)?,
-                })
-            },
-        )?;
+        let sources = filter.sources.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
+        let rows = stmt.query_map(params![fts_query, sources, filter.since, limit as i64], |r| {
+            Ok(Candidate {
+                chunk_id: r.get(0)?,
+                document_id: r.get(1)?,
+                chunk_index: r.get(2)?,
+                score: r.get(3)?,
+                title: r.get(4)?,
+                source: r.get(5)?,
+                source_url: r.get(6)?,
+                updated_at: r.get(7)?,
+            })
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn snippets(
-        &self,
-        fts_query: &str,
-        chunk_ids: &[i64],
-    ) -> Result<HashMap<i64, String>, KbError> {
+    fn snippets(&self, fts_query: &str, chunk_ids: &[i64]) -> Result<HashMap<i64, String>, KbError> {
         if chunk_ids.is_empty() {
             return Ok(HashMap::new());
         }
         let conn = self.pool.get()?;
         // Integers only, so the id list can be inlined safely.
-        let ids = chunk_ids
-            .iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
+        let ids = chunk_ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         let sql = format!(
             "SELECT rowid, snippet(chunks_fts, 0, '«', '»', '…', 32) FROM chunks_fts
              WHERE chunks_fts MATCH ?1 AND rowid IN ({ids})"
@@ -339,9 +315,8 @@ impl Store for SqliteStore {
             })
             .optional()?;
         let Some(mut doc) = row else { return Ok(None) };
-        let mut stmt = conn.prepare_cached(
-            "SELECT idx, text, tokens FROM chunks WHERE document_id = ?1 ORDER BY idx",
-        )?;
+        let mut stmt =
+            conn.prepare_cached("SELECT idx, text, tokens FROM chunks WHERE document_id = ?1 ORDER BY idx")?;
         doc.chunks = stmt
             .query_map([id], |r| {
                 Ok(types::Chunk {
@@ -381,9 +356,7 @@ impl Store for SqliteStore {
         let conn = self.pool.get()?;
         let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0));
         let database_bytes = std::fs::metadata(self.path()).map(|m| m.len()).unwrap_or(0)
-            + std::fs::metadata(self.path().with_extension("sqlite-wal"))
-                .map(|m| m.len())
-                .unwrap_or(0);
+            + std::fs::metadata(self.path().with_extension("sqlite-wal")).map(|m| m.len()).unwrap_or(0);
         Ok(Stats {
             documents: count("SELECT COUNT(*) FROM documents")?,
             chunks: count("SELECT COUNT(*) FROM chunks")?,
@@ -419,8 +392,7 @@ fn upsert(tx: &Transaction<'_>, doc: &NewDocument) -> Result<(), KbError> {
         doc.metadata.to_string(),
         doc.content_hash,
     ])?;
-    tx.prepare_cached("DELETE FROM chunks WHERE document_id = ?1")?
-        .execute([&doc.id])?;
+    tx.prepare_cached("DELETE FROM chunks WHERE document_id = ?1")?.execute([&doc.id])?;
     let mut insert = tx.prepare_cached(
         "INSERT INTO chunks (document_id, idx, text, tokens, title, source, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;

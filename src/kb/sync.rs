@@ -45,15 +45,8 @@ pub struct SourceSummary {
 
 /// Progress events for a UI.
 pub enum Progress<'a> {
-    Item {
-        source: &'a str,
-        seen: usize,
-    },
-    Skipped {
-        source: &'a str,
-        source_id: &'a str,
-        reason: &'a SkipReason,
-    },
+    Item { source: &'a str, seen: usize },
+    Skipped { source: &'a str, source_id: &'a str, reason: &'a SkipReason },
 }
 
 /// Syncs one source. `scan` runs the connector, feeding the sink it is given.
@@ -66,11 +59,7 @@ pub fn sync_source(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> SourceSummary {
     let started = Instant::now();
-    let mut summary = SourceSummary {
-        source: source.to_string(),
-        dry_run: options.dry_run,
-        ..Default::default()
-    };
+    let mut summary = SourceSummary { source: source.to_string(), dry_run: options.dry_run, ..Default::default() };
     let known = match store.known_hashes(source) {
         Ok(known) => known,
         Err(e) => {
@@ -92,10 +81,7 @@ pub fn sync_source(
                         tracing::warn!(source, source_id = %item.source_id, "duplicate source_id in one scan; keeping the first");
                         return Ok(());
                     }
-                    progress(Progress::Item {
-                        source,
-                        seen: seen.len(),
-                    });
+                    progress(Progress::Item { source, seen: seen.len() });
                     let hash = content_hash(&item);
                     let previous = known.get(&item.source_id);
                     if previous == Some(&hash) && !options.full {
@@ -118,11 +104,7 @@ pub fn sync_source(
                 Event::Skipped { source_id, reason } => {
                     summary.skipped += 1;
                     tracing::warn!(source, source_id = %source_id, "skipped: {reason}");
-                    progress(Progress::Skipped {
-                        source,
-                        source_id: &source_id,
-                        reason: &reason,
-                    });
+                    progress(Progress::Skipped { source, source_id: &source_id, reason: &reason });
                     // A skipped item still exists at its source: don't delete its old version.
                     seen.insert(source_id);
                 }
@@ -141,10 +123,7 @@ pub fn sync_source(
             let gone: Vec<Change> = known
                 .keys()
                 .filter(|id| !seen.contains(*id))
-                .map(|id| Change::Delete {
-                    source: source.to_string(),
-                    source_id: id.clone(),
-                })
+                .map(|id| Change::Delete { source: source.to_string(), source_id: id.clone() })
                 .collect();
             summary.deleted = gone.len();
             if !options.dry_run {
@@ -193,11 +172,7 @@ pub fn content_hash(item: &Item) -> String {
 
 fn to_document(source: &str, item: Item, content_hash: String, spec: ChunkSpec) -> NewDocument {
     let updated_at = normalize_date(&item.updated_at).unwrap_or_else(super::now_rfc3339);
-    let created_at = item
-        .created_at
-        .as_deref()
-        .and_then(normalize_date)
-        .unwrap_or_else(|| updated_at.clone());
+    let created_at = item.created_at.as_deref().and_then(normalize_date).unwrap_or_else(|| updated_at.clone());
     let chunks = chunk(&item.body, spec);
     NewDocument {
         id: document_id(source, &item.source_id),
@@ -244,36 +219,34 @@ pub fn sync_target(
         let mut scan = |sink: &mut Sink<'_>| -> Result<(), ConnectorError> {
             match kind {
                 "filesystem" => {
-                    let cfg = config
-                        .spec
-                        .connectors
-                        .filesystem
-                        .iter()
-                        .find(|(n, _)| n.as_str() == name)
-                        .map(|(_, c)| c);
-                    let cfg = cfg.ok_or_else(|| {
-                        ConnectorError::Source(format!("{source} is not configured"))
-                    })?;
-                    crate::connectors::filesystem::FilesystemConnector {
+                    let cfg =
+                        config.spec.connectors.filesystem.iter().find(|(n, _)| n.as_str() == name).map(|(_, c)| c);
+                    let cfg = cfg.ok_or_else(|| ConnectorError::Source(format!("{source} is not configured")))?;
+                    crate::connectors::filesystem::FilesystemConnector { name, config: cfg, base_dir: &config.base_dir }
+                        .scan(sink)
+                }
+                "git" => {
+                    let cfg = config.spec.connectors.git.iter().find(|(n, _)| n.as_str() == name).map(|(_, c)| c);
+                    let cfg = cfg.ok_or_else(|| ConnectorError::Source(format!("{source} is not configured")))?;
+                    let cache_dir = git_cache_dir(&config);
+                    crate::connectors::git::GitConnector {
                         name,
                         config: cfg,
                         base_dir: &config.base_dir,
+                        cache_dir: &cache_dir,
                     }
                     .scan(sink)
+                    .map(|info| tracing::info!(source, commit = %info.commit, branch = %info.branch, "scanned"))
                 }
-                other => Err(ConnectorError::Source(format!(
-                    "connector type {other:?} cannot sync yet"
-                ))),
+                other => Err(ConnectorError::Source(format!("connector type {other:?} cannot sync yet"))),
             }
         };
-        summaries.push(sync_source(
-            kb.store(),
-            source,
-            spec,
-            options,
-            &mut scan,
-            progress,
-        ));
+        summaries.push(sync_source(kb.store(), source, spec, options, &mut scan, progress));
     }
     Ok(summaries)
+}
+
+/// Clones of remote git sources live next to the database.
+fn git_cache_dir(config: &crate::config::Config) -> std::path::PathBuf {
+    config.db_path().parent().map(|p| p.join("git-cache")).unwrap_or_else(|| config.base_dir.join("git-cache"))
 }

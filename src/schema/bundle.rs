@@ -28,10 +28,7 @@ pub fn type_name(file: &str) -> String {
 /// Each file's root becomes `type_name(file)`; its `$defs` are hoisted next to it and must be
 /// unique across files. Every `$ref` is rewritten to `ref_prefix` + name, for example
 /// `#/$defs/`, `#/definitions/` or `#/components/schemas/`.
-pub fn bundle(
-    files: &[(String, Value)],
-    ref_prefix: &str,
-) -> Result<BTreeMap<String, Value>, String> {
+pub fn bundle(files: &[(String, Value)], ref_prefix: &str) -> Result<BTreeMap<String, Value>, String> {
     let mut defs = BTreeMap::new();
     let mut origin: BTreeMap<String, String> = BTreeMap::new();
     for (file, schema) in files {
@@ -52,9 +49,7 @@ pub fn bundle(
         for (name, mut def) in entries {
             rewrite_refs(&mut def, file, ref_prefix).map_err(|e| format!("{file}: {e}"))?;
             if let Some(previous) = origin.insert(name.clone(), file.clone()) {
-                return Err(format!(
-                    "definition {name} appears in both {previous} and {file}; rename one"
-                ));
+                return Err(format!("definition {name} appears in both {previous} and {file}; rename one"));
             }
             defs.insert(name, def);
         }
@@ -93,26 +88,16 @@ fn target_name(reference: &str, file: &str) -> Result<String, String> {
         Some((f, frag)) => (f, frag),
         None => (reference, ""),
     };
-    let target_file = if target_file.is_empty() {
-        file
-    } else {
-        target_file
-    };
+    let target_file = if target_file.is_empty() { file } else { target_file };
     match fragment {
         "" | "/" => Ok(type_name(target_file)),
-        frag => frag
-            .strip_prefix("/$defs/")
-            .filter(|name| !name.contains('/'))
-            .map(str::to_owned)
-            .ok_or_else(|| format!("unsupported $ref {reference:?}: use \"file.schema.json\" or \"file.schema.json#/$defs/Name\"")),
+        frag => frag.strip_prefix("/$defs/").filter(|name| !name.contains('/')).map(str::to_owned).ok_or_else(|| {
+            format!("unsupported $ref {reference:?}: use \"file.schema.json\" or \"file.schema.json#/$defs/Name\"")
+        }),
     }
 }
 
-fn check_targets(
-    value: &Value,
-    prefix: &str,
-    defs: &BTreeMap<String, Value>,
-) -> Result<(), String> {
+fn check_targets(value: &Value, prefix: &str, defs: &BTreeMap<String, Value>) -> Result<(), String> {
     match value {
         Value::Object(map) => {
             if let Some(Value::String(reference)) = map.get("$ref") {
@@ -125,9 +110,7 @@ fn check_targets(
                 .filter(|(k, _)| !matches!(k.as_str(), "default" | "enum" | "const" | "examples"))
                 .try_for_each(|(_, child)| check_targets(child, prefix, defs))
         }
-        Value::Array(items) => items
-            .iter()
-            .try_for_each(|item| check_targets(item, prefix, defs)),
+        Value::Array(items) => items.iter().try_for_each(|item| check_targets(item, prefix, defs)),
         _ => Ok(()),
     }
 }

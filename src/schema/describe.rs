@@ -28,29 +28,22 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// The path as a dotted key (`tools.script.jira.timeout`), or `(top level)`.
+    /// The path as a dotted key (`tools.script.jira.timeout`, `a."odd key"`), or `(top level)`.
     pub fn dotted(&self) -> String {
         if self.path.is_empty() {
-            "(top level)".to_string()
-        } else {
-            self.path.join(".")
+            return "(top level)".to_string();
         }
+        let bare = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        self.path.iter().map(|s| if bare(s) { s.clone() } else { format!("{s:?}") }).collect::<Vec<_>>().join(".")
     }
 
     /// The path as a JSON pointer (`/priority`), or `""` for the whole instance.
     pub fn pointer(&self) -> String {
-        self.path
-            .iter()
-            .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
-            .collect()
+        self.path.iter().map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1"))).collect()
     }
 }
 
-pub(super) fn problems(
-    error: &ValidationError<'_>,
-    document: &Value,
-    dialect: Dialect,
-) -> Vec<Problem> {
+pub(super) fn problems(error: &ValidationError<'_>, document: &Value, dialect: Dialect) -> Vec<Problem> {
     let path: Vec<String> = error
         .instance_path()
         .iter()
@@ -68,10 +61,7 @@ pub(super) fn problems(
         })
         .collect();
     // The schema that holds the failing keyword: drop the keyword itself.
-    let parent = keyword_path
-        .split_last()
-        .map(|(_, rest)| rest)
-        .unwrap_or(&[]);
+    let parent = keyword_path.split_last().map(|(_, rest)| rest).unwrap_or(&[]);
     let schema = walk(document, parent).unwrap_or(&Value::Null);
     let instance = error.instance();
     let at = |extra: &str| {
@@ -96,10 +86,7 @@ pub(super) fn problems(
                 .map(|key| Problem {
                     path: at(key),
                     message: if known.is_empty() {
-                        format!(
-                            "unknown {noun}; this {} takes none",
-                            type_word("object", dialect)
-                        )
+                        format!("unknown {noun}; this {} takes none", type_word("object", dialect))
                     } else {
                         format!("unknown {noun}; expected one of: {known}")
                     },
@@ -113,30 +100,18 @@ pub(super) fn problems(
                 .and_then(|p| p.get(name))
                 .map(|s| describe(s, document, dialect))
                 .unwrap_or_else(|| "a value".to_string());
-            vec![Problem {
-                path: at(name),
-                message: format!("missing; expected {wanted}"),
-            }]
+            vec![Problem { path: at(name), message: format!("missing; expected {wanted}") }]
         }
-        ValidationErrorKind::Enum { options } => vec![Problem {
-            path,
-            message: format!("{got} is not one of {}", compact(options)),
-        }],
+        ValidationErrorKind::Enum { options } => {
+            vec![Problem { path, message: format!("{got} is not one of {}", compact(options)) }]
+        }
         ValidationErrorKind::PropertyNames { error: inner } => {
             let name = inner.instance().as_str().unwrap_or_default().to_string();
-            let names = schema
-                .get("propertyNames")
-                .map(|s| describe(s, document, dialect))
-                .unwrap_or_default();
-            vec![Problem {
-                path: at(&name),
-                message: format!("invalid name; expected {names}"),
-            }]
+            // The keyword path may stop at the object or run into the name schema itself.
+            let names = describe(schema.get("propertyNames").unwrap_or(schema), document, dialect);
+            vec![Problem { path: at(&name), message: format!("invalid name; expected {names}") }]
         }
-        ValidationErrorKind::FalseSchema => vec![Problem {
-            path,
-            message: "not allowed here".to_string(),
-        }],
+        ValidationErrorKind::FalseSchema => vec![Problem { path, message: "not allowed here".to_string() }],
         ValidationErrorKind::Type { .. }
         | ValidationErrorKind::Minimum { .. }
         | ValidationErrorKind::Maximum { .. }
@@ -150,17 +125,10 @@ pub(super) fn problems(
         | ValidationErrorKind::Constant { .. }
         | ValidationErrorKind::OneOfNotValid { .. }
         | ValidationErrorKind::AnyOf { .. }
-        | ValidationErrorKind::Format { .. } => vec![Problem {
-            path,
-            message: format!(
-                "expected {}, got {got}",
-                describe(schema, document, dialect)
-            ),
-        }],
-        _ => vec![Problem {
-            path,
-            message: error.to_string(),
-        }],
+        | ValidationErrorKind::Format { .. } => {
+            vec![Problem { path, message: format!("expected {}, got {got}", describe(schema, document, dialect)) }]
+        }
+        _ => vec![Problem { path, message: error.to_string() }],
     }
 }
 
@@ -197,34 +165,19 @@ pub fn describe(schema: &Value, document: &Value, dialect: Dialect) -> String {
     if let Some(value) = schema.get("const") {
         return compact(value);
     }
-    if let Some(alternatives) = schema
-        .get("oneOf")
-        .or_else(|| schema.get("anyOf"))
-        .and_then(Value::as_array)
-    {
-        let words: Vec<String> = alternatives
-            .iter()
-            .map(|s| describe(s, document, dialect))
-            .collect();
+    if let Some(alternatives) = schema.get("oneOf").or_else(|| schema.get("anyOf")).and_then(Value::as_array) {
+        let words: Vec<String> = alternatives.iter().map(|s| describe(s, document, dialect)).collect();
         return words.join(" or ");
     }
     let types: Vec<&str> = match schema.get("type") {
         Some(Value::String(t)) => vec![t.as_str()],
-        Some(Value::Array(ts)) => ts
-            .iter()
-            .filter_map(Value::as_str)
-            .filter(|t| *t != "null")
-            .collect(),
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
         _ => vec![],
     };
     let mut words = match types.as_slice() {
         [] => "a value".to_string(),
         [one] => type_word(one, dialect).to_string(),
-        many => many
-            .iter()
-            .map(|t| type_word(t, dialect))
-            .collect::<Vec<_>>()
-            .join(" or "),
+        many => many.iter().map(|t| type_word(t, dialect)).collect::<Vec<_>>().join(" or "),
     };
     let num = |key: &str| schema.get(key).and_then(Value::as_f64);
     let show = |n: f64| {

@@ -26,8 +26,7 @@ pub fn files() -> &'static [(String, Value)] {
             .iter()
             .map(|(name, text)| {
                 // build.rs already parsed every file, so this cannot fail at runtime.
-                let value =
-                    serde_json::from_str(text).expect("schema files are checked by build.rs");
+                let value = serde_json::from_str(text).expect("schema files are checked by build.rs");
                 (name.to_string(), value)
             })
             .collect()
@@ -66,10 +65,7 @@ impl SchemaValidator {
             .with_draft(jsonschema::Draft::Draft202012)
             .build(&document)
             .map_err(|e| e.to_string())?;
-        Ok(Self {
-            validator,
-            document,
-        })
+        Ok(Self { validator, document })
     }
 
     /// The schema document this validator was built from.

@@ -1,0 +1,103 @@
+//! The command line: help, init, config errors, exit codes.
+
+use crate::common::{run_in, Workspace};
+
+#[test]
+fn help_is_stable() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_in(dir.path(), &["--help"]);
+    insta::assert_snapshot!("ctx_help", run.ok());
+}
+
+#[test]
+fn init_then_check_passes_and_refuses_to_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    run_in(dir.path(), &["init", "ws"]).ok();
+    for file in ["ws/ctx.toml", "ws/tools/echo.lua", "ws/docs/welcome.md"] {
+        assert!(dir.path().join(file).is_file(), "{file} written");
+    }
+    assert!(dir.path().join("ws/data").is_dir());
+    let check = run_in(dir.path(), &["--config", "ws/ctx.toml", "schema", "check"]);
+    assert!(check.ok().starts_with("ok: ws/ctx.toml is valid"));
+
+    // A second init refuses, exits 2, and leaves the edited config alone.
+    std::fs::write(dir.path().join("ws/ctx.toml"), "# mine\n").unwrap();
+    let again = run_in(dir.path(), &["init", "ws"]);
+    assert_eq!(again.code(), 2);
+    assert!(again.stderr().contains("pass --force"), "{}", again.stderr());
+    assert_eq!(std::fs::read_to_string(dir.path().join("ws/ctx.toml")).unwrap(), "# mine\n");
+    run_in(dir.path(), &["init", "ws", "--force"]).ok();
+    assert_ne!(std::fs::read_to_string(dir.path().join("ws/ctx.toml")).unwrap(), "# mine\n");
+}
+
+#[test]
+fn broken_config_lists_every_problem_with_exit_2() {
+    let ws = Workspace::new(
+        "[db]\npth = \"x\"\n\n[chunking]\nmax_tokens = 0\n\n[tools.script.jira]\npath = \"jira.lua\"\ntimeout = \"30s\"\napi_token = \"${CTX_TEST_SURELY_UNSET}\"\n\n[connectors.filesystem.\"bad name\"]\nroot = \"docs\"\n\n[server]\nallowed_origins = \"*\"\n",
+    );
+    let run = ws.ctx(&["schema", "check"]);
+    assert_eq!(run.code(), 2);
+    assert!(run.stdout().is_empty());
+    insta::assert_snapshot!("config_errors", run.stderr());
+}
+
+#[test]
+fn toml_syntax_error_has_line_and_exit_2() {
+    let ws = Workspace::new("[db]\npath = \"a\"\n[server\nbind = 1\n");
+    let run = ws.ctx(&["schema", "check"]);
+    assert_eq!(run.code(), 2);
+    assert!(run.stderr().contains("(line 3)"), "{}", run.stderr());
+    // Any command that needs the config fails the same way, without a panic or a Debug dump.
+    let sync = ws.ctx(&["sync"]);
+    assert_eq!(sync.code(), 2);
+    assert!(sync.stderr().starts_with("error: ctx.toml:3:"), "{}", sync.stderr());
+    assert!(!sync.stderr().contains("panicked"));
+}
+
+#[test]
+fn missing_and_unreadable_config_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_in(dir.path(), &["schema", "check"]);
+    assert_eq!(run.code(), 2);
+    assert!(run.stderr().contains("no config file at ctx.toml (the default ./ctx.toml)"), "{}", run.stderr());
+    assert!(run.stderr().contains("ctx init"));
+
+    std::fs::create_dir(dir.path().join("folder.toml")).unwrap();
+    let run = run_in(dir.path(), &["--config", "folder.toml", "stats"]);
+    assert_eq!(run.code(), 2);
+    assert!(run.stderr().contains("cannot read config file folder.toml"), "{}", run.stderr());
+}
+
+#[test]
+fn config_env_var_is_the_second_lookup() {
+    let ws = Workspace::new("[db]\npath = \"data/other.sqlite\"\n");
+    let out = std::process::Command::new(crate::common::BIN)
+        .args(["stats", "--json"])
+        .current_dir(std::env::temp_dir())
+        .env("CTX_CONFIG", ws.path().join("ctx.toml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(ws.path().join("data/other.sqlite").is_file(), "paths resolve against the config's folder");
+}
+
+#[test]
+fn missing_env_var_names_variable_and_key() {
+    let ws = Workspace::new("[tools.script.jira]\npath = \"jira.lua\"\ntoken = \"Bearer ${CTX_TEST_NOPE}\"\n");
+    let run = ws.ctx(&["schema", "check"]);
+    assert_eq!(run.code(), 2);
+    assert!(
+        run.stderr().contains("tools.script.jira.token (line 3): environment variable CTX_TEST_NOPE is not set"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_and_completions_work() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run_in(dir.path(), &["no-such-command"]).code(), 2);
+    assert_eq!(run_in(dir.path(), &["search"]).code(), 2);
+    let bash = run_in(dir.path(), &["completions", "bash"]).ok();
+    assert!(bash.contains("_ctx()"), "bash completion defines _ctx");
+}
