@@ -9,11 +9,13 @@
 //! - [`config`]: `ctx.toml` located, expanded, validated and typed.
 //! - [`connectors`]: filesystem and git sources that feed sync.
 //! - [`kb`]: the SQLite store, chunking, sync and search.
+//! - [`lua`]: the sandbox (the only place a Lua state is created) and its host APIs.
 //! - [`cli`]: the `ctx` command line.
 
 pub mod cli;
 pub mod config;
 pub mod connectors;
 pub mod kb;
+pub mod lua;
 pub mod schema;
 pub mod types;

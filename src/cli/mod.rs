@@ -3,6 +3,7 @@
 //! Each subcommand group lives in its own file and calls the library; nothing here knows SQL,
 //! Lua or HTTP.
 
+mod connector_cmd;
 mod init;
 mod kb_cmd;
 mod schema_cmd;
@@ -52,6 +53,9 @@ pub enum Command {
     Sources(kb_cmd::JsonFlag),
     /// Database statistics.
     Stats(kb_cmd::JsonFlag),
+    /// Scaffold and test Lua connectors.
+    #[command(subcommand)]
+    Connector(connector_cmd::ConnectorCommand),
     /// Print a shell completion script.
     Completions {
         /// Shell to generate for.
@@ -124,6 +128,7 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
         Command::Get(args) => kb_cmd::get(args, globals),
         Command::Sources(args) => kb_cmd::sources(args, globals),
         Command::Stats(args) => kb_cmd::stats(args, globals),
+        Command::Connector(cmd) => connector_cmd::run(cmd, globals),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ctx", &mut std::io::stdout());
             Ok(())

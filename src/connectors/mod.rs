@@ -5,6 +5,7 @@
 
 pub mod filesystem;
 pub mod git;
+pub mod lua;
 
 use serde_json::Value;
 

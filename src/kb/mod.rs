@@ -63,17 +63,19 @@ impl Kb {
         out
     }
 
-    /// Configured sources plus any source that still has documents.
+    /// Configured sources plus any source that was synced before (and may still have documents).
     pub fn known_sources(&self) -> Result<Vec<String>, KbError> {
         let mut names: Vec<String> = self.configured_sources().into_iter().map(|(n, _)| n).collect();
-        names.extend(self.store.sources()?.into_iter().map(|s| s.source));
+        names.extend(self.store.source_names()?);
         names.sort();
         names.dedup();
         Ok(names)
     }
 
     pub fn search(&self, request: &SearchRequest) -> Result<SearchResponse, KbError> {
-        search::search(self.store.as_ref(), &self.config, &self.known_sources()?, request)
+        // Sources are only needed to resolve a filter; don't pay for them otherwise.
+        let known = if request.source.is_some() { self.known_sources()? } else { Vec::new() };
+        search::search(self.store.as_ref(), &self.config, &known, request)
     }
 
     pub fn get(&self, id: &str) -> Result<Document, KbError> {

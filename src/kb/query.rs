@@ -1,22 +1,47 @@
 //! Turns any user text into a safe FTS5 MATCH expression.
 //!
 //! User text is never passed to MATCH as written: `NOT`, `AND`, quotes, `-`, `:` and `^` are FTS5
-//! syntax. The text is split into terms the way the `unicode61` tokenizer splits it, each term is
-//! quoted, and the terms are OR-ed so that BM25 ranks documents matching more terms first. A `*`
-//! right after a term keeps it a prefix query, on purpose.
+//! syntax. The text is split into terms the way the `unicode61` tokenizer splits it and each term
+//! is quoted. A `*` right after a term keeps it a prefix query, on purpose.
+//!
+//! Common English words ("the", "how", "to") are dropped when the query has other terms: they
+//! match nearly every chunk, and BM25 must score every match before the top-k cut. Search first
+//! asks for all remaining terms (AND); if that finds nothing, it asks for any of them (OR).
 
 /// The most terms one query may have; more are ignored.
 pub const MAX_TERMS: usize = 64;
 
-/// The MATCH expression for `text`, or `None` if it holds no searchable term.
-pub fn fts_query(text: &str) -> Option<String> {
-    let terms = terms(text);
+/// The MATCH expressions for one query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FtsQuery {
+    /// Every term must match.
+    pub all: String,
+    /// Any term may match; `None` when there is only one term.
+    pub any: Option<String>,
+}
+
+/// The MATCH expressions for `text`, or `None` if it holds no searchable term.
+pub fn fts_query(text: &str) -> Option<FtsQuery> {
+    let mut terms = terms(text);
+    if terms.iter().any(|(t, prefix)| *prefix || !is_stop_word(t)) {
+        terms.retain(|(t, prefix)| *prefix || !is_stop_word(t));
+    }
     if terms.is_empty() {
         return None;
     }
     let parts: Vec<String> =
         terms.iter().map(|(term, prefix)| format!("\"{}\"{}", term, if *prefix { "*" } else { "" })).collect();
-    Some(parts.join(" OR "))
+    Some(FtsQuery { all: parts.join(" AND "), any: (parts.len() > 1).then(|| parts.join(" OR ")) })
+}
+
+/// Words too common to narrow a search. Kept short on purpose: only words that carry no topic.
+fn is_stop_word(term: &str) -> bool {
+    const STOP: &[&str] = &[
+        "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in", "is",
+        "it", "me", "my", "of", "on", "or", "the", "this", "that", "to", "was", "we", "what", "when", "where", "which",
+        "who", "why", "with", "you", "your",
+    ];
+    term.len() <= 5 && STOP.contains(&term.to_lowercase().as_str())
 }
 
 /// The terms of `text`, each with whether it ends in `*` (a prefix query).
@@ -56,30 +81,43 @@ fn is_mark(c: char) -> bool {
 mod tests {
     use super::*;
 
+    fn all(text: &str) -> Option<String> {
+        fts_query(text).map(|q| q.all)
+    }
+
     #[test]
     fn operators_and_punctuation_become_plain_terms() {
-        assert_eq!(fts_query("NOT").as_deref(), Some("\"NOT\""));
-        assert_eq!(fts_query("\"AND OR\"").as_deref(), Some("\"AND\" OR \"OR\""));
-        assert_eq!(fts_query("c++").as_deref(), Some("\"c\""));
-        assert_eq!(fts_query("foo:bar").as_deref(), Some("\"foo\" OR \"bar\""));
-        assert_eq!(fts_query("-x").as_deref(), Some("\"x\""));
-        assert_eq!(fts_query("^start NEAR(a b)").as_deref(), Some("\"start\" OR \"NEAR\" OR \"a\" OR \"b\""));
+        assert_eq!(all("NOT").as_deref(), Some("\"NOT\""));
+        assert_eq!(all("c++").as_deref(), Some("\"c\""));
+        assert_eq!(all("foo:bar").as_deref(), Some("\"foo\" AND \"bar\""));
+        assert_eq!(all("-x").as_deref(), Some("\"x\""));
+        assert_eq!(all("^start NEAR(x y)").as_deref(), Some("\"start\" AND \"NEAR\" AND \"x\" AND \"y\""));
+        // Only stop words: they are kept, since nothing else is left to search for.
+        let q = fts_query("\"AND OR\"").unwrap();
+        assert_eq!(q.all, "\"AND\" AND \"OR\"");
+        assert_eq!(q.any.as_deref(), Some("\"AND\" OR \"OR\""));
+    }
+
+    #[test]
+    fn stop_words_are_dropped_when_other_terms_remain() {
+        assert_eq!(all("how do I roll back a deploy").as_deref(), Some("\"roll\" AND \"back\" AND \"deploy\""));
+        assert_eq!(fts_query("deploy").unwrap().any, None);
     }
 
     #[test]
     fn trailing_star_is_a_prefix() {
-        assert_eq!(fts_query("depl* roll").as_deref(), Some("\"depl\"* OR \"roll\""));
-        assert_eq!(fts_query("*").as_deref(), None);
+        assert_eq!(all("depl* roll").as_deref(), Some("\"depl\"* AND \"roll\""));
+        assert_eq!(all("*"), None);
     }
 
     #[test]
     fn empty_and_symbol_only_queries_have_no_terms() {
-        assert_eq!(fts_query(""), None);
-        assert_eq!(fts_query("  \"\" -- ++ "), None);
+        assert_eq!(all(""), None);
+        assert_eq!(all("  \"\" -- ++ "), None);
     }
 
     #[test]
     fn unicode_terms_survive() {
-        assert_eq!(fts_query("café 東京 naïve").as_deref(), Some("\"café\" OR \"東京\" OR \"naïve\""));
+        assert_eq!(all("café 東京 naïve").as_deref(), Some("\"café\" AND \"東京\" AND \"naïve\""));
     }
 }

@@ -34,7 +34,7 @@ pub fn search(
         Some(n) if n >= 1 && n <= retrieval.max_limit => n as usize,
         Some(n) => return Err(KbError::BadLimit { given: n as i64, max: retrieval.max_limit as i64 }),
     };
-    let fts = fts_query(request.query.as_str()).ok_or(KbError::EmptyQuery)?;
+    let query = fts_query(request.query.as_str()).ok_or(KbError::EmptyQuery)?;
     let filter = SearchFilter {
         sources: match &request.source {
             Some(wanted) => Some(resolve_sources(wanted.as_str(), known_sources)?),
@@ -50,16 +50,15 @@ pub fn search(
 
     // Rank a few times more chunks than asked, then keep at most per_doc per document. Widen
     // the candidate window only when grouping left the page short and more matches exist.
-    let mut window = (limit * per_doc.max(3)).clamp(30, MAX_CANDIDATES);
-    let (hits, candidates) = loop {
-        let candidates = store.keyword_candidates(&fts, &filter, window)?;
-        let exhausted = candidates.len() < window || window == MAX_CANDIDATES;
-        let hits = group(&candidates, per_doc, limit);
-        if hits.len() == limit || exhausted {
-            break (hits, candidates.len());
+    let mut fts = query.all.clone();
+    let (mut hits, mut candidates) = ranked(store, &fts, &filter, limit, per_doc)?;
+    if hits.is_empty() {
+        if let Some(any) = &query.any {
+            notes.push("no chunk matched every term, so results match any of them".to_string());
+            fts = any.clone();
+            (hits, candidates) = ranked(store, &fts, &filter, limit, per_doc)?;
         }
-        window = (window * 4).min(MAX_CANDIDATES);
-    };
+    }
     let snippets = store.snippets(&fts, &hits.iter().map(|c| c.chunk_id).collect::<Vec<_>>())?;
     let results = hits
         .into_iter()
@@ -82,6 +81,27 @@ pub fn search(
         notes: notes.clone(),
     });
     Ok(SearchResponse { results, mode, explain })
+}
+
+/// The top `limit` chunks for one MATCH expression, at most `per_doc` per document, and how many
+/// candidates were ranked.
+fn ranked(
+    store: &dyn Store,
+    fts: &str,
+    filter: &SearchFilter,
+    limit: usize,
+    per_doc: usize,
+) -> Result<(Vec<Candidate>, usize), KbError> {
+    let mut window = (limit * per_doc.max(3)).clamp(30, MAX_CANDIDATES);
+    loop {
+        let candidates = store.keyword_candidates(fts, filter, window)?;
+        let exhausted = candidates.len() < window || window == MAX_CANDIDATES;
+        let hits = group(&candidates, per_doc, limit);
+        if hits.len() == limit || exhausted {
+            return Ok((hits, candidates.len()));
+        }
+        window = (window * 4).min(MAX_CANDIDATES);
+    }
 }
 
 /// Keeps candidates in rank order, at most `per_doc` per document, up to `limit`.

@@ -101,8 +101,10 @@ pub trait Store: Send + Sync {
     fn snippets(&self, fts_query: &str, chunk_ids: &[i64]) -> Result<HashMap<i64, String>, KbError>;
     /// A whole document with its chunks.
     fn document(&self, id: &str) -> Result<Option<types::Document>, KbError>;
-    /// Every source that has documents or a sync record.
+    /// Every source that has documents or a sync record, with counts (walks the tables).
     fn sources(&self) -> Result<Vec<SourceRow>, KbError>;
+    /// Names of every source that was ever synced (cheap: one row per source).
+    fn source_names(&self) -> Result<Vec<String>, KbError>;
     fn stats(&self) -> Result<Stats, KbError>;
 }
 
@@ -124,6 +126,9 @@ CREATE TABLE documents (
     UNIQUE (source, source_id)
 );
 -- Source and updated_at are copied onto chunks so that filters run inside the ranked query.
+-- The FTS index is written by the store in one statement per batch, not by triggers: FTS5
+-- flushes its pending terms at every statement savepoint, and a trigger per row made that a
+-- flush per chunk.
 CREATE TABLE chunks (
     id          INTEGER PRIMARY KEY,
     document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
@@ -141,16 +146,6 @@ CREATE VIRTUAL TABLE chunks_fts USING fts5(
     tokenize = 'unicode61 remove_diacritics 2'
 );
 INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('rank', 'bm25(1.0, 1.5)');
-CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts (rowid, text, title) VALUES (new.id, new.text, new.title);
-END;
-CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts (chunks_fts, rowid, text, title) VALUES ('delete', old.id, old.text, old.title);
-END;
-CREATE TRIGGER chunks_au AFTER UPDATE ON chunks BEGIN
-    INSERT INTO chunks_fts (chunks_fts, rowid, text, title) VALUES ('delete', old.id, old.text, old.title);
-    INSERT INTO chunks_fts (rowid, text, title) VALUES (new.id, new.text, new.title);
-END;
 CREATE TABLE sync_state (
     source     TEXT PRIMARY KEY,
     last_sync  TEXT NOT NULL,
@@ -209,14 +204,33 @@ impl Store for SqliteStore {
     fn apply(&self, changes: &[Change]) -> Result<(), KbError> {
         let mut conn = self.pool.get()?;
         let tx = conn.transaction()?;
+        let mut first_new_chunk: Option<i64> = None;
         for change in changes {
             match change {
-                Change::Upsert(doc) => upsert(&tx, doc)?,
+                Change::Upsert(doc) => {
+                    if let Some(id) = upsert(&tx, doc)? {
+                        first_new_chunk.get_or_insert(id);
+                    }
+                }
                 Change::Delete { source, source_id } => {
+                    tx.prepare_cached(
+                        "INSERT INTO chunks_fts (chunks_fts, rowid, text, title)
+                         SELECT 'delete', c.id, c.text, c.title FROM chunks c JOIN documents d ON d.id = c.document_id
+                         WHERE d.source = ?1 AND d.source_id = ?2",
+                    )?
+                    .execute(params![source, source_id])?;
                     tx.prepare_cached("DELETE FROM documents WHERE source = ?1 AND source_id = ?2")?
                         .execute(params![source, source_id])?;
                 }
             }
+        }
+        // Every chunk inserted by this transaction has an id at or above the first one (ids are
+        // max + 1 and no chunk inserted here is deleted here), so one statement indexes them all.
+        if let Some(first) = first_new_chunk {
+            tx.prepare_cached(
+                "INSERT INTO chunks_fts (rowid, text, title) SELECT id, text, title FROM chunks WHERE id >= ?1",
+            )?
+            .execute([first])?;
         }
         tx.commit()?;
         Ok(())
@@ -352,6 +366,13 @@ impl Store for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    fn source_names(&self) -> Result<Vec<String>, KbError> {
+        let conn = self.pool.get()?;
+        let mut stmt = conn.prepare_cached("SELECT source FROM sync_state ORDER BY source")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     fn stats(&self) -> Result<Stats, KbError> {
         let conn = self.pool.get()?;
         let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0));
@@ -367,7 +388,19 @@ impl Store for SqliteStore {
     }
 }
 
-fn upsert(tx: &Transaction<'_>, doc: &NewDocument) -> Result<(), KbError> {
+/// Writes a document and its chunks; returns the id of its first new chunk. The caller indexes
+/// the new chunks in FTS.
+fn upsert(tx: &Transaction<'_>, doc: &NewDocument) -> Result<Option<i64>, KbError> {
+    let existing: i64 =
+        tx.prepare_cached("SELECT COUNT(*) FROM chunks WHERE document_id = ?1")?.query_row([&doc.id], |r| r.get(0))?;
+    if existing > 0 {
+        tx.prepare_cached(
+            "INSERT INTO chunks_fts (chunks_fts, rowid, text, title)
+             SELECT 'delete', id, text, title FROM chunks WHERE document_id = ?1",
+        )?
+        .execute([&doc.id])?;
+        tx.prepare_cached("DELETE FROM chunks WHERE document_id = ?1")?.execute([&doc.id])?;
+    }
     tx.prepare_cached(
         "INSERT INTO documents (id, source, source_id, title, body, content_type, source_url, author,
                                 created_at, updated_at, metadata_json, content_hash)
@@ -392,7 +425,7 @@ fn upsert(tx: &Transaction<'_>, doc: &NewDocument) -> Result<(), KbError> {
         doc.metadata.to_string(),
         doc.content_hash,
     ])?;
-    tx.prepare_cached("DELETE FROM chunks WHERE document_id = ?1")?.execute([&doc.id])?;
+    let mut first = None;
     let mut insert = tx.prepare_cached(
         "INSERT INTO chunks (document_id, idx, text, tokens, title, source, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
@@ -406,6 +439,7 @@ fn upsert(tx: &Transaction<'_>, doc: &NewDocument) -> Result<(), KbError> {
             doc.source,
             doc.updated_at
         ])?;
+        first.get_or_insert(tx.last_insert_rowid());
     }
-    Ok(())
+    Ok(first)
 }

@@ -238,7 +238,20 @@ pub fn sync_target(
                     .scan(sink)
                     .map(|info| tracing::info!(source, commit = %info.commit, branch = %info.branch, "scanned"))
                 }
-                other => Err(ConnectorError::Source(format!("connector type {other:?} cannot sync yet"))),
+                "script" => {
+                    let section = config
+                        .scripts_of(crate::config::ScriptKind::Connector)
+                        .find(|s| s.name == name)
+                        .ok_or_else(|| ConnectorError::Source(format!("{source} is not configured")))?;
+                    crate::connectors::lua::LuaConnector {
+                        info: crate::lua::ScriptInfo::from_section(section),
+                        limits: crate::lua::Limits::for_section(section),
+                        cancel: crate::lua::CancelHandle::new(),
+                    }
+                    .scan(sink)
+                    .map(|_| ())
+                }
+                other => Err(ConnectorError::Source(format!("unknown connector type {other:?}"))),
             }
         };
         summaries.push(sync_source(kb.store(), source, spec, options, &mut scan, progress));

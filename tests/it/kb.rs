@@ -285,3 +285,78 @@ fn git_source_syncs_history_and_deletions() {
     assert_eq!((s["deleted"].as_u64(), s["unchanged"].as_u64()), (Some(1), Some(1)), "{s}");
     assert!(titles(&ws, "platypus", &[]).is_empty());
 }
+
+#[test]
+fn lua_connector_syncs_end_to_end_with_deletions_and_invalid_items() {
+    let ws = Workspace::new(
+        "[connectors.script.tickets]\npath = \"connectors/tickets.lua\"\ntimeout = 10\nproject = \"OPS\"\n",
+    );
+    ws.write(
+        "connectors/tickets.lua",
+        r#"
+local ext = { name = "tickets" }
+function ext.scan(config)
+  local items = {}
+  for _, t in ipairs(json.parse(fs.read("tickets.json"))) do
+    items[#items + 1] = {
+      source_id = t.id, title = config.project .. "-" .. t.id, body = t.text,
+      updated_at = t.when, source_url = "https://tickets.example/" .. t.id,
+      metadata_json = { priority = t.priority },
+    }
+  end
+  items[#items + 1] = { source_id = "broken", title = 42 }
+  return items
+end
+return ext
+"#,
+    );
+    ws.write(
+        "connectors/tickets.json",
+        r#"[{"id":"1","text":"the gerbil escaped the datacenter","when":"2026-02-01T09:00:00+01:00","priority":"high"},
+            {"id":"2","text":"replace the hamster wheel","when":1767225600,"priority":"low"}]"#,
+    );
+    let s = summary(&ws, &["script:tickets"]);
+    assert_eq!((s["added"].as_u64(), s["skipped"].as_u64()), (Some(2), Some(1)), "{s}");
+    let hits = ws.ctx(&["search", "gerbil", "--json"]).json();
+    let hit = &hits["results"][0];
+    assert_eq!((hit["title"].as_str(), hit["source"].as_str()), (Some("OPS-1"), Some("script:tickets")));
+    assert_eq!(hit["updated_at"], "2026-02-01T08:00:00Z");
+    let doc = ws.ctx(&["get", hit["id"].as_str().unwrap(), "--json"]).json();
+    assert_eq!(doc["metadata"], serde_json::json!({"priority": "high"}));
+    assert_eq!(doc["content_type"], "text/plain");
+
+    // The invalid item is named in the warning, with its field.
+    let run = ws.ctx(&["sync", "script"]);
+    assert!(run.stderr().contains("item 3: body: missing"), "{}", run.stderr());
+
+    ws.write(
+        "connectors/tickets.json",
+        r#"[{"id":"2","text":"replace the hamster wheel","when":1767225600,"priority":"low"}]"#,
+    );
+    let s = summary(&ws, &[]);
+    assert_eq!((s["deleted"].as_u64(), s["unchanged"].as_u64()), (Some(1), Some(1)), "{s}");
+    assert!(titles(&ws, "gerbil", &[]).is_empty());
+
+    // A script error fails this source only, with a relative path and line.
+    ws.write("connectors/tickets.lua", "local ext = {}\nfunction ext.scan() error('api down') end\nreturn ext\n");
+    let run = ws.ctx(&["sync"]);
+    assert_eq!(run.code(), 1);
+    assert!(run.stderr().contains("script:tickets: connectors/tickets.lua:2: api down"), "{}", run.stderr());
+    assert_eq!(titles(&ws, "hamster", &[]), vec!["OPS-2"], "a failed scan deletes nothing");
+}
+
+#[test]
+fn connector_init_and_test_commands() {
+    let ws = Workspace::new("");
+    let out = ws.ctx(&["connector", "init", "wiki"]).ok();
+    assert!(out.contains("[connectors.script.wiki]"), "{out}");
+    assert!(ws.path().join("connectors/wiki.lua").is_file());
+    let again = ws.ctx(&["connector", "init", "wiki"]);
+    assert_eq!(again.code(), 2);
+    let test = ws.ctx(&["connector", "test", "connectors/wiki.lua"]).ok();
+    assert!(test.contains("example-1 (Example item)"), "{test}");
+    assert!(test.contains("1 valid item(s) and 0 invalid"), "{test}");
+    let unknown = ws.ctx(&["connector", "test", "connectors/wiki.lua", "--source", "nope"]);
+    assert_eq!(unknown.code(), 2);
+    assert!(unknown.stderr().contains("no [connectors.script.nope]"), "{}", unknown.stderr());
+}

@@ -4,4 +4,5 @@
 mod cli;
 mod common;
 mod kb;
+mod sandbox;
 mod schemas;

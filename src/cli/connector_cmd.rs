@@ -1,0 +1,153 @@
+//! `ctx connector init` and `ctx connector test`: scaffold and try Lua connectors.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+
+use super::{CliError, Globals};
+use crate::config::{self, Config, ScriptKind};
+use crate::connectors::lua::LuaConnector;
+use crate::connectors::Event;
+use crate::lua::{CancelHandle, Limits, ScriptInfo};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ConnectorCommand {
+    /// Write connectors/<name>.lua from a template and print the config section to add.
+    Init {
+        /// Connector name (letters, digits, '_', '.', '-').
+        name: String,
+        /// Folder to write into (default: connectors/ next to the config, or ./connectors).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Overwrite an existing script.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Run a connector's scan without writing anything; print a summary and the first items.
+    Test {
+        /// Path of the .lua script.
+        path: PathBuf,
+        /// Use the settings and config keys of [connectors.script.<name>] from ctx.toml.
+        #[arg(long)]
+        source: Option<String>,
+        /// How many items to print.
+        #[arg(long, default_value_t = 3)]
+        show: usize,
+        /// Print the items as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+const TEMPLATE: &str = include_str!("templates/connector.lua");
+
+pub fn run(cmd: ConnectorCommand, globals: &Globals) -> Result<(), CliError> {
+    match cmd {
+        ConnectorCommand::Init { name, dir, force } => init(&name, dir, force, globals),
+        ConnectorCommand::Test { path, source, show, json } => test(&path, source.as_deref(), show, json, globals),
+    }
+}
+
+pub(super) fn check_name(name: &str) -> Result<(), CliError> {
+    let ok =
+        !name.is_empty() && name.len() <= 128 && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!("invalid name {name:?}: use 1 to 128 letters, digits, '_', '.' or '-'")))
+    }
+}
+
+fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Result<(), CliError> {
+    check_name(name)?;
+    let base = config::locate(globals.config.as_deref()).path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let dir = dir.unwrap_or_else(|| base.join("connectors"));
+    let path = dir.join(format!("{name}.lua"));
+    if path.exists() && !force {
+        return Err(CliError::Usage(format!("{} already exists; pass --force to replace it", path.display())));
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(&path, TEMPLATE.replace("{{name}}", name))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    let rel = path.strip_prefix(&base).unwrap_or(&path).display().to_string();
+    println!("created {}", path.display());
+    println!();
+    println!("Add this to ctx.toml, then try it with `ctx connector test {rel} --source {name}`:");
+    println!();
+    println!("[connectors.script.{name}]");
+    println!("path = \"{rel}\"");
+    println!("timeout = 300");
+    println!("# any other key becomes the script's config table, e.g.:");
+    println!("# url = \"https://api.example.com\"");
+    println!("# token = \"${{EXAMPLE_TOKEN}}\"");
+    Ok(())
+}
+
+fn test(
+    path: &std::path::Path,
+    source: Option<&str>,
+    show: usize,
+    json: bool,
+    globals: &Globals,
+) -> Result<(), CliError> {
+    let (info, limits) = match source {
+        Some(name) => {
+            let config = Config::load(&config::locate(globals.config.as_deref()))?;
+            let section = config.scripts_of(ScriptKind::Connector).find(|s| s.name == name).ok_or_else(|| {
+                let known: Vec<_> = config.scripts_of(ScriptKind::Connector).map(|s| s.name.clone()).collect();
+                CliError::Usage(format!(
+                    "no [connectors.script.{name}] in {}; configured script connectors: {}",
+                    config.file.display(),
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ))
+            })?;
+            let mut info = ScriptInfo::from_section(section);
+            info.path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+            info.display_path = path.display().to_string();
+            (info, Limits::for_section(section))
+        }
+        None => (ScriptInfo::from_path(ScriptKind::Connector, path), Limits::default_for(ScriptKind::Connector)),
+    };
+    let started = Instant::now();
+    let connector = LuaConnector { info, limits, cancel: CancelHandle::new() };
+    let mut shown = 0;
+    let mut invalid = Vec::new();
+    let mut sink = |event: Event| -> Result<(), String> {
+        match event {
+            Event::Item(item) if shown < show => {
+                shown += 1;
+                if json {
+                    let value = serde_json::json!({
+                        "source_id": item.source_id, "title": item.title, "content_type": item.content_type,
+                        "source_url": item.source_url, "author": item.author, "created_at": item.created_at,
+                        "updated_at": item.updated_at, "metadata": item.metadata, "body": item.body,
+                    });
+                    println!("{value}");
+                } else {
+                    let preview: String = item.body.chars().take(200).collect();
+                    println!("- {} ({})", item.source_id, item.title);
+                    println!("    {} · updated {}", item.content_type, item.updated_at);
+                    println!("    {}", preview.replace('\n', " "));
+                }
+            }
+            Event::Item(_) => {}
+            Event::Skipped { source_id, reason } => invalid.push(format!("{source_id}: {reason}")),
+        }
+        Ok(())
+    };
+    let counts = connector.scan(&mut sink).map_err(|e| CliError::Failed(anyhow::anyhow!("{e}")))?;
+    for problem in &invalid {
+        eprintln!("warning: skipped {problem}");
+    }
+    if !json {
+        println!();
+        println!(
+            "scan returned {} valid item(s) and {} invalid in {:.2}s; nothing was written",
+            counts.items,
+            counts.invalid,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}

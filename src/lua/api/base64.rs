@@ -1,0 +1,29 @@
+//! `base64.encode(data)` and `base64.decode(text)`, standard alphabet with padding.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use mlua::Lua;
+
+use super::fail;
+use crate::lua::RunState;
+
+pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
+    let b64 = lua.create_table()?;
+    b64.set(
+        "encode",
+        lua.create_function(|_, data: mlua::LuaString| {
+            Ok(base64::engine::general_purpose::STANDARD.encode(data.as_bytes()))
+        })?,
+    )?;
+    b64.set(
+        "decode",
+        lua.create_function(|lua, text: mlua::LuaString| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text.as_bytes().trim_ascii())
+                .map_err(|e| fail(format!("base64.decode: {e}")))?;
+            lua.create_string(bytes)
+        })?,
+    )?;
+    lua.globals().set("base64", b64)
+}

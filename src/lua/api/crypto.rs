@@ -1,0 +1,26 @@
+//! `crypto.sha256(data)` and `crypto.hmac_sha256(key, data)`, both as lower-case hex.
+
+use std::sync::Arc;
+
+use hmac::{KeyInit, Mac};
+use mlua::Lua;
+use sha2::{Digest, Sha256};
+
+use super::fail;
+use crate::kb::hex;
+use crate::lua::RunState;
+
+pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
+    let crypto = lua.create_table()?;
+    crypto.set("sha256", lua.create_function(|_, data: mlua::LuaString| Ok(hex(&Sha256::digest(data.as_bytes()))))?)?;
+    crypto.set(
+        "hmac_sha256",
+        lua.create_function(|_, (key, data): (mlua::LuaString, mlua::LuaString)| {
+            let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key.as_bytes())
+                .map_err(|e| fail(format!("crypto.hmac_sha256: {e}")))?;
+            mac.update(&data.as_bytes());
+            Ok(hex(&mac.finalize().into_bytes()))
+        })?,
+    )?;
+    lua.globals().set("crypto", crypto)
+}

@@ -1,0 +1,79 @@
+//! `fs.read(path)` and `fs.list(dir?, glob?)`, confined to the script's own folder.
+//!
+//! Paths are resolved (`..` and symlinks included) before the check, so neither a `../` nor a
+//! symlink pointing outside can escape.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mlua::Lua;
+
+use super::fail;
+use crate::lua::convert::array_metatable;
+use crate::lua::RunState;
+
+/// Resolves `rel` inside the script's folder, or explains why it may not be used.
+pub(crate) fn confine(state: &RunState, function: &str, rel: &str) -> mlua::Result<PathBuf> {
+    if Path::new(rel).is_absolute() {
+        return Err(fail(format!(
+            "{function}: absolute paths are not allowed; use a path relative to the script's folder"
+        )));
+    }
+    let root = state
+        .info
+        .dir()
+        .canonicalize()
+        .map_err(|e| fail(format!("{function}: the script's folder is not readable: {e}")))?;
+    let real = root.join(rel).canonicalize().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => fail(format!("{function}: {rel:?} does not exist")),
+        _ => fail(format!("{function}: {rel:?}: {e}")),
+    })?;
+    if !real.starts_with(&root) {
+        return Err(fail(format!("{function}: {rel:?} is outside the script's folder")));
+    }
+    Ok(real)
+}
+
+pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
+    let fs = lua.create_table()?;
+    let read_state = Arc::clone(state);
+    fs.set(
+        "read",
+        lua.create_function(move |lua, rel: String| {
+            let path = confine(&read_state, "fs.read", &rel)?;
+            let meta = std::fs::metadata(&path).map_err(|e| fail(format!("fs.read: {rel:?}: {e}")))?;
+            if !meta.is_file() {
+                return Err(fail(format!("fs.read: {rel:?} is not a file")));
+            }
+            if meta.len() as usize > read_state.limits.memory_bytes {
+                return Err(fail(format!("fs.read: {rel:?} is larger than the script's memory limit")));
+            }
+            let bytes = std::fs::read(&path).map_err(|e| fail(format!("fs.read: {rel:?}: {e}")))?;
+            lua.create_string(bytes)
+        })?,
+    )?;
+    let list_state = Arc::clone(state);
+    fs.set(
+        "list",
+        lua.create_function(move |lua, (rel, pattern): (Option<String>, Option<String>)| {
+            let rel = rel.unwrap_or_else(|| ".".to_string());
+            let dir = confine(&list_state, "fs.list", &rel)?;
+            let matcher = match &pattern {
+                Some(p) => Some(
+                    globset::Glob::new(p).map_err(|e| fail(format!("fs.list: bad glob {p:?}: {e}")))?.compile_matcher(),
+                ),
+                None => None,
+            };
+            let mut names: Vec<String> = std::fs::read_dir(&dir)
+                .map_err(|e| fail(format!("fs.list: {rel:?}: {e}")))?
+                .filter_map(|entry| entry.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .filter(|name| matcher.as_ref().is_none_or(|m| m.is_match(name)))
+                .collect();
+            names.sort();
+            let table = lua.create_sequence_from(names)?;
+            table.set_metatable(Some(array_metatable(lua)?))?;
+            Ok(table)
+        })?,
+    )?;
+    lua.globals().set("fs", fs)
+}

@@ -1,0 +1,284 @@
+//! `http.get/post/put/patch/delete/request`: one pooled client, bounded by the script's deadline.
+//!
+//! Every request gets a timeout of at most the time the script has left, and is abandoned as
+//! soon as the caller cancels. If the deadline is what cut the request short, the script is
+//! killed (a timeout a script could catch would let it outrun its limit). A script's own
+//! `opts.timeout`, shorter than the deadline, is an ordinary catchable error.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use mlua::{Lua, Table, Value};
+
+use super::fail;
+use crate::lua::{convert, Kill, RunState};
+
+/// The default per-request timeout when a script gives none (still capped by the deadline).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The runtime that drives host I/O for scripts, which run on plain (blocking) threads.
+pub fn io_runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ctx-lua-io")
+            .enable_all()
+            .build()
+            .expect("the Lua I/O runtime starts")
+    })
+}
+
+/// The one shared, pooled HTTP client (rustls with the ring provider).
+pub fn client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::builder()
+            .user_agent(concat!("ctx/", env!("CARGO_PKG_VERSION")))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .expect("the HTTP client builds")
+    })
+}
+
+pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
+    let http = lua.create_table()?;
+    for method in ["get", "delete"] {
+        let state = Arc::clone(state);
+        http.set(
+            method,
+            lua.create_function(move |lua, (url, opts): (String, Option<Table>)| {
+                let spec = Spec::from_opts(method, url, None, opts.as_ref())?;
+                perform(lua, &state, spec)
+            })?,
+        )?;
+    }
+    for method in ["post", "put", "patch"] {
+        let state = Arc::clone(state);
+        http.set(
+            method,
+            lua.create_function(move |lua, (url, body, opts): (String, Value, Option<Table>)| {
+                let spec = Spec::from_opts(method, url, Some(body_of(lua, &state, method, body)?), opts.as_ref())?;
+                perform(lua, &state, spec)
+            })?,
+        )?;
+    }
+    let request_state = Arc::clone(state);
+    http.set(
+        "request",
+        lua.create_function(move |lua, req: Table| {
+            let method: String = req.get::<Option<String>>("method")?.unwrap_or_else(|| "GET".to_string());
+            let url: String =
+                req.get::<Option<String>>("url")?.ok_or_else(|| fail("http.request: `url` is required"))?;
+            let body = match req.get::<Value>("body")? {
+                Value::Nil => None,
+                body => Some(body_of(lua, &request_state, "request", body)?),
+            };
+            let spec = Spec::from_opts(&method.to_ascii_lowercase(), url, body, Some(&req))?;
+            perform(lua, &request_state, spec)
+        })?,
+    )?;
+    lua.globals().set("http", http)
+}
+
+/// A request body: a string as is, a table as JSON.
+struct Body {
+    bytes: Vec<u8>,
+    json: bool,
+}
+
+fn body_of(lua: &Lua, state: &RunState, method: &str, body: Value) -> mlua::Result<Body> {
+    match body {
+        Value::Nil => Ok(Body { bytes: Vec::new(), json: false }),
+        Value::String(s) => Ok(Body { bytes: s.as_bytes().to_vec(), json: false }),
+        Value::Table(_) => {
+            let json = convert::to_json(lua, &body, state.limits.memory_bytes)
+                .map_err(|e| fail(format!("http.{method}: the body table is not JSON: {e:?}")))?;
+            Ok(Body { bytes: serde_json::to_vec(&json).map_err(|e| fail(e.to_string()))?, json: true })
+        }
+        other => Err(fail(format!("http.{method}: body must be a string or a table, not a {}", other.type_name()))),
+    }
+}
+
+struct Spec {
+    method: String,
+    url: String,
+    body: Option<Body>,
+    headers: Vec<(String, String)>,
+    params: Vec<(String, String)>,
+    timeout: Option<Duration>,
+}
+
+impl Spec {
+    fn from_opts(method: &str, url: String, body: Option<Body>, opts: Option<&Table>) -> mlua::Result<Spec> {
+        let mut spec =
+            Spec { method: method.to_string(), url, body, headers: Vec::new(), params: Vec::new(), timeout: None };
+        let Some(opts) = opts else { return Ok(spec) };
+        if let Some(headers) = opts.get::<Option<Table>>("headers")? {
+            for pair in headers.pairs::<String, Value>() {
+                let (k, v) = pair?;
+                spec.headers.push((k, scalar(&v, "header")?));
+            }
+        }
+        if let Some(params) = opts.get::<Option<Table>>("params")? {
+            for pair in params.pairs::<String, Value>() {
+                let (k, v) = pair?;
+                spec.params.push((k, scalar(&v, "param")?));
+            }
+            spec.params.sort();
+        }
+        if let Some(t) = opts.get::<Option<f64>>("timeout")? {
+            if !t.is_finite() || t <= 0.0 {
+                return Err(fail(format!("http.{method}: opts.timeout must be a positive number of seconds")));
+            }
+            spec.timeout = Some(Duration::from_secs_f64(t.min(86_400.0)));
+        }
+        Ok(spec)
+    }
+}
+
+fn scalar(v: &Value, what: &str) -> mlua::Result<String> {
+    match v {
+        Value::String(s) => Ok(s.to_string_lossy().to_string()),
+        Value::Integer(i) => Ok(i.to_string()),
+        Value::Number(n) => Ok(n.to_string()),
+        Value::Boolean(b) => Ok(b.to_string()),
+        other => Err(fail(format!("http: a {what} value must be a string or number, not a {}", other.type_name()))),
+    }
+}
+
+/// True when `host` is allowed by `allow` (exact names or `*.example.com`).
+pub fn host_allowed(host: &str, allow: &[String]) -> bool {
+    let host = host.to_ascii_lowercase();
+    allow.iter().any(|pattern| {
+        let pattern = pattern.to_ascii_lowercase();
+        match pattern.strip_prefix("*.") {
+            Some(suffix) => host.ends_with(&format!(".{suffix}")),
+            None => host == pattern,
+        }
+    })
+}
+
+fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> {
+    let name = format!("http.{}", spec.method);
+    state.check()?;
+    let mut url =
+        reqwest::Url::parse(&spec.url).map_err(|e| fail(format!("{name}: invalid URL {:?}: {e}", spec.url)))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(fail(format!("{name}: only http and https URLs are allowed, not {}", url.scheme())));
+    }
+    let host = url.host_str().unwrap_or_default().to_string();
+    if let Some(allow) = &state.info.allow_hosts {
+        if !host_allowed(&host, allow) {
+            return Err(fail(format!(
+                "{name}: host {host:?} is not in this script's allow_hosts ({})",
+                allow.join(", ")
+            )));
+        }
+    }
+    if !spec.params.is_empty() {
+        url.query_pairs_mut().extend_pairs(spec.params.iter());
+    }
+    let method = reqwest::Method::from_bytes(spec.method.to_ascii_uppercase().as_bytes())
+        .map_err(|_| fail(format!("{name}: unknown HTTP method")))?;
+
+    let remaining = state.remaining();
+    let own = spec.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let deadline_bound = remaining <= own;
+    let timeout = own.min(remaining);
+    let mut request = client().request(method, url).timeout(timeout);
+    let mut has_content_type = false;
+    for (k, v) in &spec.headers {
+        has_content_type |= k.eq_ignore_ascii_case("content-type");
+        request = request.header(k.as_str(), v.as_str());
+    }
+    if let Some(body) = spec.body {
+        if body.json && !has_content_type {
+            request = request.header("content-type", "application/json");
+        }
+        request = request.body(body.bytes);
+    }
+    let max_body = state.limits.memory_bytes;
+    let cancel = state.cancel.clone();
+    let outcome = io_runtime().block_on(async move {
+        let work = async {
+            let response = request.send().await?;
+            let status = response.status().as_u16();
+            let headers: Vec<(String, String)> = response
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                .collect();
+            let mut response = response;
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                body.extend_from_slice(&chunk);
+                if body.len() > max_body {
+                    return Ok(Err(body.len()));
+                }
+            }
+            Ok::<_, reqwest::Error>(Ok((status, headers, body)))
+        };
+        tokio::select! {
+            result = work => Some(result),
+            _ = async {
+                while !cancel.is_cancelled() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            } => None,
+        }
+    });
+    let Some(result) = outcome else {
+        state.kill(Kill::Cancelled);
+        state.check()?;
+        return Err(fail(format!("{name}: cancelled")));
+    };
+    let (status, headers, body) = match result {
+        Ok(Ok(parts)) => parts,
+        Ok(Err(size)) => {
+            return Err(fail(format!(
+                "{name}: the response body is over {size} bytes, more than the script's memory limit"
+            )))
+        }
+        Err(e) if e.is_timeout() => {
+            if deadline_bound {
+                state.kill(Kill::Timeout);
+                state.check()?;
+            }
+            return Err(fail(format!("{name}: {host}: timed out after {:.1} s", timeout.as_secs_f64())));
+        }
+        Err(e) => return Err(fail(format!("{name}: {host}: {}", describe(&e)))),
+    };
+    let out = lua.create_table()?;
+    out.set("status", status)?;
+    out.set("ok", (200..300).contains(&status))?;
+    let header_table = lua.create_table()?;
+    let mut is_json = false;
+    for (k, v) in &headers {
+        if k == "content-type" && v.contains("json") {
+            is_json = true;
+        }
+        header_table.set(k.as_str(), v.as_str())?;
+    }
+    out.set("headers", header_table)?;
+    let looks_json = is_json || matches!(body.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{') | Some(b'['));
+    if looks_json {
+        if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body) {
+            out.set("json", convert::to_lua(lua, &value)?)?;
+        }
+    }
+    out.set("body", lua.create_string(body)?)?;
+    Ok(out)
+}
+
+/// A one-line reason without reqwest's nested Debug output.
+fn describe(e: &reqwest::Error) -> String {
+    let mut text = if e.is_connect() { "connection failed".to_string() } else { "request failed".to_string() };
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,45 @@
+//! `json.parse`, `json.encode`, `json.null` and `json.array`.
+
+use std::sync::Arc;
+
+use mlua::{Lua, Table, Value};
+
+use super::fail;
+use crate::lua::convert::{self, array_metatable, ConvertError};
+use crate::lua::RunState;
+
+pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
+    let json = lua.create_table()?;
+    json.set(
+        "parse",
+        lua.create_function(|lua, text: mlua::LuaString| {
+            let value: serde_json::Value =
+                serde_json::from_slice(&text.as_bytes()).map_err(|e| fail(format!("json.parse: {e}")))?;
+            convert::to_lua(lua, &value)
+        })?,
+    )?;
+    let budget = state.limits.memory_bytes;
+    json.set(
+        "encode",
+        lua.create_function(move |lua, value: Value| {
+            let json = convert::to_json(lua, &value, budget).map_err(|e| match e {
+                ConvertError::TooLarge { size } => fail(format!("json.encode: the value is over {size} bytes")),
+                ConvertError::Invalid(m) => fail(format!("json.encode: {m}")),
+            })?;
+            serde_json::to_string(&json).map_err(|e| fail(format!("json.encode: {e}")))
+        })?,
+    )?;
+    json.set("null", Value::NULL)?;
+    json.set(
+        "array",
+        lua.create_function(|lua, table: Option<Table>| {
+            let table = match table {
+                Some(t) => t,
+                None => lua.create_table()?,
+            };
+            table.set_metatable(Some(array_metatable(lua)?))?;
+            Ok(table)
+        })?,
+    )?;
+    lua.globals().set("json", json)
+}

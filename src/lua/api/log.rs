@@ -1,0 +1,41 @@
+//! `log.debug/info/warn/error` and `print`, to tracing on stderr, tagged with the script.
+//!
+//! `print` goes to the log too: stdout belongs to the CLI's output and the MCP stdio transport.
+
+use std::sync::Arc;
+
+use mlua::{Lua, MultiValue};
+
+use crate::lua::RunState;
+
+fn join(args: &MultiValue) -> String {
+    args.iter()
+        .map(|v| match v {
+            mlua::Value::String(s) => s.to_string_lossy().to_string(),
+            other => other.to_string().unwrap_or_else(|_| other.type_name().to_string()),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
+    let log = lua.create_table()?;
+    for level in ["debug", "info", "warn", "error"] {
+        let state = Arc::clone(state);
+        let f = lua.create_function(move |_, args: MultiValue| {
+            let kind = state.info.kind.as_str();
+            let name = state.info.name.as_str();
+            let text = join(&args);
+            match level {
+                "debug" => tracing::debug!(target: "ctx::script", kind, name, "{text}"),
+                "info" => tracing::info!(target: "ctx::script", kind, name, "{text}"),
+                "warn" => tracing::warn!(target: "ctx::script", kind, name, "{text}"),
+                _ => tracing::error!(target: "ctx::script", kind, name, "{text}"),
+            }
+            Ok(())
+        })?;
+        log.set(level, f)?;
+    }
+    lua.globals().set("print", log.get::<mlua::Function>("info")?)?;
+    lua.globals().set("log", log)
+}

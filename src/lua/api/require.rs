@@ -1,0 +1,47 @@
+//! `require(name)`: loads `name.lua` (dots become folders) from the script's own folder, through
+//! the same sandbox, once per run.
+
+use std::sync::Arc;
+
+use mlua::{Lua, Table, Value};
+
+use super::fail;
+use super::fs::confine;
+use crate::lua::RunState;
+
+const LOADED: &str = "ctx.require.loaded";
+
+pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
+    lua.set_named_registry_value(LOADED, lua.create_table()?)?;
+    let state = Arc::clone(state);
+    let require = lua.create_function(move |lua, name: String| {
+        let valid = !name.is_empty()
+            && name.split('.').all(|part| !part.is_empty() && part.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'));
+        if !valid {
+            return Err(fail(format!(
+                "require: {name:?} is not a module name; use dotted names like \"lib.util\" for lib/util.lua next to the script"
+            )));
+        }
+        let loaded: Table = lua.named_registry_value(LOADED)?;
+        if let Ok(value) = loaded.raw_get::<Value>(name.as_str()) {
+            if !value.is_nil() {
+                return Ok(value);
+            }
+        }
+        let rel = format!("{}.lua", name.replace('.', "/"));
+        let path = confine(&state, "require", &rel).map_err(|_| {
+            fail(format!("require: module {name:?} not found: expected {rel} in the script's folder"))
+        })?;
+        let source = std::fs::read(&path).map_err(|e| fail(format!("require: {rel}: {e}")))?;
+        let shown = match state.info.display_path.rsplit_once('/') {
+            Some((dir, _)) => format!("{dir}/{rel}"),
+            None => rel.clone(),
+        };
+        let value: Value =
+            lua.load(source).set_name(format!("@{shown}")).set_mode(mlua::chunk::ChunkMode::Text).call(name.as_str())?;
+        let value = if value.is_nil() { Value::Boolean(true) } else { value };
+        loaded.raw_set(name.as_str(), value.clone())?;
+        Ok(value)
+    })?;
+    lua.globals().set("require", require)
+}

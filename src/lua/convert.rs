@@ -1,0 +1,183 @@
+//! Lua values to JSON and back, with predictable arrays, a `json.null` sentinel, depth and size caps.
+//!
+//! - An empty Lua table encodes as `{}`. `json.array()` (or a table decoded from a JSON array)
+//!   carries a marker metatable and encodes as `[]`, even when empty.
+//! - A table whose keys are exactly 1..n encodes as an array; any other keys make an object
+//!   (integer keys become strings).
+//! - JSON `null` decodes to `json.null` (a light userdata), so `null` survives a round trip.
+
+use mlua::{Lua, Table, Value};
+use serde_json::{Map, Number, Value as Json};
+
+/// Nesting deeper than this is refused (it also stops reference cycles).
+pub const MAX_DEPTH: usize = 128;
+
+const ARRAY_MARKER: &str = "ctx.json.array";
+
+/// The metatable that marks a table as a JSON array.
+pub fn array_metatable(lua: &Lua) -> mlua::Result<Table> {
+    if let Ok(mt) = lua.named_registry_value::<Table>(ARRAY_MARKER) {
+        return Ok(mt);
+    }
+    let mt = lua.create_table()?;
+    mt.set("__name", "json.array")?;
+    lua.set_named_registry_value(ARRAY_MARKER, &mt)?;
+    Ok(mt)
+}
+
+fn is_marked_array(lua: &Lua, table: &Table) -> bool {
+    match (table.metatable(), lua.named_registry_value::<Table>(ARRAY_MARKER)) {
+        (Some(mt), Ok(marker)) => mt == marker,
+        _ => false,
+    }
+}
+
+/// Converts a Lua value to JSON. `budget` is the most bytes of JSON allowed (roughly counted as
+/// the value is walked, so a huge value is refused before it is built).
+pub fn to_json(lua: &Lua, value: &Value, budget: usize) -> Result<Json, ConvertError> {
+    let mut used = 0usize;
+    convert(lua, value, 0, &mut used, budget, &mut String::new())
+}
+
+#[derive(Debug)]
+pub enum ConvertError {
+    TooLarge { size: usize },
+    Invalid(String),
+}
+
+fn convert(
+    lua: &Lua,
+    value: &Value,
+    depth: usize,
+    used: &mut usize,
+    budget: usize,
+    path: &mut String,
+) -> Result<Json, ConvertError> {
+    let at = |path: &str| if path.is_empty() { "the value".to_string() } else { format!("at {path}") };
+    if depth > MAX_DEPTH {
+        return Err(ConvertError::Invalid(format!("nested more than {MAX_DEPTH} levels deep (a cycle?) {}", at(path))));
+    }
+    fn charge(used: &mut usize, n: usize, budget: usize) -> Result<(), ConvertError> {
+        *used += n;
+        if *used > budget {
+            Err(ConvertError::TooLarge { size: *used })
+        } else {
+            Ok(())
+        }
+    }
+    Ok(match value {
+        Value::Nil => {
+            charge(used, 4, budget)?;
+            Json::Null
+        }
+        Value::LightUserData(ud) if ud.0.is_null() => {
+            charge(used, 4, budget)?;
+            Json::Null
+        }
+        Value::Boolean(b) => {
+            charge(used, 5, budget)?;
+            Json::Bool(*b)
+        }
+        Value::Integer(i) => {
+            charge(used, 20, budget)?;
+            Json::Number((*i).into())
+        }
+        Value::Number(n) => {
+            charge(used, 24, budget)?;
+            Number::from_f64(*n)
+                .map(Json::Number)
+                .ok_or_else(|| ConvertError::Invalid(format!("{n} is not a JSON number {}", at(path))))?
+        }
+        Value::String(s) => {
+            let bytes = s.as_bytes();
+            charge(used, bytes.len() + 2, budget)?;
+            Json::String(String::from_utf8_lossy(&bytes).into_owned())
+        }
+        Value::Table(table) => {
+            let len = table.raw_len();
+            let mut pairs: Vec<(Value, Value)> = Vec::new();
+            for pair in table.pairs::<Value, Value>() {
+                let pair = pair.map_err(|e| ConvertError::Invalid(e.to_string()))?;
+                pairs.push(pair);
+                charge(used, 2, budget)?;
+            }
+            let sequence = pairs.len() == len && (len > 0 || is_marked_array(lua, table));
+            if sequence {
+                let mut items = Vec::with_capacity(len);
+                for i in 1..=len {
+                    let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
+                    let mark = path.len();
+                    path.push_str(&format!("[{i}]"));
+                    items.push(convert(lua, &item, depth + 1, used, budget, path)?);
+                    path.truncate(mark);
+                }
+                Json::Array(items)
+            } else {
+                let mut map = Map::new();
+                let mut keyed = Vec::with_capacity(pairs.len());
+                for (key, item) in pairs {
+                    let key = match key {
+                        Value::String(s) => s.to_string_lossy().to_string(),
+                        Value::Integer(i) => i.to_string(),
+                        Value::Number(n) => n.to_string(),
+                        other => {
+                            return Err(ConvertError::Invalid(format!(
+                                "a table key of type {} cannot be a JSON key {}",
+                                other.type_name(),
+                                at(path)
+                            )))
+                        }
+                    };
+                    keyed.push((key, item));
+                }
+                // Lua's table order is arbitrary; sorted keys make results reproducible.
+                keyed.sort_by(|a, b| a.0.cmp(&b.0));
+                for (key, item) in keyed {
+                    charge(used, key.len() + 3, budget)?;
+                    let mark = path.len();
+                    path.push('.');
+                    path.push_str(&key);
+                    let converted = convert(lua, &item, depth + 1, used, budget, path)?;
+                    path.truncate(mark);
+                    map.insert(key, converted);
+                }
+                Json::Object(map)
+            }
+        }
+        other => {
+            return Err(ConvertError::Invalid(format!(
+                "a {} cannot be converted to JSON {}",
+                other.type_name(),
+                at(path)
+            )))
+        }
+    })
+}
+
+/// Converts JSON to a Lua value. Arrays get the array marker; `null` becomes `json.null`.
+pub fn to_lua(lua: &Lua, value: &Json) -> mlua::Result<Value> {
+    Ok(match value {
+        Json::Null => Value::NULL,
+        Json::Bool(b) => Value::Boolean(*b),
+        Json::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Number(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Value::String(lua.create_string(s)?),
+        Json::Array(items) => {
+            let table = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.iter().enumerate() {
+                table.raw_set(i + 1, to_lua(lua, item)?)?;
+            }
+            table.set_metatable(Some(array_metatable(lua)?))?;
+            Value::Table(table)
+        }
+        Json::Object(map) => {
+            let table = lua.create_table_with_capacity(0, map.len())?;
+            for (key, item) in map {
+                table.raw_set(key.as_str(), to_lua(lua, item)?)?;
+            }
+            Value::Table(table)
+        }
+    })
+}

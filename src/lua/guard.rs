@@ -1,0 +1,103 @@
+//! Curates the standard library and makes the kill switch uncatchable.
+//!
+//! Removed: `dofile`, `loadfile`, `string.dump`, `os` except `time`/`clock`/`date`, and there is
+//! no `io`, `debug`, `package` or native `require`. `load` accepts text chunks only.
+//! `collectgarbage` keeps only its harmless options. The string metatable is locked.
+//! `pcall`, `xpcall`, `coroutine.resume` and `coroutine.close` are wrapped: after the inner call
+//! returns, a killed VM (deadline, cancel, memory cap) raises again, so no handler can swallow it.
+//! `__gc` finalizers are refused, since they would run at close time, outside the deadline.
+
+use std::sync::Arc;
+
+use mlua::{Lua, MultiValue, Table, Value};
+
+use super::{Kill, RunState};
+
+const WRAPPERS: &str = r#"
+local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, co, pack, unpack = ...
+pcall = function(f, ...) return guard(raw_pcall(f, ...)) end
+-- The handler runs after the protected call unwinds, as ordinary code, so the deadline hook
+-- governs it and nothing it does can be mistaken for error handling. (There is no `debug`
+-- library, so a handler could not have inspected the failing frames anyway.)
+xpcall = function(f, handler, ...)
+  local results = pack(guard(raw_pcall(f, ...)))
+  if results[1] then return unpack(results, 1, results.n) end
+  return false, handler(results[2])
+end
+-- Finalizers would run when the state is closed, outside any deadline; refuse them.
+setmetatable = function(t, mt)
+  if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+    error("setmetatable: __gc finalizers are not allowed in the sandbox", 2)
+  end
+  return raw_setmetatable(t, mt)
+end
+local resume, close = co.resume, co.close
+co.resume = function(thread, ...) return guard(resume(thread, ...)) end
+co.close = function(thread) return guard(close(thread)) end
+load = function(chunk, name, mode, env)
+  if mode ~= nil and mode ~= "t" then
+    error("load: only text chunks are allowed (mode \"t\")", 2)
+  end
+  return raw_load(chunk, name, "t", env)
+end
+local allowed_gc = { collect = true, count = true, step = true, isrunning = true }
+collectgarbage = function(opt, ...)
+  opt = opt or "collect"
+  if not allowed_gc[opt] then
+    error("collectgarbage: option '" .. tostring(opt) .. "' is not allowed in the sandbox", 2)
+  end
+  return raw_collect(opt, ...)
+end
+"#;
+
+pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
+    let globals = lua.globals();
+    for name in ["dofile", "loadfile", "require", "module"] {
+        globals.raw_set(name, Value::Nil)?;
+    }
+    let string: Table = globals.get("string")?;
+    string.raw_set("dump", Value::Nil)?;
+
+    // os: keep the clock functions only.
+    let os: Table = globals.get("os")?;
+    let safe_os = lua.create_table()?;
+    for name in ["time", "clock", "date", "difftime"] {
+        safe_os.raw_set(name, os.get::<Value>(name)?)?;
+    }
+    globals.raw_set("os", safe_os)?;
+
+    // `getmetatable("")` would hand out the shared string metatable; lock it.
+    let string_mt: Table = lua.load(r#"return getmetatable("")"#).set_name("=sandbox").call(())?;
+    string_mt.raw_set("__metatable", false)?;
+
+    let guard_state = Arc::clone(state);
+    let guard = lua.create_function(move |_, results: MultiValue| {
+        guard_state.check()?;
+        // A memory error caught by pcall must stop the script too, or a loop could keep
+        // hitting the cap. Lua reports it with this exact message.
+        let mut iter = results.iter();
+        if let (Some(Value::Boolean(false)), Some(Value::String(msg))) = (iter.next(), iter.next()) {
+            if msg.as_bytes().as_ref() == b"not enough memory" {
+                guard_state.kill(Kill::Memory);
+                guard_state.check()?;
+            }
+        }
+        Ok(results)
+    })?;
+    let coroutine: Table = globals.get("coroutine")?;
+    lua.load(WRAPPERS).set_name("=sandbox").call::<()>((
+        guard,
+        globals.get::<Value>("pcall")?,
+        globals.get::<Value>("load")?,
+        globals.get::<Value>("collectgarbage")?,
+        globals.get::<Value>("setmetatable")?,
+        coroutine,
+        table_fn(&globals, "pack")?,
+        table_fn(&globals, "unpack")?,
+    ))?;
+    Ok(())
+}
+
+fn table_fn(globals: &Table, name: &str) -> mlua::Result<Value> {
+    globals.get::<Table>("table")?.get(name)
+}
