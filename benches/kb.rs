@@ -596,10 +596,10 @@ fn bench_search(full: bool, verdicts: &mut Vec<String>) {
             })
             .collect();
         let snippets =
-            sorted(&sample(fts.len(), short, 5, max_rounds, |q| store.snippets(&fts[q], &ids[q]).expect("snippets")));
+            sorted(&sample(fts.len(), short, 5, max_rounds, |q| store.chunk_texts(&ids[q]).expect("chunk texts")));
         println!(
             "breakdown, p50 per call: Store::source_names() (only when a source filter is given) {}, \
-             keyword_candidates(window {window}) {}, snippets({LIMIT} ids) {}",
+             keyword_candidates(window {window}) {}, chunk_texts({LIMIT} ids, for snippets) {}",
             ms(pct(&sources, 50.0)),
             ms(pct(&candidates, 50.0)),
             ms(pct(&snippets, 50.0))

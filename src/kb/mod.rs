@@ -8,6 +8,7 @@ mod error;
 mod pool;
 pub mod query;
 pub mod search;
+mod snippet;
 pub mod store;
 pub mod sync;
 

@@ -18,6 +18,8 @@ pub struct FtsQuery {
     pub all: String,
     /// Any term may match; `None` when there is only one term.
     pub any: Option<String>,
+    /// The terms searched for, lower-case, each with whether it is a prefix.
+    pub terms: Vec<(String, bool)>,
 }
 
 /// The MATCH expressions for `text`, or `None` if it holds no searchable term.
@@ -31,7 +33,11 @@ pub fn fts_query(text: &str) -> Option<FtsQuery> {
     }
     let parts: Vec<String> =
         terms.iter().map(|(term, prefix)| format!("\"{}\"{}", term, if *prefix { "*" } else { "" })).collect();
-    Some(FtsQuery { all: parts.join(" AND "), any: (parts.len() > 1).then(|| parts.join(" OR ")) })
+    Some(FtsQuery {
+        all: parts.join(" AND "),
+        any: (parts.len() > 1).then(|| parts.join(" OR ")),
+        terms: terms.into_iter().map(|(t, prefix)| (t.to_lowercase(), prefix)).collect(),
+    })
 }
 
 /// Words too common to narrow a search. Kept short on purpose: only words that carry no topic.

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use super::query::fts_query;
+use super::snippet::snippet;
 use super::store::{Candidate, SearchFilter, Store};
 use super::{normalize_date, KbError};
 use crate::config::Config;
@@ -59,11 +60,11 @@ pub fn search(
             (hits, candidates) = ranked(store, &fts, &filter, limit, per_doc)?;
         }
     }
-    let snippets = store.snippets(&fts, &hits.iter().map(|c| c.chunk_id).collect::<Vec<_>>())?;
+    let texts = store.chunk_texts(&hits.iter().map(|c| c.chunk_id).collect::<Vec<_>>())?;
     let results = hits
         .into_iter()
         .map(|c| SearchHit {
-            snippet: snippets.get(&c.chunk_id).cloned().unwrap_or_default(),
+            snippet: texts.get(&c.chunk_id).map(|text| snippet(text, &query.terms)).unwrap_or_default(),
             id: c.document_id,
             chunk_index: c.chunk_index as u64,
             score: c.score.max(0.0),

@@ -97,8 +97,8 @@ pub trait Store: Send + Sync {
         filter: &SearchFilter,
         limit: usize,
     ) -> Result<Vec<Candidate>, KbError>;
-    /// Highlighted snippets for some chunks of a query, by chunk id.
-    fn snippets(&self, fts_query: &str, chunk_ids: &[i64]) -> Result<HashMap<i64, String>, KbError>;
+    /// The text of some chunks, by chunk id (for snippets).
+    fn chunk_texts(&self, chunk_ids: &[i64]) -> Result<HashMap<i64, String>, KbError>;
     /// A whole document with its chunks.
     fn document(&self, id: &str) -> Result<Option<types::Document>, KbError>;
     /// Every source that has documents or a sync record, with counts (walks the tables).
@@ -253,22 +253,28 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> Result<Vec<Candidate>, KbError> {
         let conn = self.pool.get()?;
-        // The filters sit in the WHERE clause of the ranked query, so they apply before LIMIT.
-        let mut stmt = conn.prepare_cached(
+        // Without filters the ranked query reads the FTS index alone; with filters they sit in
+        // the WHERE clause of the ranked query, so they apply before LIMIT. Either way chunk and
+        // document rows are read for the top `limit` only.
+        let ranked = if filter.sources.is_none() && filter.since.is_none() {
+            "SELECT rowid AS id, rank FROM chunks_fts
+             WHERE chunks_fts MATCH ?1 AND ?2 IS NULL AND ?3 IS NULL
+             ORDER BY rank LIMIT ?4"
+        } else {
+            "SELECT chunks_fts.rowid AS id, chunks_fts.rank AS rank
+             FROM chunks_fts JOIN chunks ch ON ch.id = chunks_fts.rowid
+             WHERE chunks_fts MATCH ?1
+               AND (?2 IS NULL OR ch.source IN (SELECT value FROM json_each(?2)))
+               AND (?3 IS NULL OR ch.updated_at >= ?3)
+             ORDER BY chunks_fts.rank LIMIT ?4"
+        };
+        let mut stmt = conn.prepare_cached(&format!(
             "SELECT c.id, c.document_id, c.idx, -f.rank, c.title, c.source, d.source_url, c.updated_at
-             FROM (
-                 SELECT chunks_fts.rowid AS id, chunks_fts.rank AS rank
-                 FROM chunks_fts JOIN chunks ch ON ch.id = chunks_fts.rowid
-                 WHERE chunks_fts MATCH ?1
-                   AND (?2 IS NULL OR ch.source IN (SELECT value FROM json_each(?2)))
-                   AND (?3 IS NULL OR ch.updated_at >= ?3)
-                 ORDER BY chunks_fts.rank
-                 LIMIT ?4
-             ) AS f
+             FROM ({ranked}) AS f
              JOIN chunks c ON c.id = f.id
              JOIN documents d ON d.id = c.document_id
-             ORDER BY f.rank",
-        )?;
+             ORDER BY f.rank"
+        ))?;
         let sources = filter.sources.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
         let rows = stmt.query_map(params![fts_query, sources, filter.since, limit as i64], |r| {
             Ok(Candidate {
@@ -285,20 +291,16 @@ impl Store for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn snippets(&self, fts_query: &str, chunk_ids: &[i64]) -> Result<HashMap<i64, String>, KbError> {
-        if chunk_ids.is_empty() {
-            return Ok(HashMap::new());
-        }
+    fn chunk_texts(&self, chunk_ids: &[i64]) -> Result<HashMap<i64, String>, KbError> {
         let conn = self.pool.get()?;
-        // Integers only, so the id list can be inlined safely.
-        let ids = chunk_ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-        let sql = format!(
-            "SELECT rowid, snippet(chunks_fts, 0, '«', '»', '…', 32) FROM chunks_fts
-             WHERE chunks_fts MATCH ?1 AND rowid IN ({ids})"
-        );
-        let mut stmt = conn.prepare(&sql)?;
-        let rows = stmt.query_map([fts_query], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut stmt = conn.prepare_cached("SELECT text FROM chunks WHERE id = ?1")?;
+        let mut out = HashMap::with_capacity(chunk_ids.len());
+        for id in chunk_ids {
+            if let Some(text) = stmt.query_row([id], |r| r.get::<_, String>(0)).optional()? {
+                out.insert(*id, text);
+            }
+        }
+        Ok(out)
     }
 
     fn document(&self, id: &str) -> Result<Option<types::Document>, KbError> {
