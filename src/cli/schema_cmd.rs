@@ -9,8 +9,8 @@ use crate::config::{self, Config, ConfigError};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum SchemaCommand {
-    /// Validate the config file, the environment variables it needs, and the files it points at.
-    /// Reports every problem and exits 2 if there is any.
+    /// Validate the config file, the environment variables it needs, the files it points at, and
+    /// load every script in the sandbox. Reports every problem and exits 2 if there is any.
     Check,
     /// Write the JSON Schemas (and their bundle) to a folder.
     Export {
@@ -81,19 +81,34 @@ fn referenced_files(config: &Config) -> Vec<String> {
         }
     }
     for script in &config.scripts {
+        let section = match script.kind {
+            config::ScriptKind::Connector => "connectors",
+            config::ScriptKind::Tool => "tools",
+            config::ScriptKind::Agent => "agents",
+        };
         if !script.path.is_file() {
-            let section = match script.kind {
-                config::ScriptKind::Connector => "connectors",
-                config::ScriptKind::Tool => "tools",
-                config::ScriptKind::Agent => "agents",
-            };
             problems.push(format!(
                 "{section}.script.{}.path: script {:?} does not exist",
                 script.name, script.display_path
             ));
+        } else if let Err(e) = load_script(script) {
+            problems.push(format!("{section}.script.{}: {e}", script.name));
         }
     }
     problems
+}
+
+/// Loads a script in the sandbox, with its own limits, and checks the function its kind needs.
+fn load_script(section: &config::ScriptSection) -> Result<(), crate::lua::ScriptError> {
+    use crate::lua::{CancelHandle, Limits, ScriptInfo, Vm};
+    let (global, function) = match section.kind {
+        config::ScriptKind::Connector => ("connector", "scan"),
+        config::ScriptKind::Tool => ("tool", "execute"),
+        config::ScriptKind::Agent => ("agent", "resolve"),
+    };
+    let vm = Vm::new(ScriptInfo::from_section(section), Limits::for_section(section), CancelHandle::new())?;
+    let ext = vm.load_extension(global)?;
+    vm.function(&ext, global, function).map(|_| ())
 }
 
 fn export(out: &std::path::Path) -> Result<(), CliError> {

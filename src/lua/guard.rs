@@ -15,6 +15,8 @@ use super::{Kill, RunState};
 
 const WRAPPERS: &str = r#"
 local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, co, pack, unpack = ...
+-- `getmetatable("")` would hand out the shared string metatable; lock it.
+getmetatable("").__metatable = false
 pcall = function(f, ...) return guard(raw_pcall(f, ...)) end
 -- The handler runs after the protected call unwinds, as ordinary code, so the deadline hook
 -- governs it and nothing it does can be mistaken for error handling. (There is no `debug`
@@ -52,7 +54,8 @@ end
 
 pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let globals = lua.globals();
-    for name in ["dofile", "loadfile", "require", "module"] {
+    // `print` and `require` come back as host APIs (the log, and a folder-confined loader).
+    for name in ["dofile", "loadfile", "require", "module", "print"] {
         globals.raw_set(name, Value::Nil)?;
     }
     let string: Table = globals.get("string")?;
@@ -65,10 +68,6 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
         safe_os.raw_set(name, os.get::<Value>(name)?)?;
     }
     globals.raw_set("os", safe_os)?;
-
-    // `getmetatable("")` would hand out the shared string metatable; lock it.
-    let string_mt: Table = lua.load(r#"return getmetatable("")"#).set_name("=sandbox").call(())?;
-    string_mt.raw_set("__metatable", false)?;
 
     let guard_state = Arc::clone(state);
     let guard = lua.create_function(move |_, results: MultiValue| {
@@ -85,7 +84,7 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
         Ok(results)
     })?;
     let coroutine: Table = globals.get("coroutine")?;
-    lua.load(WRAPPERS).set_name("=sandbox").call::<()>((
+    lua.load(wrappers_bytecode()).set_name("=sandbox").set_mode(mlua::chunk::ChunkMode::Binary).call::<()>((
         guard,
         globals.get::<Value>("pcall")?,
         globals.get::<Value>("load")?,
@@ -100,4 +99,16 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
 
 fn table_fn(globals: &Table, name: &str) -> mlua::Result<Value> {
     globals.get::<Table>("table")?.get(name)
+}
+
+/// The wrapper chunk, compiled once per process: loading bytecode is much cheaper than parsing,
+/// and every VM needs it. The bytecode is ours, never a script's.
+fn wrappers_bytecode() -> &'static [u8] {
+    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BYTECODE.get_or_init(|| {
+        #[allow(clippy::disallowed_methods)] // a bare compiler state that never runs any code
+        let lua = Lua::new_with(mlua::StdLib::NONE, mlua::LuaOptions::default()).expect("a bare Lua state");
+        let function = lua.load(WRAPPERS).set_name("=sandbox").into_function().expect("the wrapper chunk compiles");
+        function.dump(true)
+    })
 }

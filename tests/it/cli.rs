@@ -101,3 +101,24 @@ fn usage_errors_exit_2_and_completions_work() {
     let bash = run_in(dir.path(), &["completions", "bash"]).ok();
     assert!(bash.contains("_ctx()"), "bash completion defines _ctx");
 }
+
+#[test]
+fn schema_check_loads_every_script_in_the_sandbox() {
+    let ws = Workspace::new(
+        "[connectors.script.good]\npath = \"good.lua\"\n[connectors.script.syntax]\npath = \"syntax.lua\"\n[connectors.script.noscan]\npath = \"noscan.lua\"\n[connectors.script.evil]\npath = \"evil.lua\"\ntimeout = 1\n[tools.script.echo]\npath = \"echo.lua\"\n",
+    );
+    ws.write("good.lua", "connector = {} function connector.scan() return {} end");
+    ws.write("syntax.lua", "connector = {");
+    ws.write("noscan.lua", "return { name = 'x' }");
+    ws.write("evil.lua", "os.execute('true')");
+    std::fs::copy(crate::common::repo().join("tools/echo.lua"), ws.path().join("echo.lua")).unwrap();
+    let run = ws.ctx(&["schema", "check"]);
+    assert_eq!(run.code(), 2);
+    let err = run.stderr();
+    assert!(err.contains("has 3 problem(s)"), "{err}");
+    assert!(err.contains("connectors.script.syntax: syntax.lua:1:"), "{err}");
+    assert!(err.contains("connectors.script.noscan: noscan.lua: `connector.scan` is not defined"), "{err}");
+    assert!(err.contains("connectors.script.evil: evil.lua:1: attempt to call a nil value (field 'execute')"), "{err}");
+    assert!(!err.contains("good"), "{err}");
+    assert!(!err.contains("echo"), "{err}");
+}
