@@ -14,7 +14,7 @@ use mlua::{Lua, MultiValue, Table, Value};
 use super::{Kill, RunState};
 
 const WRAPPERS: &str = r#"
-local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, co, pack, unpack = ...
+local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack = ...
 -- `getmetatable("")` would hand out the shared string metatable; lock it.
 getmetatable("").__metatable = false
 pcall = function(f, ...) return guard(raw_pcall(f, ...)) end
@@ -33,9 +33,6 @@ setmetatable = function(t, mt)
   end
   return raw_setmetatable(t, mt)
 end
-local resume, close = co.resume, co.close
-co.resume = function(thread, ...) return guard(resume(thread, ...)) end
-co.close = function(thread) return guard(close(thread)) end
 load = function(chunk, name, mode, env)
   if mode ~= nil and mode ~= "t" then
     error("load: only text chunks are allowed (mode \"t\")", 2)
@@ -50,7 +47,15 @@ collectgarbage = function(opt, ...)
   end
   return raw_collect(opt, ...)
 end
+-- Applied to the coroutine library when a script first touches it.
+return function(co)
+  local resume, close = co.resume, co.close
+  co.resume = function(thread, ...) return guard(resume(thread, ...)) end
+  co.close = function(thread) return guard(close(thread)) end
+end
 "#;
+
+const WRAP_COROUTINE: &str = "ctx.guard.wrap_coroutine";
 
 pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let globals = lua.globals();
@@ -60,14 +65,6 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     }
     let string: Table = globals.get("string")?;
     string.raw_set("dump", Value::Nil)?;
-
-    // os: keep the clock functions only.
-    let os: Table = globals.get("os")?;
-    let safe_os = lua.create_table()?;
-    for name in ["time", "clock", "date", "difftime"] {
-        safe_os.raw_set(name, os.get::<Value>(name)?)?;
-    }
-    globals.raw_set("os", safe_os)?;
 
     let guard_state = Arc::clone(state);
     let guard = lua.create_function(move |_, results: MultiValue| {
@@ -83,18 +80,46 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
         }
         Ok(results)
     })?;
-    let coroutine: Table = globals.get("coroutine")?;
-    lua.load(wrappers_bytecode()).set_name("=sandbox").set_mode(mlua::chunk::ChunkMode::Binary).call::<()>((
-        guard,
-        globals.get::<Value>("pcall")?,
-        globals.get::<Value>("load")?,
-        globals.get::<Value>("collectgarbage")?,
-        globals.get::<Value>("setmetatable")?,
-        coroutine,
-        table_fn(&globals, "pack")?,
-        table_fn(&globals, "unpack")?,
-    ))?;
+    let wrap_coroutine: mlua::Function =
+        lua.load(wrappers_bytecode()).set_name("=sandbox").set_mode(mlua::chunk::ChunkMode::Binary).call((
+            guard,
+            globals.get::<Value>("pcall")?,
+            globals.get::<Value>("load")?,
+            globals.get::<Value>("collectgarbage")?,
+            globals.get::<Value>("setmetatable")?,
+            table_fn(&globals, "pack")?,
+            table_fn(&globals, "unpack")?,
+        ))?;
+    lua.set_named_registry_value(WRAP_COROUTINE, wrap_coroutine)?;
     Ok(())
+}
+
+/// Loads a standard library the first time a script touches its global, curated like the rest.
+/// Returns false for names that are not lazily loaded libraries. Loading only `table` and
+/// `string` up front halves the cost of a fresh VM.
+pub(super) fn load_std(lua: &Lua, name: &[u8]) -> mlua::Result<bool> {
+    let globals = lua.globals();
+    match name {
+        b"math" => lua.load_std_libs(mlua::StdLib::MATH)?,
+        b"utf8" => lua.load_std_libs(mlua::StdLib::UTF8)?,
+        b"coroutine" => {
+            lua.load_std_libs(mlua::StdLib::COROUTINE)?;
+            let wrap: mlua::Function = lua.named_registry_value(WRAP_COROUTINE)?;
+            wrap.call::<()>(globals.raw_get::<Table>("coroutine")?)?;
+        }
+        b"os" => {
+            lua.load_std_libs(mlua::StdLib::OS)?;
+            // Keep the clock functions only.
+            let os: Table = globals.raw_get("os")?;
+            let safe_os = lua.create_table()?;
+            for name in ["time", "clock", "date", "difftime"] {
+                safe_os.raw_set(name, os.raw_get::<Value>(name)?)?;
+            }
+            globals.raw_set("os", safe_os)?;
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 fn table_fn(globals: &Table, name: &str) -> mlua::Result<Value> {

@@ -251,7 +251,8 @@ impl Drop for Vm {
 }
 
 fn build(state: &Arc<RunState>) -> mlua::Result<Lua> {
-    let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8 | StdLib::COROUTINE | StdLib::OS;
+    // math, utf8, coroutine and os load on first use (see guard::load_std).
+    let libs = StdLib::TABLE | StdLib::STRING;
     // The only Lua state constructor in the crate; clippy.toml forbids it everywhere else.
     #[allow(clippy::disallowed_methods)]
     let lua = Lua::new_with(libs, LuaOptions::default())?;

@@ -3,7 +3,10 @@
 //! Two forms work everywhere: a global table (`tool = {...}`) or a chunk that returns the table
 //! (`local ext = {} ... return ext`).
 
-use mlua::{Function, IntoLuaMulti, Table, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use mlua::{Function, IntoLuaMulti, Lua, Table, Value};
 
 use super::{ScriptError, Vm};
 
@@ -25,9 +28,12 @@ impl Vm {
     /// Like [`Vm::load_extension`], from source text already in memory.
     pub fn load_extension_from(&self, source: &[u8], global: &str) -> Result<Table, ScriptError> {
         let info = &self.state().info;
-        let chunk =
-            self.lua().load(source).set_name(format!("@{}", info.display_path)).set_mode(mlua::chunk::ChunkMode::Text);
-        let returned: Value = chunk.call(()).map_err(|e| self.classify(&e))?;
+        let name = format!("@{}", info.display_path);
+        let returned: Value = match compiled(self.lua(), &name, source) {
+            Some(code) => self.lua().load(&code[..]).set_name(name).set_mode(mlua::chunk::ChunkMode::Binary).call(()),
+            None => self.lua().load(source).set_name(name).set_mode(mlua::chunk::ChunkMode::Text).call(()),
+        }
+        .map_err(|e| self.classify(&e))?;
         match returned {
             Value::Table(table) => Ok(table),
             Value::Nil => match self.lua().globals().get::<Value>(global) {
@@ -63,4 +69,32 @@ impl Vm {
     pub fn call(&self, function: &Function, args: impl IntoLuaMulti) -> Result<Value, ScriptError> {
         function.call::<Value>(args).map_err(|e| self.classify(&e))
     }
+}
+
+/// Scripts compiled to bytecode, by chunk name and source text. Each run still gets a fresh VM;
+/// only the parse is shared. The bytecode is produced here from the script's own text (Lua's
+/// loader is not safe against hand-made bytecode, and scripts can never supply any).
+type Cache = Mutex<HashMap<(String, Vec<u8>), Arc<Vec<u8>>>>;
+
+/// The most scripts kept compiled; the cache is simply cleared when full.
+const CACHE_ENTRIES: usize = 256;
+
+/// The bytecode of `source`, compiled on first use; `None` if it does not compile (the text path
+/// then reports the syntax error with its line).
+fn compiled(lua: &Lua, name: &str, source: &[u8]) -> Option<Arc<Vec<u8>>> {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (name.to_string(), source.to_vec());
+    if let Some(hit) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Some(Arc::clone(hit));
+    }
+    // Compiling runs no script code, so the VM at hand can do it without side effects.
+    let function = lua.load(source).set_name(name).set_mode(mlua::chunk::ChunkMode::Text).into_function().ok()?;
+    let code = Arc::new(function.dump(false));
+    let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if map.len() >= CACHE_ENTRIES {
+        map.clear();
+    }
+    map.insert(key, Arc::clone(&code));
+    Some(code)
 }

@@ -17,9 +17,6 @@ use mlua::Lua;
 
 use super::RunState;
 
-/// The host APIs, by the global name that reaches them.
-const MODULES: &[&str] = &["json", "log", "print", "env", "fs", "base64", "crypto", "sleep", "http", "require"];
-
 /// Makes every host API available in a fresh sandbox.
 ///
 /// A module is installed the first time a script touches its global (through a metatable on
@@ -29,6 +26,9 @@ pub fn register_all(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let state = Arc::clone(state);
     let install = lua.create_function(move |lua, (globals, key): (mlua::Table, mlua::Value)| {
         let mlua::Value::String(name) = &key else { return Ok(mlua::Value::Nil) };
+        if super::guard::load_std(lua, name.as_bytes().as_ref())? {
+            return globals.raw_get(key);
+        }
         match name.as_bytes().as_ref() {
             b"json" => json::register(lua, &state)?,
             b"log" | b"print" => log::register(lua, &state)?,
@@ -45,8 +45,9 @@ pub fn register_all(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     })?;
     let meta = lua.create_table()?;
     meta.raw_set("__index", install)?;
+    // Scripts can neither reach the installer nor remove it.
+    meta.raw_set("__metatable", false)?;
     lua.globals().set_metatable(Some(meta))?;
-    debug_assert!(MODULES.len() == 10);
     Ok(())
 }
 
