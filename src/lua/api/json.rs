@@ -18,10 +18,11 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             convert::to_lua(lua, &value)
         })?,
     )?;
-    let budget = state.limits.memory_bytes;
+    let state = Arc::clone(state);
     json.set(
         "encode",
         lua.create_function(move |lua, value: Value| {
+            let budget = state.limits().memory_bytes;
             let json = convert::to_json(lua, &value, budget).map_err(|e| match e {
                 ConvertError::TooLarge { size } => fail(format!("json.encode: the value is over {size} bytes")),
                 ConvertError::Invalid(m) => fail(format!("json.encode: {m}")),
