@@ -10,12 +10,11 @@ pub mod api;
 pub mod convert;
 mod error;
 mod guard;
-mod pool;
 pub mod script;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Value, VmState};
@@ -131,45 +130,16 @@ pub enum Kill {
     Cancelled = 3,
 }
 
-/// Who is running under which limits: fixed when a VM is handed out for one run.
-pub struct Run {
+/// Shared between the VM, its hook and its host functions.
+pub struct RunState {
     pub info: ScriptInfo,
     pub limits: Limits,
     pub deadline: Instant,
     pub cancel: CancelHandle,
-}
-
-/// Shared between the VM, its hook and its host functions.
-///
-/// A VM is built before it is known which script it will run (see [`pool`]); the [`Run`] is
-/// bound once, before any script code executes, and never changes afterwards.
-pub struct RunState {
-    run: OnceLock<Run>,
     killed: AtomicU8,
 }
 
 impl RunState {
-    fn unbound() -> Self {
-        RunState { run: OnceLock::new(), killed: AtomicU8::new(0) }
-    }
-
-    fn run(&self) -> &Run {
-        // Host functions and hooks only run script code, and script code only runs after bind.
-        self.run.get().expect("a VM is bound to its run before any script code executes")
-    }
-
-    pub fn info(&self) -> &ScriptInfo {
-        &self.run().info
-    }
-
-    pub fn limits(&self) -> &Limits {
-        &self.run().limits
-    }
-
-    pub fn cancel(&self) -> &CancelHandle {
-        &self.run().cancel
-    }
-
     pub fn kill(&self, why: Kill) {
         let _ = self.killed.compare_exchange(0, why as u8, Ordering::SeqCst, Ordering::SeqCst);
     }
@@ -185,17 +155,15 @@ impl RunState {
 
     /// Time left before the deadline (zero once past it).
     pub fn remaining(&self) -> Duration {
-        self.run().deadline.saturating_duration_since(Instant::now())
+        self.deadline.saturating_duration_since(Instant::now())
     }
 
     /// Marks the VM killed if the deadline passed or the caller cancelled; errors if killed.
-    /// Before a run is bound (sandbox setup) there is nothing to check.
     pub fn check(&self) -> mlua::Result<()> {
         if self.killed() == Kill::None {
-            let Some(run) = self.run.get() else { return Ok(()) };
-            if run.cancel.is_cancelled() {
+            if self.cancel.is_cancelled() {
                 self.kill(Kill::Cancelled);
-            } else if Instant::now() >= run.deadline {
+            } else if Instant::now() >= self.deadline {
                 self.kill(Kill::Timeout);
             }
         }
@@ -213,20 +181,17 @@ pub struct Vm {
 }
 
 impl Vm {
-    /// A fresh VM for one run of one script. The deadline starts now and covers loading and
-    /// running the script. The VM comes from the pool of never-used VMs when one is ready.
+    /// Builds a fresh VM. The deadline starts now and covers loading and running the script.
     pub fn new(info: ScriptInfo, limits: Limits, cancel: CancelHandle) -> Result<Vm, ScriptError> {
-        let fresh = pool::take().map(Ok).unwrap_or_else(pool::Fresh::build).map_err(|e| ScriptError::Load {
-            message: format!("{}: cannot set up the Lua sandbox: {e}", info.display_path),
-            detail: e.to_string(),
-        })?;
-        let pool::Fresh { lua, state } = fresh;
-        let memory = limits.memory_bytes;
-        let bound = state.run.set(Run { info, limits, deadline: Instant::now() + limits.timeout, cancel });
-        debug_assert!(bound.is_ok(), "pooled VMs are never bound twice");
-        // The cap counts from here: the sandbox itself is not charged to the script.
-        lua.set_memory_limit(lua.used_memory() + memory).map_err(|e| ScriptError::Load {
-            message: format!("cannot set the memory limit: {e}"),
+        let state = Arc::new(RunState {
+            info,
+            limits,
+            deadline: Instant::now() + limits.timeout,
+            cancel,
+            killed: AtomicU8::new(0),
+        });
+        let lua = build(&state).map_err(|e| ScriptError::Load {
+            message: format!("{}: cannot set up the Lua sandbox: {e}", state.info.display_path),
             detail: e.to_string(),
         })?;
         Ok(Vm { lua, state })
@@ -243,18 +208,18 @@ impl Vm {
     /// Turns an error from running Lua into a [`ScriptError`]: the limit that was hit, or the
     /// sanitised Lua message.
     pub fn classify(&self, err: &mlua::Error) -> ScriptError {
-        let what = self.state.info().what();
+        let what = self.state.info.what();
         match self.state.killed() {
-            Kill::Timeout => return ScriptError::Timeout { what, limit: self.state.limits().timeout },
-            Kill::Memory => return ScriptError::Memory { what, limit_bytes: self.state.limits().memory_bytes },
+            Kill::Timeout => return ScriptError::Timeout { what, limit: self.state.limits.timeout },
+            Kill::Memory => return ScriptError::Memory { what, limit_bytes: self.state.limits.memory_bytes },
             Kill::Cancelled => return ScriptError::Cancelled { what },
             Kill::None => {}
         }
         if is_memory_error(err) {
             self.state.kill(Kill::Memory);
-            return ScriptError::Memory { what, limit_bytes: self.state.limits().memory_bytes };
+            return ScriptError::Memory { what, limit_bytes: self.state.limits.memory_bytes };
         }
-        let message = sanitize(err, self.state.info());
+        let message = sanitize(err, &self.state.info);
         match err {
             mlua::Error::SyntaxError { .. } => ScriptError::Load { message, detail: err.to_string() },
             _ => ScriptError::Runtime { message, detail: err.to_string() },
@@ -263,8 +228,8 @@ impl Vm {
 
     /// Converts a value the script returned to JSON, enforcing `max_result_bytes`.
     pub fn result_json(&self, value: &Value) -> Result<Json, ScriptError> {
-        let what = self.state.info().what();
-        let limit = self.state.limits().max_result_bytes;
+        let what = self.state.info.what();
+        let limit = self.state.limits.max_result_bytes;
         let json = convert::to_json(&self.lua, value, limit).map_err(|e| match e {
             convert::ConvertError::TooLarge { size } => ScriptError::ResultTooLarge { what: what.clone(), size, limit },
             convert::ConvertError::Invalid(message) => ScriptError::BadResult { what: what.clone(), message },
@@ -285,7 +250,6 @@ impl Drop for Vm {
     }
 }
 
-/// Builds an unbound sandbox: curated libraries, guards, hook and host API installer.
 fn build(state: &Arc<RunState>) -> mlua::Result<Lua> {
     // math, utf8, coroutine and os load on first use (see guard::load_std).
     let libs = StdLib::TABLE | StdLib::STRING;
@@ -298,6 +262,8 @@ fn build(state: &Arc<RunState>) -> mlua::Result<Lua> {
     })?;
     guard::install(&lua, state)?;
     api::register_all(&lua, state)?;
+    // The cap counts from here: the sandbox itself is not charged to the script.
+    lua.set_memory_limit(lua.used_memory() + state.limits.memory_bytes)?;
     Ok(lua)
 }
 

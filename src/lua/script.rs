@@ -14,7 +14,7 @@ impl Vm {
     /// Reads and runs the script file, then returns its extension table: the value the chunk
     /// returned if it is a table, else the global named `global` (`tool`, `connector`, `agent`).
     pub fn load_extension(&self, global: &str) -> Result<Table, ScriptError> {
-        let info = self.state().info();
+        let info = &self.state().info;
         let source = std::fs::read(&info.path).map_err(|e| ScriptError::Unreadable {
             path: info.display_path.clone(),
             message: match e.kind() {
@@ -27,7 +27,7 @@ impl Vm {
 
     /// Like [`Vm::load_extension`], from source text already in memory.
     pub fn load_extension_from(&self, source: &[u8], global: &str) -> Result<Table, ScriptError> {
-        let info = self.state().info();
+        let info = &self.state().info;
         let name = format!("@{}", info.display_path);
         let returned: Value = match compiled(self.lua(), &name, source) {
             Some(code) => self.lua().load(&code[..]).set_name(name).set_mode(mlua::chunk::ChunkMode::Binary).call(()),
@@ -55,11 +55,11 @@ impl Vm {
         match ext.get::<Value>(name) {
             Ok(Value::Function(f)) => Ok(f),
             Ok(Value::Nil) | Err(_) => Err(ScriptError::Contract {
-                path: self.state().info().display_path.clone(),
+                path: self.state().info.display_path.clone(),
                 message: format!("`{global}.{name}` is not defined; write `function {global}.{name}(...) ... end`"),
             }),
             Ok(other) => Err(ScriptError::Contract {
-                path: self.state().info().display_path.clone(),
+                path: self.state().info.display_path.clone(),
                 message: format!("`{global}.{name}` must be a function, not a {}", other.type_name()),
             }),
         }

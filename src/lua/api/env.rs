@@ -13,7 +13,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     env.set(
         "get",
         lua.create_function(move |_, name: String| {
-            if let Some(allowed) = &state.info().allow_env {
+            if let Some(allowed) = &state.info.allow_env {
                 if !allowed.contains(&name) {
                     return Err(fail(format!(
                         "env.get: {name:?} is not in this script's allow_env list ({})",

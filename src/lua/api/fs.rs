@@ -20,7 +20,7 @@ pub(crate) fn confine(state: &RunState, function: &str, rel: &str) -> mlua::Resu
         )));
     }
     let root = state
-        .info()
+        .info
         .dir()
         .canonicalize()
         .map_err(|e| fail(format!("{function}: the script's folder is not readable: {e}")))?;
@@ -45,7 +45,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             if !meta.is_file() {
                 return Err(fail(format!("fs.read: {rel:?} is not a file")));
             }
-            if meta.len() as usize > read_state.limits().memory_bytes {
+            if meta.len() as usize > read_state.limits.memory_bytes {
                 return Err(fail(format!("fs.read: {rel:?} is larger than the script's memory limit")));
             }
             let bytes = std::fs::read(&path).map_err(|e| fail(format!("fs.read: {rel:?}: {e}")))?;

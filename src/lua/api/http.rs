@@ -93,7 +93,7 @@ fn body_of(lua: &Lua, state: &RunState, method: &str, body: Value) -> mlua::Resu
         Value::Nil => Ok(Body { bytes: Vec::new(), json: false }),
         Value::String(s) => Ok(Body { bytes: s.as_bytes().to_vec(), json: false }),
         Value::Table(_) => {
-            let json = convert::to_json(lua, &body, state.limits().memory_bytes)
+            let json = convert::to_json(lua, &body, state.limits.memory_bytes)
                 .map_err(|e| fail(format!("http.{method}: the body table is not JSON: {e:?}")))?;
             Ok(Body { bytes: serde_json::to_vec(&json).map_err(|e| fail(e.to_string()))?, json: true })
         }
@@ -169,7 +169,7 @@ fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> 
         return Err(fail(format!("{name}: only http and https URLs are allowed, not {}", url.scheme())));
     }
     let host = url.host_str().unwrap_or_default().to_string();
-    if let Some(allow) = &state.info().allow_hosts {
+    if let Some(allow) = &state.info.allow_hosts {
         if !host_allowed(&host, allow) {
             return Err(fail(format!(
                 "{name}: host {host:?} is not in this script's allow_hosts ({})",
@@ -199,8 +199,8 @@ fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> 
         }
         request = request.body(body.bytes);
     }
-    let max_body = state.limits().memory_bytes;
-    let cancel = state.cancel().clone();
+    let max_body = state.limits.memory_bytes;
+    let cancel = state.cancel.clone();
     let outcome = io_runtime().block_on(async move {
         let work = async {
             let response = request.send().await?;

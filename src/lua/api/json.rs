@@ -18,11 +18,10 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             convert::to_lua(lua, &value)
         })?,
     )?;
-    let state = Arc::clone(state);
+    let budget = state.limits.memory_bytes;
     json.set(
         "encode",
         lua.create_function(move |lua, value: Value| {
-            let budget = state.limits().memory_bytes;
             let json = convert::to_json(lua, &value, budget).map_err(|e| match e {
                 ConvertError::TooLarge { size } => fail(format!("json.encode: the value is over {size} bytes")),
                 ConvertError::Invalid(m) => fail(format!("json.encode: {m}")),

@@ -23,8 +23,8 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     for level in ["debug", "info", "warn", "error"] {
         let state = Arc::clone(state);
         let f = lua.create_function(move |_, args: MultiValue| {
-            let kind = state.info().kind.as_str();
-            let name = state.info().name.as_str();
+            let kind = state.info.kind.as_str();
+            let name = state.info.name.as_str();
             let text = join(&args);
             match level {
                 "debug" => tracing::debug!(target: "ctx::script", kind, name, "{text}"),

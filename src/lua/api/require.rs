@@ -33,7 +33,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             fail(format!("require: module {name:?} not found: expected {rel} in the script's folder"))
         })?;
         let source = std::fs::read(&path).map_err(|e| fail(format!("require: {rel}: {e}")))?;
-        let shown = match state.info().display_path.rsplit_once('/') {
+        let shown = match state.info.display_path.rsplit_once('/') {
             Some((dir, _)) => format!("{dir}/{rel}"),
             None => rel.clone(),
         };
