@@ -353,7 +353,11 @@ fn results_are_capped_and_must_be_json() {
 #[test]
 fn each_run_starts_from_a_clean_state() {
     let p = probe();
-    p.run("leaked = 'yes'; string.upper = nil; json.encode = nil; return 1").unwrap();
+    p.run("leaked = 'yes'; string.upper = nil; json.encode = nil; os.time = nil; coroutine.resume = nil; table.insert = nil; return 1").unwrap();
+    assert_eq!(
+        p.run("return os.time ~= nil and coroutine.resume ~= nil and table.insert ~= nil").unwrap(),
+        json!(true)
+    );
     assert_eq!(
         p.run("return { leaked = leaked == nil, upper = string.upper ~= nil, json = json.encode ~= nil }").unwrap(),
         json!({"leaked": true, "upper": true, "json": true})
