@@ -12,7 +12,7 @@ pub enum SchemaCommand {
     /// Validate the config file, the environment variables it needs, the files it points at, and
     /// load every script in the sandbox. Reports every problem and exits 2 if there is any.
     Check,
-    /// Write the JSON Schemas (and their bundle) to a folder.
+    /// Write the JSON Schemas, their bundle, and openapi.json to a folder.
     Export {
         /// Output folder (created if missing).
         #[arg(long, default_value = "ctx-schemas")]
@@ -117,10 +117,18 @@ fn export(out: &std::path::Path) -> Result<(), CliError> {
         let path = out.join(name);
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
+    let openapi = crate::schema::openapi_document();
+    let path = out.join("openapi.json");
+    let text = serde_json::to_string_pretty(&openapi).context("serialise openapi.json")? + "\n";
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     let bundle = crate::schema::bundle_document();
     let path = out.join("bundle.schema.json");
     let text = serde_json::to_string_pretty(&bundle).context("serialise bundle")? + "\n";
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-    println!("wrote {} schema file(s) and bundle.schema.json to {}", crate::schema::FILES.len(), out.display());
+    println!(
+        "wrote {} schema file(s), bundle.schema.json and openapi.json to {}",
+        crate::schema::FILES.len(),
+        out.display()
+    );
     Ok(())
 }

@@ -95,3 +95,20 @@ pub fn bundle_document() -> Value {
         "$defs": definitions("#/$defs/"),
     })
 }
+
+/// The OpenAPI 3.1 document: `components.schemas` are the schema files themselves (not schemas
+/// derived from Rust types, which lose constraints such as `pattern`). The HTTP server adds its
+/// paths to this document; without it, `paths` is empty.
+pub fn openapi_document() -> Value {
+    json!({
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": DIALECT,
+        "info": {
+            "title": "ctx",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Context and actions for AI agents. Every schema below comes from schemas/ in the ctx repository.",
+        },
+        "paths": {},
+        "components": { "schemas": definitions("#/components/schemas/") },
+    })
+}

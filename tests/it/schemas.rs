@@ -68,6 +68,13 @@ fn exported_schemas_are_pinned() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("out/bundle.schema.json")).unwrap()).unwrap();
     jsonschema::draft202012::meta::validate(&bundle).unwrap();
     insta::assert_json_snapshot!("schema_bundle", bundle);
+    let openapi: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out/openapi.json")).unwrap()).unwrap();
+    assert_eq!(openapi["openapi"], "3.1.0");
+    assert_eq!(
+        openapi["components"]["schemas"],
+        bundle["$defs"].to_string().replace("#/$defs/", "#/components/schemas/").parse::<serde_json::Value>().unwrap()
+    );
     for (name, text) in ctx::schema::FILES {
         assert_eq!(&std::fs::read_to_string(dir.path().join("out").join(name)).unwrap(), text, "{name} exported as is");
     }
