@@ -75,24 +75,16 @@ fn referenced_files(config: &Config) -> Vec<String> {
     }
     for (name, git) in &config.spec.connectors.git {
         let url = git.url.as_str();
-        let remote = url.contains("://") && !url.starts_with("file://") || url.contains('@');
-        if !remote && !config.resolve(url.trim_start_matches("file://")).exists() {
+        if !crate::connectors::git::is_remote(url) && !config.resolve(url.trim_start_matches("file://")).exists() {
             problems.push(format!("connectors.git.{}.url: local repository {url:?} does not exist", name.as_str()));
         }
     }
     for script in &config.scripts {
-        let section = match script.kind {
-            config::ScriptKind::Connector => "connectors",
-            config::ScriptKind::Tool => "tools",
-            config::ScriptKind::Agent => "agents",
-        };
+        let section = script.kind.section();
         if !script.path.is_file() {
-            problems.push(format!(
-                "{section}.script.{}.path: script {:?} does not exist",
-                script.name, script.display_path
-            ));
+            problems.push(format!("{section}.{}.path: script {:?} does not exist", script.name, script.display_path));
         } else if let Err(e) = load_script(script) {
-            problems.push(format!("{section}.script.{}: {e}", script.name));
+            problems.push(format!("{section}.{}: {e}", script.name));
         }
     }
     problems

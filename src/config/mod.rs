@@ -68,7 +68,8 @@ impl ScriptKind {
         }
     }
 
-    fn section(self) -> &'static str {
+    /// The config table that holds sections of this kind, e.g. `tools.script`.
+    pub fn section(self) -> &'static str {
         match self {
             ScriptKind::Connector => "connectors.script",
             ScriptKind::Tool => "tools.script",
