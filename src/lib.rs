@@ -18,4 +18,5 @@ pub mod connectors;
 pub mod kb;
 pub mod lua;
 pub mod schema;
+pub mod tools;
 pub mod types;

@@ -7,6 +7,7 @@ mod connector_cmd;
 mod init;
 mod kb_cmd;
 mod schema_cmd;
+mod tool_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,6 +57,9 @@ pub enum Command {
     /// Scaffold and test Lua connectors.
     #[command(subcommand)]
     Connector(connector_cmd::ConnectorCommand),
+    /// Scaffold, test and list tools.
+    #[command(subcommand)]
+    Tool(tool_cmd::ToolCommand),
     /// Print a shell completion script.
     Completions {
         /// Shell to generate for.
@@ -129,6 +133,7 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
         Command::Sources(args) => kb_cmd::sources(args, globals),
         Command::Stats(args) => kb_cmd::stats(args, globals),
         Command::Connector(cmd) => connector_cmd::run(cmd, globals),
+        Command::Tool(cmd) => tool_cmd::run(cmd, globals),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ctx", &mut std::io::stdout());
             Ok(())

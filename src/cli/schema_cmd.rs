@@ -38,6 +38,12 @@ fn check(globals: &Globals) -> Result<(), CliError> {
     };
     if let Some(config) = &config {
         problems.extend(referenced_files(config));
+        let missing: Vec<&str> = config.scripts.iter().filter(|s| !s.path.is_file()).map(|s| s.name.as_str()).collect();
+        for problem in crate::tools::check(config) {
+            if !missing.contains(&problem.name.as_str()) {
+                problems.push(format!("tools.script.{}: {}", problem.name, problem.message));
+            }
+        }
     }
     let shown = located.path.display();
     if problems.is_empty() {
@@ -83,6 +89,8 @@ fn referenced_files(config: &Config) -> Vec<String> {
         let section = script.kind.section();
         if !script.path.is_file() {
             problems.push(format!("{section}.{}.path: script {:?} does not exist", script.name, script.display_path));
+        } else if script.kind == config::ScriptKind::Tool {
+            // Checked below with the registry's own loader (metadata, names, parameters).
         } else if let Err(e) = load_script(script) {
             problems.push(format!("{section}.{}: {e}", script.name));
         }

@@ -96,6 +96,26 @@ pub struct ScriptSection {
     pub config: Map<String, Value>,
 }
 
+impl ScriptSection {
+    /// A section for a script run straight from a path (`ctx tool test` without `--source`):
+    /// named after the file, default limits, no config keys.
+    pub fn from_path(kind: ScriptKind, path: &Path) -> Self {
+        let limits = crate::lua::Limits::default_for(kind);
+        ScriptSection {
+            kind,
+            name: path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+            path: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
+            display_path: path.display().to_string(),
+            timeout: limits.timeout,
+            memory_limit_bytes: limits.memory_bytes,
+            max_result_bytes: limits.max_result_bytes,
+            allow_hosts: None,
+            allow_env: None,
+            config: Map::new(),
+        }
+    }
+}
+
 /// A validated configuration.
 #[derive(Clone, Debug)]
 pub struct Config {

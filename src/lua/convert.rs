@@ -45,6 +45,15 @@ pub enum ConvertError {
     Invalid(String),
 }
 
+impl std::fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConvertError::TooLarge { size } => write!(f, "the value is too large ({size} bytes of JSON or more)"),
+            ConvertError::Invalid(message) => f.write_str(message),
+        }
+    }
+}
+
 fn convert(
     lua: &Lua,
     value: &Value,

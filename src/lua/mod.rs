@@ -14,7 +14,7 @@ pub mod script;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Value, VmState};
@@ -136,8 +136,21 @@ pub struct RunState {
     pub limits: Limits,
     pub deadline: Instant,
     pub cancel: CancelHandle,
+    /// Where `progress(...)` reports, when the caller asked for progress.
+    pub progress: OnceLock<ProgressSink>,
     killed: AtomicU8,
 }
+
+/// One `progress(done, total?, message?)` call from a script.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    pub done: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// Receives a script's progress reports.
+pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
 impl RunState {
     pub fn kill(&self, why: Kill) {
@@ -188,6 +201,7 @@ impl Vm {
             limits,
             deadline: Instant::now() + limits.timeout,
             cancel,
+            progress: OnceLock::new(),
             killed: AtomicU8::new(0),
         });
         let lua = build(&state).map_err(|e| ScriptError::Load {
@@ -203,6 +217,11 @@ impl Vm {
 
     pub fn state(&self) -> &Arc<RunState> {
         &self.state
+    }
+
+    /// Sends the script's `progress(...)` calls to `sink`.
+    pub fn set_progress(&self, sink: ProgressSink) {
+        let _ = self.state.progress.set(sink);
     }
 
     /// Turns an error from running Lua into a [`ScriptError`]: the limit that was hit, or the

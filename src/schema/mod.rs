@@ -38,6 +38,46 @@ pub fn definitions(prefix: &str) -> BTreeMap<String, Value> {
     bundle::bundle(files(), prefix).expect("schema files are checked by build.rs")
 }
 
+/// One definition as a self-contained schema: the definitions it references (transitively) are
+/// copied under its own `$defs`. Used where a schema must stand alone, such as a built-in
+/// tool's `parameters`.
+pub fn standalone(name: &str) -> Value {
+    let defs = definitions("#/$defs/");
+    let mut root = defs.get(name).cloned().unwrap_or_else(|| panic!("no schema definition named {name}"));
+    let mut needed = std::collections::BTreeSet::new();
+    let mut queue = vec![root.clone()];
+    while let Some(node) = queue.pop() {
+        for target in refs(&node) {
+            if needed.insert(target.clone()) {
+                if let Some(def) = defs.get(&target) {
+                    queue.push(def.clone());
+                }
+            }
+        }
+    }
+    if !needed.is_empty() {
+        let local: serde_json::Map<String, Value> =
+            needed.into_iter().filter_map(|n| defs.get(&n).map(|d| (n, d.clone()))).collect();
+        root["$defs"] = Value::Object(local);
+    }
+    root
+}
+
+fn refs(node: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    match node {
+        Value::Object(map) => {
+            if let Some(target) = map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/")) {
+                out.push(target.to_string());
+            }
+            map.values().for_each(|v| out.extend(refs(v)));
+        }
+        Value::Array(items) => items.iter().for_each(|v| out.extend(refs(v))),
+        _ => {}
+    }
+    out
+}
+
 /// A compiled validator for one named definition (a file's type name, such as `Config`, or a
 /// hoisted `$defs` entry such as `ConnectorItem`).
 pub struct SchemaValidator {

@@ -79,3 +79,74 @@ impl Run {
         serde_json::from_str(&self.ok()).expect("stdout is JSON")
     }
 }
+
+/// One request a [`stub`] server received.
+#[derive(Clone, Debug)]
+pub struct StubRequest {
+    pub method: String,
+    pub path: String,
+    /// Lower-case header names.
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub body: String,
+}
+
+/// Requests a stub received, in order.
+pub type Received = std::sync::Arc<std::sync::Mutex<Vec<StubRequest>>>;
+
+/// A local HTTP server standing in for a SaaS API: records every request and answers with
+/// `reply(request) -> (status, JSON body)`.
+pub fn stub(reply: impl Fn(&StubRequest) -> (u16, String) + Send + Sync + 'static) -> (std::net::SocketAddr, Received) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind stub");
+    let addr = listener.local_addr().expect("addr");
+    let received: Received = Default::default();
+    let log = received.clone();
+    let reply = std::sync::Arc::new(reply);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let (log, reply) = (log.clone(), reply.clone());
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                let pos = loop {
+                    let n = stream.read(&mut chunk).unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break pos;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..pos]).into_owned();
+                let mut lines = head.lines();
+                let mut first = lines.next().unwrap_or_default().split_whitespace();
+                let (method, path) =
+                    (first.next().unwrap_or_default().to_string(), first.next().unwrap_or_default().to_string());
+                let headers: std::collections::BTreeMap<String, String> = lines
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+                    .collect();
+                let len: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+                while buf.len() < pos + 4 + len {
+                    let n = stream.read(&mut chunk).unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                let body = String::from_utf8_lossy(&buf[pos + 4..]).into_owned();
+                let request = StubRequest { method, path, headers, body };
+                let (status, text) = reply(&request);
+                log.lock().unwrap().push(request);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            });
+        }
+    });
+    (addr, received)
+}

@@ -6,3 +6,4 @@ mod common;
 mod kb;
 mod sandbox;
 mod schemas;
+mod tools;

@@ -8,6 +8,8 @@ mod fs;
 pub mod http;
 mod json;
 mod log;
+pub mod mcp;
+mod progress;
 mod require;
 mod sleep;
 
@@ -38,6 +40,8 @@ pub fn register_all(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             b"crypto" => crypto::register(lua, &state)?,
             b"sleep" => sleep::register(lua, &state)?,
             b"http" => http::register(lua, &state)?,
+            b"MCP" => mcp::register(lua, &state)?,
+            b"progress" => progress::register(lua, &state)?,
             b"require" => require::register(lua, &state)?,
             _ => return Ok(mlua::Value::Nil),
         }

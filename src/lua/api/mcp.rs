@@ -1,0 +1,77 @@
+//! `MCP.success/error/text/json`: explicit results, so a tool says exactly what the client sees.
+//!
+//! Each helper returns a table tagged with a metatable that only the host holds (its
+//! `__metatable` field hides it from `getmetatable`), so a plain table can never be mistaken for
+//! a helper result, and a script cannot forge the tag. How each kind maps to REST and MCP is
+//! written down in `schemas/mcp-call-result.schema.json`.
+
+use std::sync::Arc;
+
+use mlua::{Lua, Table, Value};
+
+use super::fail;
+use crate::lua::RunState;
+
+/// Registry key of the tag metatable.
+const TAG: &str = "ctx.mcp_result";
+
+pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
+    let tag = lua.create_table()?;
+    tag.raw_set("__metatable", "MCP result")?;
+    lua.set_named_registry_value(TAG, &tag)?;
+    let mcp = lua.create_table()?;
+    let make = |kind: &'static str| {
+        let tag = tag.clone();
+        move |lua: &Lua, fields: Vec<(&'static str, Value)>| -> mlua::Result<Table> {
+            let t = lua.create_table()?;
+            t.raw_set("kind", kind)?;
+            for (k, v) in fields {
+                t.raw_set(k, v)?;
+            }
+            t.set_metatable(Some(tag.clone()))?;
+            Ok(t)
+        }
+    };
+    let success = make("success");
+    mcp.raw_set("success", lua.create_function(move |lua, data: Value| success(lua, vec![("data", data)]))?)?;
+    let json = make("json");
+    mcp.raw_set("json", lua.create_function(move |lua, data: Value| json(lua, vec![("data", data)]))?)?;
+    let text = make("text");
+    mcp.raw_set(
+        "text",
+        lua.create_function(move |lua, value: Value| {
+            let s = match &value {
+                Value::String(s) => Value::String(s.clone()),
+                Value::Nil => return Err(fail("MCP.text: expected the text to show, got nil")),
+                other => Value::String(lua.create_string(other.to_string()?)?),
+            };
+            text(lua, vec![("text", s)])
+        })?,
+    )?;
+    let error = make("error");
+    mcp.raw_set(
+        "error",
+        lua.create_function(move |lua, (code, message, data): (Value, Value, Value)| {
+            let code = match code {
+                Value::String(s) => Value::String(s),
+                Value::Nil => return Err(fail("MCP.error: expected (code, message, data?), got no code")),
+                other => Value::String(lua.create_string(other.to_string()?)?),
+            };
+            let message = match message {
+                Value::String(s) => Value::String(s),
+                Value::Nil => code.clone(),
+                other => Value::String(lua.create_string(other.to_string()?)?),
+            };
+            error(lua, vec![("code", code), ("message", message), ("data", data)])
+        })?,
+    )?;
+    lua.globals().set("MCP", mcp)
+}
+
+/// The helper result `value` is, if an `MCP.*` helper built it.
+pub fn helper_result(lua: &Lua, value: &Value) -> Option<Table> {
+    let Value::Table(t) = value else { return None };
+    let meta = t.metatable()?;
+    let tag: Table = lua.named_registry_value(TAG).ok()?;
+    (meta.to_pointer() == tag.to_pointer()).then(|| t.clone())
+}

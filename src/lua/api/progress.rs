@@ -1,0 +1,24 @@
+//! `progress(done, total?, message?)`: tells the caller how far a long tool has got. A no-op
+//! unless the caller asked for progress (an MCP `progressToken`).
+
+use std::sync::Arc;
+
+use mlua::Lua;
+
+use super::fail;
+use crate::lua::{Progress, RunState};
+
+pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
+    let state = Arc::clone(state);
+    let progress = lua.create_function(move |_, (done, total, message): (f64, Option<f64>, Option<String>)| {
+        state.check()?;
+        if !done.is_finite() || total.is_some_and(|t| !t.is_finite()) {
+            return Err(fail("progress: expected finite numbers (done, total?, message?)"));
+        }
+        if let Some(sink) = state.progress.get() {
+            sink(Progress { done, total, message });
+        }
+        Ok(())
+    })?;
+    lua.globals().set("progress", progress)
+}

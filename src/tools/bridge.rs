@@ -1,0 +1,125 @@
+//! The `context` table a tool or agent script receives: `search`, `get`, `sources` and `config`.
+//!
+//! Scripts run on a blocking worker thread, so the bridge calls the store directly: no async
+//! runtime is blocked, and each call takes its own pooled connection (no shared lock). The
+//! run's deadline is checked before and after each call.
+
+use std::sync::Arc;
+
+use mlua::{Lua, MultiValue, Table, Value};
+use serde_json::{Map, Value as Json};
+
+use super::builtin;
+use crate::kb::Kb;
+use crate::lua::{convert, Vm};
+
+/// Largest argument table a script may pass to the bridge, as JSON.
+const ARG_BUDGET: usize = 64 * 1024;
+
+/// Builds the `context` table for one run.
+pub fn context_table(vm: &Vm, kb: &Kb, config: &Map<String, Json>) -> mlua::Result<Table> {
+    let lua = vm.lua();
+    let context = lua.create_table()?;
+    let state = Arc::clone(vm.state());
+
+    let (kb_s, st) = (kb.clone(), Arc::clone(&state));
+    context.raw_set(
+        "search",
+        lua.create_function(move |lua, args: MultiValue| {
+            st.check()?;
+            let request = search_request(lua, args)?;
+            let params = builtin::search_params().check(request).map_err(|problems| {
+                let words: Vec<String> = problems
+                    .iter()
+                    .map(|p| if p.path.is_empty() { p.message.clone() } else { format!("{}: {}", p.path, p.message) })
+                    .collect();
+                fail(format!("context.search: {}", words.join("; ")))
+            })?;
+            let response = builtin::search(&kb_s, params).map_err(|e| fail(format!("context.search: {e}")))?;
+            st.check()?;
+            let results = response.get("results").cloned().unwrap_or(Json::Array(Vec::new()));
+            convert::to_lua(lua, &results)
+        })?,
+    )?;
+
+    let (kb_g, st) = (kb.clone(), Arc::clone(&state));
+    context.raw_set(
+        "get",
+        lua.create_function(move |lua, id: Value| {
+            st.check()?;
+            let Value::String(id) = id else {
+                return Err(fail(format!("context.get: expected a document id (string), got {}", id.type_name())));
+            };
+            let id = id.to_str()?.to_string();
+            match kb_g.get(&id) {
+                Ok(doc) => {
+                    let json = serde_json::to_value(doc).unwrap_or(Json::Null);
+                    Ok((convert::to_lua(lua, &json)?, Value::Nil))
+                }
+                Err(crate::kb::KbError::NotFound(_)) => {
+                    Ok((Value::Nil, Value::String(lua.create_string(format!("no document with id {id:?}"))?)))
+                }
+                Err(e) => Err(fail(format!("context.get: {}", super::CallError::from_kb(e)))),
+            }
+        })?,
+    )?;
+
+    let (kb_l, st) = (kb.clone(), Arc::clone(&state));
+    context.raw_set(
+        "sources",
+        lua.create_function(move |lua, ()| {
+            st.check()?;
+            let json = builtin::sources(&kb_l).map_err(|e| fail(format!("context.sources: {e}")))?;
+            convert::to_lua(lua, json.get("sources").unwrap_or(&Json::Array(Vec::new())))
+        })?,
+    )?;
+
+    context.raw_set("config", convert::to_lua(lua, &Json::Object(config.clone()))?)?;
+    Ok(context)
+}
+
+/// `context.search("query", {mode=, limit=, source=, since=})` or
+/// `context.search{query=, mode=, limit=, filters={source=}}`, as a search request.
+fn search_request(lua: &Lua, args: MultiValue) -> mlua::Result<Json> {
+    let mut args = args.into_iter();
+    let first = args.next().unwrap_or(Value::Nil);
+    let second = args.next().unwrap_or(Value::Nil);
+    let (mut request, opts) = match first {
+        Value::String(q) => {
+            let mut m = Map::new();
+            m.insert("query".into(), Json::String(q.to_str()?.to_string()));
+            (m, second)
+        }
+        Value::Table(_) => (Map::new(), first),
+        other => {
+            return Err(fail(format!(
+                "context.search: expected (query, opts?) or a table {{query=..., limit=...}}, got {}",
+                other.type_name()
+            )))
+        }
+    };
+    match opts {
+        Value::Nil => {}
+        Value::Table(_) => {
+            let json = convert::to_json(lua, &opts, ARG_BUDGET).map_err(|e| fail(format!("context.search: {e}")))?;
+            if let Json::Object(map) = json {
+                for (key, value) in map {
+                    if key == "filters" {
+                        // The agent-script form nests the source filter.
+                        if let Json::Object(filters) = value {
+                            request.extend(filters);
+                        }
+                    } else {
+                        request.insert(key, value);
+                    }
+                }
+            }
+        }
+        other => return Err(fail(format!("context.search: options must be a table, got {}", other.type_name()))),
+    }
+    Ok(Json::Object(request))
+}
+
+fn fail(message: String) -> mlua::Error {
+    mlua::Error::RuntimeError(message)
+}

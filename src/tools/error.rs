@@ -1,0 +1,165 @@
+//! The one error enum of a tool call, and the one place its codes map to HTTP statuses and MCP.
+
+use std::time::Duration;
+
+use serde_json::{json, Map, Value as Json};
+
+use crate::kb::KbError;
+use crate::lua::ScriptError;
+use crate::types::{ErrorBody, ErrorCode, ErrorDetail};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// No tool by that name.
+    #[error("{0}")]
+    UnknownTool(String),
+    /// What the tool looked up does not exist (a document, for `get`).
+    #[error("{0}")]
+    NotFound(String),
+    /// The parameters failed the tool's schema: every problem, with its JSON pointer.
+    #[error("invalid parameters for tool '{tool}': {}", summary(problems))]
+    InvalidParams { tool: String, problems: Vec<ErrorDetail> },
+    /// The request made sense structurally but not otherwise (an unknown source, a bad date).
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("tool '{tool}' timed out after {}", seconds(*limit))]
+    Timeout { tool: String, limit: Duration },
+    #[error("tool '{tool}' exceeded its memory limit of {} MiB; raise memory_mb in its [tools.script] section or return less data", limit_bytes / (1024 * 1024))]
+    MemoryLimit { tool: String, limit_bytes: usize },
+    #[error("{0}")]
+    ResultTooLarge(String),
+    /// The script raised an error or called `MCP.error`. `message` is sanitised.
+    #[error("{message}")]
+    ToolFailed { message: String, tool_code: Option<String>, data: Option<Json> },
+    #[error("tool '{tool}' was cancelled: the caller went away")]
+    Cancelled { tool: String },
+    /// A capability is not configured (semantic search without an embedding provider).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug in ctx. The message never holds internals; the log has them.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl CallError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            CallError::UnknownTool(_) | CallError::NotFound(_) => ErrorCode::NotFound,
+            CallError::InvalidParams { .. } | CallError::BadRequest(_) => ErrorCode::BadRequest,
+            CallError::Timeout { .. } => ErrorCode::Timeout,
+            CallError::MemoryLimit { .. } => ErrorCode::MemoryLimit,
+            CallError::ResultTooLarge(_) => ErrorCode::ResultTooLarge,
+            CallError::ToolFailed { .. } => ErrorCode::ToolError,
+            CallError::Cancelled { .. } => ErrorCode::Cancelled,
+            CallError::Unavailable(_) => ErrorCode::Unavailable,
+            CallError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// The error envelope's body.
+    pub fn body(&self) -> ErrorBody {
+        let details = match self {
+            CallError::InvalidParams { problems, .. } => problems.clone(),
+            _ => Vec::new(),
+        };
+        let data = match self {
+            CallError::ToolFailed { tool_code: Some(code), data, .. } => {
+                let mut m = Map::new();
+                m.insert("code".into(), Json::String(code.clone()));
+                m.insert("data".into(), data.clone().unwrap_or(Json::Null));
+                m
+            }
+            _ => Map::new(),
+        };
+        ErrorBody { code: self.code(), message: self.to_string(), details, data }
+    }
+
+    /// `{"error": {...}}`, the body every failed REST request returns.
+    pub fn envelope(&self) -> Json {
+        // Built by hand for a readable key order: code, message, details, data.
+        let body = self.body();
+        let mut error = Map::new();
+        error.insert("code".into(), json!(body.code));
+        error.insert("message".into(), Json::String(body.message));
+        if !body.details.is_empty() {
+            error.insert(
+                "details".into(),
+                json!(body.details.iter().map(|d| json!({"path": d.path, "message": d.message})).collect::<Vec<_>>()),
+            );
+        }
+        if !body.data.is_empty() {
+            error.insert("data".into(), Json::Object(body.data));
+        }
+        json!({ "error": error })
+    }
+
+    /// True when MCP reports this as a JSON-RPC error (-32602) instead of a result with
+    /// `isError`: the call never reached the tool.
+    pub fn is_protocol_error(&self) -> bool {
+        matches!(self, CallError::UnknownTool(_) | CallError::InvalidParams { .. })
+    }
+
+    /// Turns a script failure into the call error of `tool`.
+    pub fn from_script(tool: &str, err: ScriptError) -> CallError {
+        match err {
+            ScriptError::Timeout { limit, .. } => CallError::Timeout { tool: tool.to_string(), limit },
+            ScriptError::Memory { limit_bytes, .. } => CallError::MemoryLimit { tool: tool.to_string(), limit_bytes },
+            ScriptError::Cancelled { .. } => CallError::Cancelled { tool: tool.to_string() },
+            e @ ScriptError::ResultTooLarge { .. } => CallError::ResultTooLarge(e.to_string()),
+            other => CallError::ToolFailed { message: other.to_string(), tool_code: None, data: None },
+        }
+    }
+
+    /// Maps a knowledge-base error: the caller's mistakes are `bad_request`, the rest internal.
+    pub fn from_kb(err: KbError) -> CallError {
+        match err {
+            KbError::NotFound(_) => CallError::NotFound(err.to_string()),
+            KbError::SemanticUnavailable => CallError::Unavailable(err.to_string()),
+            KbError::EmptyQuery
+            | KbError::UnknownSource { .. }
+            | KbError::UnknownTarget { .. }
+            | KbError::BadDate(_)
+            | KbError::BadLimit { .. } => CallError::BadRequest(err.to_string()),
+            other => {
+                tracing::error!("knowledge base error: {other}");
+                CallError::Internal("the knowledge base failed to answer; the server log has the details".into())
+            }
+        }
+    }
+}
+
+/// The HTTP status of an error code. The only place the two meet.
+pub fn http_status(code: ErrorCode) -> u16 {
+    match code {
+        ErrorCode::BadRequest => 400,
+        ErrorCode::Unauthorized => 401,
+        ErrorCode::Forbidden => 403,
+        ErrorCode::NotFound => 404,
+        ErrorCode::MethodNotAllowed => 405,
+        ErrorCode::Timeout => 408,
+        ErrorCode::PayloadTooLarge => 413,
+        ErrorCode::UnsupportedMediaType => 415,
+        ErrorCode::Cancelled => 499,
+        ErrorCode::Unavailable => 503,
+        ErrorCode::MemoryLimit | ErrorCode::ResultTooLarge | ErrorCode::ToolError | ErrorCode::Internal => 500,
+    }
+}
+
+fn summary(problems: &[ErrorDetail]) -> String {
+    problems
+        .iter()
+        .map(|p| if p.path.is_empty() { p.message.clone() } else { format!("{}: {}", p.path, p.message) })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn seconds(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs == 1.0 {
+        "1 second".to_string()
+    } else if secs.fract() == 0.0 {
+        format!("{} seconds", secs as u64)
+    } else {
+        format!("{secs:.1} seconds")
+    }
+}

@@ -1,0 +1,176 @@
+//! Lua tools: `[tools.script.<name>]` scripts that define a `tool` table with `execute`.
+//!
+//! Loading runs the script once in the sandbox to read its metadata, checks it against
+//! `schemas/tool.schema.json`, and compiles its parameter schema. Each call then runs in a fresh
+//! VM: the script is loaded again (from cached bytecode) and `tool.execute(params, context)` runs.
+
+use std::sync::OnceLock;
+
+use mlua::Value;
+use serde_json::{Map, Value as Json};
+
+use super::{bridge, params, CallEnv, CallError, Output, Params, Tool, ToolSpec};
+use crate::config::ScriptSection;
+use crate::lua::api::mcp;
+use crate::lua::{convert, CancelHandle, Limits, ScriptInfo, Vm};
+use crate::schema::{Dialect, SchemaValidator};
+use crate::types;
+
+/// The most JSON a tool table's metadata may hold.
+const METADATA_BUDGET: usize = 1024 * 1024;
+
+pub struct LuaTool {
+    spec: ToolSpec,
+    info: ScriptInfo,
+    limits: Limits,
+}
+
+impl LuaTool {
+    /// Loads the script of `section` and reads its metadata. The error names the script, the
+    /// field and what was expected.
+    pub fn load(section: &ScriptSection) -> Result<LuaTool, String> {
+        let info = ScriptInfo::from_section(section);
+        let limits = Limits::for_section(section);
+        let path = &info.display_path;
+        let vm = Vm::new(info.clone(), limits, CancelHandle::new()).map_err(|e| e.to_string())?;
+        let ext = vm.load_extension("tool").map_err(|e| e.to_string())?;
+        vm.function(&ext, "tool", "execute").map_err(|e| e.to_string())?;
+
+        let mut meta = Map::new();
+        for pair in ext.pairs::<Value, Value>() {
+            let (key, value) = pair.map_err(|e| format!("{path}: cannot read the tool table: {e}"))?;
+            let Value::String(key) = key else { continue };
+            let key = key.to_str().map_err(|e| format!("{path}: {e}"))?.to_string();
+            // Functions (execute, helpers) are code, not metadata.
+            if matches!(value, Value::Function(_)) {
+                continue;
+            }
+            let json =
+                convert::to_json(vm.lua(), &value, METADATA_BUDGET).map_err(|e| format!("{path}: tool.{key}: {e}"))?;
+            meta.insert(key, json);
+        }
+        // The config key names the tool when the script does not.
+        meta.entry("name").or_insert_with(|| Json::String(section.name.clone()));
+        let meta = Json::Object(meta);
+        let problems = metadata_validator().problems(&meta, Dialect::Json);
+        if !problems.is_empty() {
+            let words: Vec<String> = problems.iter().map(|p| format!("tool{}: {}", p.pointer(), p.message)).collect();
+            return Err(format!("{path}: {}", words.join("; ")));
+        }
+        let tool: types::Tool =
+            serde_json::from_value(meta.clone()).map_err(|e| format!("{path}: invalid tool table: {e}"))?;
+        let schema = match meta.get("parameters") {
+            None => params::from_list(&[], tool.additional_parameters),
+            Some(Json::Array(specs)) => {
+                let mut seen = std::collections::HashSet::new();
+                for spec in specs {
+                    let name = spec.get("name").and_then(Json::as_str).unwrap_or_default();
+                    if !seen.insert(name) {
+                        return Err(format!("{path}: tool.parameters declares {name:?} twice; remove one"));
+                    }
+                }
+                params::from_list(specs, tool.additional_parameters)
+            }
+            Some(schema) => schema.clone(),
+        };
+        let params =
+            Params::compile(schema).map_err(|e| format!("{path}: tool.parameters is not a valid JSON Schema: {e}"))?;
+        check_defaults(&params).map_err(|e| format!("{path}: {e}"))?;
+        let output_schema = (!tool.output_schema.is_empty()).then(|| tool.output_schema.clone());
+        Ok(LuaTool {
+            spec: ToolSpec {
+                name: tool.name.to_string(),
+                description: tool.description.to_string(),
+                version: tool.version.clone(),
+                builtin: false,
+                params,
+                annotations: tool.annotations.clone(),
+                output_schema,
+                script: Some(info.display_path.clone()),
+                section: Some(section.name.clone()),
+            },
+            info,
+            limits,
+        })
+    }
+}
+
+impl Tool for LuaTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn run(&self, params: Json, env: &CallEnv<'_>) -> Result<Output, CallError> {
+        let name = &self.spec.name;
+        let fail = |e| CallError::from_script(name, e);
+        let vm = Vm::new(self.info.clone(), self.limits, env.cancel.clone()).map_err(fail)?;
+        if let Some(sink) = &env.progress {
+            vm.set_progress(sink.clone());
+        }
+        let ext = vm.load_extension("tool").map_err(fail)?;
+        let execute = vm.function(&ext, "tool", "execute").map_err(fail)?;
+        let lua = vm.lua();
+        let internal = |e: mlua::Error| {
+            tracing::error!(tool = %name, "cannot prepare the call: {e}");
+            CallError::Internal(format!("tool '{name}': cannot pass the parameters to the script"))
+        };
+        let params = convert::to_lua(lua, &params).map_err(internal)?;
+        let context = bridge::context_table(&vm, env.kb, &self.info.config).map_err(internal)?;
+        let returned = vm.call(&execute, (params, context)).map_err(fail)?;
+        output(&vm, name, returned)
+    }
+}
+
+/// Reads what `execute` returned: an `MCP.*` helper result, a handled `{error=...}` table, or a
+/// plain value.
+fn output(vm: &Vm, tool: &str, returned: Value) -> Result<Output, CallError> {
+    let fail = |e| CallError::from_script(tool, e);
+    let Some(helper) = mcp::helper_result(vm.lua(), &returned) else {
+        let value = vm.result_json(&returned).map_err(fail)?;
+        let handled = value.as_object().is_some_and(|m| m.get("error").is_some_and(|e| !e.is_null()));
+        return Ok(if handled { Output::HandledError(value) } else { Output::Value(value) });
+    };
+    let field = |key: &str| helper.raw_get::<Value>(key).unwrap_or(Value::Nil);
+    let text = |key: &str| match field(key) {
+        Value::String(s) => s.to_string_lossy(),
+        _ => String::new(),
+    };
+    match text("kind").as_str() {
+        "text" => Ok(Output::Text(text("text"))),
+        "error" => {
+            let data = match field("data") {
+                Value::Nil => None,
+                value => Some(vm.result_json(&value).map_err(fail)?),
+            };
+            Err(CallError::ToolFailed { message: text("message"), tool_code: Some(text("code")), data })
+        }
+        _ => Ok(Output::Value(vm.result_json(&field("data")).map_err(fail)?)),
+    }
+}
+
+/// Each parameter's declared default must pass its own schema.
+fn check_defaults(params: &Params) -> Result<(), String> {
+    let Some(props) = params.schema().get("properties").and_then(Json::as_object) else { return Ok(()) };
+    let defaults: Map<String, Json> =
+        props.iter().filter_map(|(k, p)| p.get("default").map(|d| (k.clone(), d.clone()))).collect();
+    if defaults.is_empty() {
+        return Ok(());
+    }
+    let bad: Vec<String> = params
+        .problems(&Json::Object(defaults.clone()))
+        .into_iter()
+        .filter(|p| defaults.keys().any(|k| p.path == format!("/{k}") || p.path.starts_with(&format!("/{k}/"))))
+        .filter(|p| !p.message.starts_with("missing"))
+        .map(|p| format!("the default of {}: {}", &p.path[1..], p.message))
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(bad.join("; "))
+    }
+}
+
+fn metadata_validator() -> &'static SchemaValidator {
+    static V: OnceLock<SchemaValidator> = OnceLock::new();
+    V.get_or_init(|| SchemaValidator::for_definition("Tool"))
+}

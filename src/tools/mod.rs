@@ -1,0 +1,74 @@
+//! Tools: what agents call. One [`Registry`] holds the built-ins and every Lua tool, and
+//! [`Registry::call`] is the only way to run one: lookup, parameter validation, defaults,
+//! limits, cancellation, logging and error mapping all happen there, for REST, MCP and the CLI.
+
+pub mod bridge;
+mod builtin;
+mod error;
+mod lua_tool;
+mod output;
+pub mod params;
+mod registry;
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value as Json};
+
+pub use error::{http_status, CallError};
+pub use output::Output;
+pub use params::Params;
+pub use registry::{check, CallOptions, Registry, Tools};
+
+use crate::kb::Kb;
+use crate::lua::{CancelHandle, ProgressSink};
+use crate::types::{ToolAnnotations, ToolInfo};
+
+/// Built-in tool names, in listing order. Lua tools may not take them.
+pub const BUILTINS: [&str; 3] = ["search", "get", "sources"];
+
+/// A tool as agents see it, with its compiled parameter validator.
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub version: Option<String>,
+    pub builtin: bool,
+    pub params: Params,
+    pub annotations: Option<ToolAnnotations>,
+    pub output_schema: Option<Map<String, Json>>,
+    /// The script file as written in ctx.toml, for Lua tools.
+    pub script: Option<String>,
+    /// The `[tools.script.<section>]` key, for Lua tools.
+    pub section: Option<String>,
+}
+
+impl ToolSpec {
+    /// The listing entry (`GET /tools/list`). Config values are not part of a spec, so they can
+    /// never appear here.
+    pub fn info(&self) -> ToolInfo {
+        ToolInfo {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            builtin: self.builtin,
+            version: self.version.clone(),
+            parameters: self.params.schema().as_object().cloned().unwrap_or_default(),
+            annotations: self.annotations.clone(),
+            output_schema: self.output_schema.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// What one call may use besides its parameters.
+pub struct CallEnv<'a> {
+    pub kb: &'a Kb,
+    pub cancel: CancelHandle,
+    pub progress: Option<ProgressSink>,
+}
+
+/// A callable tool. Implementations get parameters that already passed their schema, with
+/// defaults filled in.
+pub trait Tool: Send + Sync {
+    fn spec(&self) -> &ToolSpec;
+    fn run(&self, params: Json, env: &CallEnv<'_>) -> Result<Output, CallError>;
+}
+
+pub type ToolRef = Arc<dyn Tool>;

@@ -1,0 +1,229 @@
+//! The tool registry: an immutable snapshot of every tool, and the one call path.
+//!
+//! [`Tools`] holds the current snapshot and swaps in a new one atomically (hot reload); a call
+//! keeps the snapshot it started with until it finishes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use serde_json::Value as Json;
+
+use super::lua_tool::LuaTool;
+use super::{builtin, CallEnv, CallError, Output, ToolRef, ToolSpec, BUILTINS};
+use crate::config::{Config, ScriptKind, ScriptSection};
+use crate::kb::Kb;
+use crate::lua::{CancelHandle, ProgressSink};
+use crate::types::{LoadProblem, LoadProblemKind, ToolsList};
+
+/// Who is calling, and how to reach them while the tool runs.
+#[derive(Clone, Default)]
+pub struct CallOptions {
+    /// Set it to stop the script (the client went away or cancelled).
+    pub cancel: CancelHandle,
+    /// Receives `progress(...)` calls, when the caller asked for progress.
+    pub progress: Option<ProgressSink>,
+    /// `rest`, `mcp`, `cli` or `lua`: for log lines.
+    pub caller: &'static str,
+}
+
+/// Every tool of one config, in listing order: built-ins first, then Lua tools by name.
+pub struct Registry {
+    tools: Vec<ToolRef>,
+    index: HashMap<String, usize>,
+    problems: Vec<LoadProblem>,
+    kb: Kb,
+}
+
+impl Registry {
+    /// Loads every `[tools.script.*]`. A script that fails to load is reported in
+    /// [`Registry::problems`] and does not stop the others. With `previous`, a script that fails
+    /// keeps its last good version from that snapshot (hot reload).
+    pub fn build(kb: Kb, previous: Option<&Registry>) -> Registry {
+        let config = Arc::clone(kb.config());
+        let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
+        let (lua, problems) = load_lua(&sections, previous);
+        Registry::assemble(kb, lua, problems)
+    }
+
+    /// A registry of the built-ins plus the one script of `section` (`ctx tool test`). Fails
+    /// with the load error, so the caller can show it.
+    pub fn with_script(kb: Kb, section: &ScriptSection) -> Result<Registry, String> {
+        let (lua, problems) = load_lua(&[section], None);
+        match problems.into_iter().next() {
+            Some(problem) => Err(problem.message),
+            None => Ok(Registry::assemble(kb, lua, Vec::new())),
+        }
+    }
+
+    fn assemble(kb: Kb, lua: Vec<ToolRef>, problems: Vec<LoadProblem>) -> Registry {
+        let tools: Vec<ToolRef> = builtin::all().into_iter().chain(lua).collect();
+        let index = tools.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
+        Registry { tools, index, problems, kb }
+    }
+
+    /// The tools, in listing order.
+    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.iter().map(|t| t.spec())
+    }
+
+    pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
+        self.index.get(name).map(|&i| self.tools[i].spec())
+    }
+
+    /// `GET /tools/list`.
+    pub fn listing(&self) -> ToolsList {
+        ToolsList { tools: self.specs().map(ToolSpec::info).collect() }
+    }
+
+    /// Scripts that failed to load, in config order.
+    pub fn problems(&self) -> &[LoadProblem] {
+        &self.problems
+    }
+
+    pub fn kb(&self) -> &Kb {
+        &self.kb
+    }
+
+    fn by_section(&self, section: &str) -> Option<ToolRef> {
+        self.tools.iter().find(|t| t.spec().section.as_deref() == Some(section)).cloned()
+    }
+
+    /// Calls a tool: the one path every caller takes. Blocks while a script runs, so async
+    /// callers use [`Tools::call`].
+    pub fn call(&self, name: &str, params: Json, options: &CallOptions) -> Result<Output, CallError> {
+        let started = Instant::now();
+        let result = self.dispatch(name, params, options);
+        let micros = started.elapsed().as_micros() as u64;
+        match &result {
+            Ok(_) => tracing::debug!(tool = name, caller = options.caller, micros, "tool call ok"),
+            Err(e) => {
+                tracing::info!(tool = name, caller = options.caller, micros, code = %e.code(), "tool call failed: {e}")
+            }
+        }
+        result
+    }
+
+    fn dispatch(&self, name: &str, params: Json, options: &CallOptions) -> Result<Output, CallError> {
+        let tool = self.index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| {
+            let names: Vec<&str> = self.specs().map(|s| s.name.as_str()).collect();
+            CallError::UnknownTool(format!("unknown tool '{name}'; available tools: {}", names.join(", ")))
+        })?;
+        let params = tool
+            .spec()
+            .params
+            .check(params)
+            .map_err(|problems| CallError::InvalidParams { tool: name.to_string(), problems })?;
+        if options.cancel.is_cancelled() {
+            return Err(CallError::Cancelled { tool: name.to_string() });
+        }
+        let env = CallEnv { kb: &self.kb, cancel: options.cancel.clone(), progress: options.progress.clone() };
+        tool.run(params, &env)
+    }
+}
+
+/// Loads the tool scripts of a config and reports what fails, without a knowledge base
+/// (`ctx schema check`): load errors, shadowed built-ins and duplicate names.
+pub fn check(config: &Config) -> Vec<LoadProblem> {
+    let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
+    load_lua(&sections, None).1
+}
+
+/// Loads Lua tools in config order; returns them sorted by name, and the problems. With
+/// `previous`, a script that fails keeps its last good version from that snapshot.
+fn load_lua(sections: &[&ScriptSection], previous: Option<&Registry>) -> (Vec<ToolRef>, Vec<LoadProblem>) {
+    let mut problems = Vec::new();
+    let mut lua: Vec<ToolRef> = Vec::new();
+    let mut taken: HashMap<String, (String, String)> = HashMap::new();
+    for section in sections {
+        let problem =
+            |message: String| LoadProblem { kind: LoadProblemKind::Tool, name: section.name.clone(), message };
+        let tool: ToolRef = match LuaTool::load(section) {
+            Ok(tool) => Arc::new(tool),
+            Err(message) => {
+                tracing::warn!(tool = %section.name, "{message}");
+                problems.push(problem(message));
+                match previous.and_then(|p| p.by_section(&section.name)) {
+                    Some(old) => old,
+                    None => continue,
+                }
+            }
+        };
+        let name = tool.spec().name.clone();
+        let here = (section.name.clone(), section.display_path.clone());
+        let clash = if BUILTINS.contains(&name.as_str()) {
+            Some(format!(
+                "{} ([tools.script.{}]) declares the name '{name}', which is a built-in tool; built-ins cannot be shadowed, so rename tool.name",
+                here.1, here.0
+            ))
+        } else {
+            taken.get(&name).map(|(first_section, first_path)| {
+                format!(
+                    "{} ([tools.script.{}]) declares the name '{name}', already taken by {first_path} ([tools.script.{first_section}]); tool names must be unique, so rename one",
+                    here.1, here.0
+                )
+            })
+        };
+        if let Some(message) = clash {
+            tracing::warn!(tool = %section.name, "{message}");
+            problems.push(problem(message));
+            continue;
+        }
+        taken.insert(name, here);
+        lua.push(tool);
+    }
+    lua.sort_by(|a, b| a.spec().name.cmp(&b.spec().name));
+    (lua, problems)
+}
+
+/// The current registry snapshot, swappable while calls are running.
+pub struct Tools {
+    current: RwLock<Arc<Registry>>,
+}
+
+impl Tools {
+    pub fn new(registry: Registry) -> Tools {
+        Tools { current: RwLock::new(Arc::new(registry)) }
+    }
+
+    /// The snapshot new calls use. The lock is held only to clone an `Arc`.
+    pub fn current(&self) -> Arc<Registry> {
+        Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Makes `registry` the snapshot for new calls; running calls finish on the old one.
+    pub fn replace(&self, registry: Registry) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(registry);
+    }
+
+    /// Runs [`Registry::call`] on the blocking pool. Dropping the future (the client went
+    /// away) cancels the script. A panic inside the tool becomes an `internal` error.
+    pub async fn call(&self, name: String, params: Json, options: CallOptions) -> Result<Output, CallError> {
+        let registry = self.current();
+        let cancel = CancelOnDrop(Some(options.cancel.clone()));
+        let tool = name.clone();
+        let joined = tokio::task::spawn_blocking(move || registry.call(&name, params, &options)).await;
+        cancel.disarm();
+        joined.unwrap_or_else(|e| {
+            tracing::error!(tool = %tool, "tool call panicked: {e}");
+            Err(CallError::Internal(format!("tool '{tool}' crashed inside ctx; the server log has the details")))
+        })
+    }
+}
+
+/// Cancels the script if the calling future is dropped before it finishes.
+struct CancelOnDrop(Option<CancelHandle>);
+
+impl CancelOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.0.take() {
+            cancel.cancel();
+        }
+    }
+}
