@@ -274,7 +274,12 @@ fn build(state: &Arc<RunState>) -> mlua::Result<Lua> {
     let libs = StdLib::TABLE | StdLib::STRING;
     // The only Lua state constructor in the crate; clippy.toml forbids it everywhere else.
     #[allow(clippy::disallowed_methods)]
-    let lua = Lua::new_with(libs, LuaOptions::default())?;
+    let first = Lua::new_with(libs, LuaOptions::default())?;
+    // Dropping the handle `new_with` returns runs a full garbage collection before the state is
+    // closed, which closing makes pointless. A handle upgraded from a weak one skips it, so the
+    // VM keeps that one; the collection here runs on an empty state and costs next to nothing.
+    let lua = first.weak().upgrade();
+    drop(first);
     let hook_state = Arc::clone(state);
     lua.set_global_hook(HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |_, _| {
         hook_state.check().map(|_| VmState::Continue)

@@ -10,7 +10,42 @@ use mlua::{Function, IntoLuaMulti, Lua, Table, Value};
 
 use super::{ScriptError, Vm};
 
+/// A script file read and compiled once, kept by whoever runs it many times (a tool in a
+/// registry snapshot): each run then loads bytecode, with no file read and no shared cache.
+#[derive(Clone, Debug)]
+pub struct Script {
+    source: Arc<Vec<u8>>,
+    code: Option<Arc<Vec<u8>>>,
+}
+
 impl Vm {
+    /// Reads and compiles this VM's script file. A syntax error is not reported here: loading
+    /// the script reports it, with its line.
+    pub fn read_script(&self) -> Result<Script, ScriptError> {
+        let info = &self.state().info;
+        let source = std::fs::read(&info.path).map_err(|e| ScriptError::Unreadable {
+            path: info.display_path.clone(),
+            message: match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".to_string(),
+                _ => e.to_string(),
+            },
+        })?;
+        let code = compile(self.lua(), &format!("@{}", info.display_path), &source).map(Arc::new);
+        Ok(Script { source: Arc::new(source), code })
+    }
+
+    /// Runs a script read by [`Vm::read_script`] and returns its extension table, like
+    /// [`Vm::load_extension`].
+    pub fn load_script(&self, script: &Script, global: &str) -> Result<Table, ScriptError> {
+        let name = format!("@{}", self.state().info.display_path);
+        let returned: Value = match &script.code {
+            Some(code) => self.lua().load(&code[..]).set_name(name).set_mode(mlua::chunk::ChunkMode::Binary).call(()),
+            None => self.lua().load(&script.source[..]).set_name(name).set_mode(mlua::chunk::ChunkMode::Text).call(()),
+        }
+        .map_err(|e| self.classify(&e))?;
+        self.extension(returned, global)
+    }
+
     /// Reads and runs the script file, then returns its extension table: the value the chunk
     /// returned if it is a table, else the global named `global` (`tool`, `connector`, `agent`).
     pub fn load_extension(&self, global: &str) -> Result<Table, ScriptError> {
@@ -34,6 +69,12 @@ impl Vm {
             None => self.lua().load(source).set_name(name).set_mode(mlua::chunk::ChunkMode::Text).call(()),
         }
         .map_err(|e| self.classify(&e))?;
+        self.extension(returned, global)
+    }
+
+    /// The extension table: what the chunk returned if it is a table, else the global.
+    fn extension(&self, returned: Value, global: &str) -> Result<Table, ScriptError> {
+        let info = &self.state().info;
         match returned {
             Value::Table(table) => Ok(table),
             Value::Nil => match self.lua().globals().get::<Value>(global) {
@@ -88,13 +129,18 @@ fn compiled(lua: &Lua, name: &str, source: &[u8]) -> Option<Arc<Vec<u8>>> {
     if let Some(hit) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Some(Arc::clone(hit));
     }
-    // Compiling runs no script code, so the VM at hand can do it without side effects.
-    let function = lua.load(source).set_name(name).set_mode(mlua::chunk::ChunkMode::Text).into_function().ok()?;
-    let code = Arc::new(function.dump(false));
+    let code = Arc::new(compile(lua, name, source)?);
     let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
     if map.len() >= CACHE_ENTRIES {
         map.clear();
     }
     map.insert(key, Arc::clone(&code));
     Some(code)
+}
+
+/// Bytecode of `source`, or `None` if it does not compile. Compiling runs no script code, so the
+/// VM at hand can do it without side effects.
+fn compile(lua: &Lua, name: &str, source: &[u8]) -> Option<Vec<u8>> {
+    let function = lua.load(source).set_name(name).set_mode(mlua::chunk::ChunkMode::Text).into_function().ok()?;
+    Some(function.dump(false))
 }

@@ -12,6 +12,7 @@ use serde_json::{Map, Value as Json};
 use super::{bridge, params, CallEnv, CallError, Output, Params, Tool, ToolSpec};
 use crate::config::ScriptSection;
 use crate::lua::api::mcp;
+use crate::lua::script::Script;
 use crate::lua::{convert, CancelHandle, Limits, ScriptInfo, Vm};
 use crate::schema::{Dialect, SchemaValidator};
 use crate::types;
@@ -23,6 +24,8 @@ pub struct LuaTool {
     spec: ToolSpec,
     info: ScriptInfo,
     limits: Limits,
+    /// The script as loaded into this snapshot; every call runs exactly this code.
+    script: Script,
 }
 
 impl LuaTool {
@@ -33,7 +36,8 @@ impl LuaTool {
         let limits = Limits::for_section(section);
         let path = &info.display_path;
         let vm = Vm::new(info.clone(), limits, CancelHandle::new()).map_err(|e| e.to_string())?;
-        let ext = vm.load_extension("tool").map_err(|e| e.to_string())?;
+        let script = vm.read_script().map_err(|e| e.to_string())?;
+        let ext = vm.load_script(&script, "tool").map_err(|e| e.to_string())?;
         vm.function(&ext, "tool", "execute").map_err(|e| e.to_string())?;
 
         let mut meta = Map::new();
@@ -91,6 +95,7 @@ impl LuaTool {
             },
             info,
             limits,
+            script,
         })
     }
 }
@@ -107,7 +112,7 @@ impl Tool for LuaTool {
         if let Some(sink) = &env.progress {
             vm.set_progress(sink.clone());
         }
-        let ext = vm.load_extension("tool").map_err(fail)?;
+        let ext = vm.load_script(&self.script, "tool").map_err(fail)?;
         let execute = vm.function(&ext, "tool", "execute").map_err(fail)?;
         let lua = vm.lua();
         let internal = |e: mlua::Error| {

@@ -1,0 +1,195 @@
+//! Tool-call benchmark: the registry's one call path, in process, over the synthetic 10k-chunk
+//! corpus of `benches/kb.rs`. Prints each number next to its target with PASS or MISS.
+//!
+//! ```text
+//! cargo bench --bench tools
+//! ```
+//!
+//! - echo: a trivial Lua tool (`tools/echo.lua`): lookup, validation, defaults, fresh sandbox,
+//!   script load, `execute`, result to JSON. Target p50 <= 100 µs.
+//! - kb-search: a Lua tool whose `execute` runs `context.search` (limit 10) over 10k chunks,
+//!   round-robin over the 16 queries of the kb bench. Target p50 <= 1.5 ms. The plain
+//!   `Kb::search` p50 of the same queries is printed beside it.
+//! - scaling: echo and kb-search from 1, 2, 4 and 8 threads at once for a fixed time each.
+//!   Target: 8 callers reach at least 80% of (cores x the single-caller rate), so the blocking
+//!   path never serialises callers on a lock.
+
+#[path = "support/corpus.rs"]
+mod corpus;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ctx::tools::{CallOptions, Registry};
+use serde_json::{json, Value};
+
+use corpus::{load_average, pct, verdict, Corpus, QUERIES};
+
+const ECHO_TARGET: Duration = Duration::from_micros(100);
+const SEARCH_TARGET: Duration = Duration::from_micros(1500);
+const SCALING_TARGET: f64 = 0.8;
+const CHUNKS: usize = 10_000;
+
+const KB_SEARCH: &str = r#"
+tool = {
+  name = "kb-search",
+  description = "context.search with limit 10.",
+  parameters = { { name = "query", type = "string", required = true } },
+}
+function tool.execute(params, context)
+  local hits = context.search(params.query, { limit = 10 })
+  return { count = #hits, top = hits[1] and hits[1].title }
+end
+"#;
+
+fn main() {
+    // `cargo bench --bench tools -- echo` runs only the parts named: echo, search, scaling.
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let run = |part: &str| only.is_empty() || only.iter().any(|o| o == part);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    println!("ctx tool-call benchmark ({cores} CPUs, load average {})", load_average());
+
+    let echo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/echo.lua")).expect("tools/echo.lua");
+    let extra = "[tools.script.echo]\npath = \"tools/echo.lua\"\ngreeting = \"hi\"\n\n\
+                 [tools.script.kb-search]\npath = \"tools/kb-search.lua\"\n";
+    let mut corpus = Corpus::with_files(extra, &[("tools/echo.lua", &echo), ("tools/kb-search.lua", KB_SEARCH)]);
+    let growth = corpus.grow_to(CHUNKS);
+    println!("corpus: {} documents, {} chunks", growth.docs, growth.chunks);
+    let registry = Registry::build(corpus.kb.clone(), None);
+    assert!(registry.problems().is_empty(), "{:?}", registry.problems());
+    let options = CallOptions { caller: "bench", ..Default::default() };
+    let mut verdicts = Vec::new();
+
+    // Echo, one caller.
+    let echo_params = json!({"message": "hello"});
+    let queries: Vec<Value> = QUERIES.iter().map(|q| json!({"query": q})).collect();
+    if run("echo") {
+        let samples = time_calls(20_000, |_| call(&registry, "echo", echo_params.clone(), &options));
+        let p50 = pct(&samples, 50.0);
+        println!(
+            "\necho (Lua tool through Registry::call): p50 {} µs, p95 {} µs, p99 {} µs over {} calls",
+            micros(p50),
+            micros(pct(&samples, 95.0)),
+            micros(pct(&samples, 99.0)),
+            samples.len()
+        );
+        verdicts.push(format!(
+            "{} echo p50 {} µs (target <= {} µs)",
+            verdict(p50 <= ECHO_TARGET),
+            micros(p50),
+            micros(ECHO_TARGET)
+        ));
+    }
+
+    // kb-search, one caller, and the plain search it wraps.
+    if run("search") {
+        let n = QUERIES.len() * 150;
+        let plain = time_calls(n, |i| {
+            let request = serde_json::from_value(json!({"query": QUERIES[i % QUERIES.len()], "limit": 10})).unwrap();
+            corpus.kb.search(&request).expect("search");
+        });
+        let samples = time_calls(n, |i| call(&registry, "kb-search", queries[i % queries.len()].clone(), &options));
+        let p50 = pct(&samples, 50.0);
+        println!(
+            "kb-search (context.search, limit 10, {CHUNKS} chunks): p50 {} ms, p95 {} ms; plain Kb::search p50 {} ms",
+            millis(p50),
+            millis(pct(&samples, 95.0)),
+            millis(pct(&plain, 50.0))
+        );
+        verdicts.push(format!(
+            "{} kb-search tool p50 {} ms (target <= {} ms)",
+            verdict(p50 <= SEARCH_TARGET),
+            millis(p50),
+            millis(SEARCH_TARGET)
+        ));
+    }
+
+    // Scaling: calls per second from 1, 2, 4 and 8 concurrent callers.
+    let registry = Arc::new(registry);
+    for (tool, params) in [("echo", vec![echo_params.clone()]), ("kb-search", queries.clone())] {
+        if !run("scaling") {
+            break;
+        }
+        println!("\n{tool}: concurrent callers (2 s each)");
+        let mut single = 0.0;
+        let mut eight = 0.0;
+        for threads in [1, 2, 4, 8] {
+            let rate = throughput(&registry, tool, &params, threads, Duration::from_secs(2));
+            println!("  {threads} caller(s): {rate:>9.0} calls/s");
+            if threads == 1 {
+                single = rate;
+            }
+            if threads == 8 {
+                eight = rate;
+            }
+        }
+        let ideal = single * cores.min(8) as f64;
+        let ratio = eight / ideal;
+        verdicts.push(format!(
+            "{} {tool}: 8 callers {:.0}/s = {:.0}% of {cores} cores x 1 caller ({single:.0}/s) (target >= {:.0}%)",
+            verdict(ratio >= SCALING_TARGET),
+            eight,
+            ratio * 100.0,
+            SCALING_TARGET * 100.0
+        ));
+    }
+
+    println!("\n== summary (load average now {}) ==", load_average());
+    for line in &verdicts {
+        println!("{line}");
+    }
+}
+
+fn call(registry: &Registry, tool: &str, params: Value, options: &CallOptions) {
+    if let Err(e) = registry.call(tool, params, options) {
+        panic!("{tool} failed: {e}");
+    }
+}
+
+/// Times `n` calls after 200 warm-up calls; returns the sorted samples.
+fn time_calls(n: usize, mut f: impl FnMut(usize)) -> Vec<Duration> {
+    for i in 0..200 {
+        f(i);
+    }
+    let mut samples: Vec<Duration> = (0..n)
+        .map(|i| {
+            let started = Instant::now();
+            f(i);
+            started.elapsed()
+        })
+        .collect();
+    samples.sort();
+    samples
+}
+
+fn throughput(registry: &Arc<Registry>, tool: &str, params: &[Value], threads: usize, span: Duration) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (stop, count, registry) = (stop.clone(), count.clone(), registry.clone());
+            scope.spawn(move || {
+                let options = CallOptions { caller: "bench", ..Default::default() };
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    call(&registry, tool, params[i % params.len()].clone(), &options);
+                    count.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            });
+        }
+        std::thread::sleep(span);
+        stop.store(true, Ordering::Relaxed);
+    });
+    count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e6)
+}
+
+fn millis(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
