@@ -18,5 +18,6 @@ pub mod connectors;
 pub mod kb;
 pub mod lua;
 pub mod schema;
+pub mod server;
 pub mod tools;
 pub mod types;

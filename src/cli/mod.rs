@@ -7,6 +7,7 @@ mod connector_cmd;
 mod init;
 mod kb_cmd;
 mod schema_cmd;
+mod serve_cmd;
 mod tool_cmd;
 
 use std::path::PathBuf;
@@ -57,6 +58,8 @@ pub enum Command {
     /// Scaffold and test Lua connectors.
     #[command(subcommand)]
     Connector(connector_cmd::ConnectorCommand),
+    /// Serve REST, the API docs (/docs) and tools over HTTP.
+    Serve(serve_cmd::ServeArgs),
     /// Scaffold, test and list tools.
     #[command(subcommand)]
     Tool(tool_cmd::ToolCommand),
@@ -134,6 +137,7 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
         Command::Stats(args) => kb_cmd::stats(args, globals),
         Command::Connector(cmd) => connector_cmd::run(cmd, globals),
         Command::Tool(cmd) => tool_cmd::run(cmd, globals),
+        Command::Serve(args) => serve_cmd::run(args, globals),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ctx", &mut std::io::stdout());
             Ok(())

@@ -117,7 +117,7 @@ fn export(out: &std::path::Path) -> Result<(), CliError> {
         let path = out.join(name);
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let openapi = crate::schema::openapi_document();
+    let openapi = crate::server::openapi::document(None);
     let path = out.join("openapi.json");
     let text = serde_json::to_string_pretty(&openapi).context("serialise openapi.json")? + "\n";
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;

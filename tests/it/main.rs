@@ -3,6 +3,7 @@
 
 mod cli;
 mod common;
+mod http;
 mod kb;
 mod sandbox;
 mod schemas;

@@ -15,14 +15,21 @@ use serde_json::{json, Value};
 
 use crate::common::{repo, stub};
 
-struct Fixture {
+pub struct Fixture {
     _dir: tempfile::TempDir,
     registry: Registry,
 }
 
+impl Fixture {
+    /// The workspace folder (keep it alive) and the registry.
+    pub fn into_parts(self) -> (tempfile::TempDir, Registry) {
+        (self._dir, self.registry)
+    }
+}
+
 /// A workspace with the sample corpus indexed, `tools_toml` appended to its config and each
 /// `(file, text)` written under `tools/`.
-fn fixture(tools_toml: &str, scripts: &[(&str, &str)]) -> Fixture {
+pub fn fixture(tools_toml: &str, scripts: &[(&str, &str)]) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::create_dir_all(root.join("docs")).unwrap();
@@ -43,7 +50,7 @@ fn fixture(tools_toml: &str, scripts: &[(&str, &str)]) -> Fixture {
     Fixture { _dir: dir, registry: Registry::build(kb, None) }
 }
 
-fn shipped(name: &str) -> String {
+pub fn shipped(name: &str) -> String {
     std::fs::read_to_string(repo().join("tools").join(name)).unwrap()
 }
 

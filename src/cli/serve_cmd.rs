@@ -1,0 +1,75 @@
+//! `ctx serve` (also spelled `ctx serve mcp`): the HTTP server for REST, the API docs and MCP.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::{CliError, Globals};
+use crate::kb::Kb;
+use crate::server::{self, App};
+use crate::tools::{Registry, Tools};
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// `mcp` is accepted for compatibility: it is the same server.
+    #[arg(value_parser = ["mcp"], hide_possible_values = true)]
+    pub what: Option<String>,
+    /// Listen here instead of server.bind (host:port).
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<String>,
+}
+
+pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
+    let mut config = globals.load_config()?;
+    if let Some(bind) = args.bind {
+        config.spec.server.bind = bind.parse().map_err(|e| CliError::Usage(format!("--bind {bind:?}: {e}")))?;
+    }
+    let (addr, security) = server::settings(&config).map_err(CliError::Usage)?;
+    let max_body_bytes = config.spec.server.max_body_bytes as usize;
+    let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    let registry = Registry::build(kb, None);
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} (is another ctx already running there?)"))?;
+        let local = listener.local_addr().context("listener address")?;
+        println!("ctx {} listening on http://{local}  (API docs: http://{local}/docs)", env!("CARGO_PKG_VERSION"));
+        for spec in registry.specs() {
+            let kind = if spec.builtin { "built-in".to_string() } else { spec.script.clone().unwrap_or_default() };
+            println!("  tool {}  ({kind})", spec.name);
+        }
+        for problem in registry.problems() {
+            println!("  broken [tools.script.{}]: {}", problem.name, problem.message);
+        }
+        let app = Arc::new(App { tools: Arc::new(Tools::new(registry)), security: Arc::new(security), max_body_bytes });
+        server::run(listener, app, shutdown_signal()).await.context("the server failed")?;
+        println!("ctx stopped");
+        Ok::<(), anyhow::Error>(())
+    })?;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sig) => {
+                sig.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}

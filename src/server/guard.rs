@@ -1,0 +1,137 @@
+//! Request guards: Host and Origin checks (DNS rebinding and cross-site calls), the bearer
+//! token, and CORS for the configured origins only.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use super::respond::ApiError;
+use crate::types::ErrorCode;
+
+/// The security settings of a running server.
+#[derive(Clone, Debug)]
+pub struct Security {
+    pub token: Option<String>,
+    pub allowed_origins: Vec<String>,
+    /// Bound to a loopback address: only loopback `Host` names are accepted.
+    pub loopback: bool,
+}
+
+impl Security {
+    /// Checks the settings against the address: a non-loopback bind needs a token.
+    pub fn new(addr: SocketAddr, token: Option<String>, allowed_origins: Vec<String>) -> Result<Security, String> {
+        let loopback = addr.ip().is_loopback();
+        if !loopback && token.is_none() {
+            return Err(format!(
+                "refusing to listen on {addr} without server.auth_token: anyone who can reach this address could call every tool. \
+                 Set server.auth_token (for example auth_token = \"${{CTX_TOKEN}}\"), or bind 127.0.0.1"
+            ));
+        }
+        Ok(Security { token, allowed_origins, loopback })
+    }
+
+    /// CORS for the configured origins; `None` (no CORS headers at all) when there are none.
+    pub fn cors(&self) -> Option<CorsLayer> {
+        if self.allowed_origins.is_empty() {
+            return None;
+        }
+        let origins: Vec<HeaderValue> = self.allowed_origins.iter().filter_map(|o| o.parse().ok()).collect();
+        Some(
+            CorsLayer::new()
+                .allow_origin(AllowOrigin::list(origins))
+                .allow_methods([Method::GET, Method::POST])
+                .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION, header::ACCEPT]),
+        )
+    }
+}
+
+/// Runs before every route.
+pub async fn check(State(security): State<Arc<Security>>, request: Request, next: Next) -> Response {
+    match verdict(&security, &request) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn verdict(security: &Security, request: &Request) -> Result<(), ApiError> {
+    let headers = request.headers();
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if security.loopback && !is_loopback_host(host) {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!("Host {host:?} is not allowed: this server listens on loopback and only answers localhost, 127.0.0.1 or [::1]"),
+        ));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let same_origin = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) == Some(host);
+        if !same_origin && !security.allowed_origins.iter().any(|o| o == origin) {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!("origin {origin:?} is not allowed; add it to server.allowed_origins to let that site call ctx"),
+            ));
+        }
+    }
+    if let Some(token) = &security.token {
+        if request.uri().path() != "/health" {
+            let given = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("");
+            if !constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
+                return Err(ApiError::new(
+                    ErrorCode::Unauthorized,
+                    "missing or wrong bearer token: send Authorization: Bearer <server.auth_token>",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
+    };
+    matches!(name.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "::1") || name.starts_with("127.")
+}
+
+/// Compares without an early exit, so the time taken does not reveal how much of a guess matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u8 | ((a.len() ^ b.len()) >> 8) as u8;
+    for (i, &byte) in b.iter().enumerate() {
+        diff |= a.get(i).copied().unwrap_or(0xff) ^ byte;
+    }
+    diff == 0 && a.len() == b.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for ok in ["localhost:7391", "127.0.0.1:80", "[::1]:7391", "LOCALHOST", "127.0.0.1"] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in ["evil.example:7391", "10.0.0.1:7391", "", "localhost.evil.example"] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"abcdefghijklmnop", b"abcdefghijklmnop"));
+        assert!(!constant_time_eq(b"abcdefghijklmnoq", b"abcdefghijklmnop"));
+        assert!(!constant_time_eq(b"abc", b"abcdefghijklmnop"));
+        assert!(!constant_time_eq(b"", b"abcdefghijklmnop"));
+    }
+}

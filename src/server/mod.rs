@@ -1,0 +1,211 @@
+//! The HTTP server: REST over the tool registry, the OpenAPI document and Swagger UI.
+//!
+//! Handlers are thin: they read the body and call [`Tools::call`], the one call path, which
+//! validates, runs and maps errors. Nothing here validates parameters on its own.
+
+mod guard;
+pub mod openapi;
+mod respond;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value as Json};
+
+pub use guard::Security;
+use respond::{call_error, json_body, ok, ApiError};
+
+use crate::tools::{CallOptions, Output, Tools};
+use crate::types::{ErrorCode, Health, HealthStatus};
+
+/// How long in-flight requests may take to finish after a shutdown signal.
+pub const GRACE: Duration = Duration::from_secs(10);
+
+/// Everything a running server shares.
+pub struct App {
+    pub tools: Arc<Tools>,
+    pub security: Arc<Security>,
+    pub max_body_bytes: usize,
+}
+
+/// The router with every route, guard and error mapping.
+pub fn router(app: Arc<App>) -> Router {
+    let security = Arc::clone(&app.security);
+    let cors = security.cors();
+    let mut router = Router::new()
+        .route("/health", get(health))
+        .route("/tools/list", get(list))
+        .route("/tools/sources", get(sources).post(call))
+        .route("/tools/{name}", post(call))
+        .route("/openapi.json", get(openapi_json))
+        .route("/docs", get(docs_index))
+        .route("/docs/", get(docs_index))
+        .route("/docs/{*file}", get(docs_file))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(app)
+        .layer(axum::middleware::from_fn_with_state(security, guard::check));
+    if let Some(cors) = cors {
+        router = router.layer(cors);
+    }
+    router.layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
+}
+
+/// Serves on an already-bound listener until `shutdown` resolves, then lets in-flight requests
+/// finish for up to [`GRACE`].
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut grace_rx = stop_rx.clone();
+    let serve = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let serve = tokio::spawn(async move { serve.await });
+    tokio::select! {
+        result = serve => result.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+        _ = async move {
+            let _ = grace_rx.wait_for(|stopped| *stopped).await;
+            tokio::time::sleep(GRACE).await;
+        } => {
+            tracing::warn!("requests still running {} s after shutdown began; stopping anyway", GRACE.as_secs());
+            Ok(())
+        }
+    }
+}
+
+/// The address a config asks for, and the security settings it implies.
+pub fn settings(config: &crate::config::Config) -> Result<(SocketAddr, Security), String> {
+    let server = &config.spec.server;
+    let bind = server.bind.as_str();
+    let addr: SocketAddr = bind
+        .parse()
+        .map_err(|_| format!("server.bind {bind:?} is not an address: use host:port, for example 127.0.0.1:7391"))?;
+    let token = server.auth_token.as_ref().map(|t| t.to_string());
+    let origins = server.allowed_origins.iter().map(|o| o.to_string()).collect();
+    Ok((addr, Security::new(addr, token, origins)?))
+}
+
+async fn health(State(app): State<Arc<App>>) -> Response {
+    let registry = app.tools.current();
+    let problems = registry.problems().to_vec();
+    let body = Health {
+        status: if problems.is_empty() { HealthStatus::Ok } else { HealthStatus::Degraded },
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        tools: Some(registry.specs().count() as u64),
+        agents: None,
+        problems,
+    };
+    ok(&serde_json::to_value(body).unwrap_or(Json::Null))
+}
+
+async fn list(State(app): State<Arc<App>>) -> Response {
+    ok(&serde_json::to_value(app.tools.current().listing()).unwrap_or(Json::Null))
+}
+
+async fn sources(State(app): State<Arc<App>>) -> Response {
+    respond(&app, "sources", json!({})).await
+}
+
+async fn call(
+    State(app): State<Arc<App>>,
+    name: Option<Path<String>>,
+    headers: HeaderMap,
+    request: Request,
+) -> Response {
+    let name = name.map(|Path(n)| n).unwrap_or_else(|| "sources".to_string());
+    let params = match json_body(&headers, request.into_body(), app.max_body_bytes).await {
+        Ok(params) => params,
+        Err(e) => return e.into_response(),
+    };
+    respond(&app, &name, params).await
+}
+
+/// Calls the tool; built-ins answer with their own body, Lua tools with `{"result": ...}`.
+async fn respond(app: &App, name: &str, params: Json) -> Response {
+    let builtin = crate::tools::BUILTINS.contains(&name);
+    let options = CallOptions { caller: "rest", ..Default::default() };
+    match app.tools.call(name.to_string(), params, options).await {
+        Ok(Output::Value(value)) if builtin => ok(&value),
+        Ok(output) => ok(&output.rest_body()),
+        Err(e) => call_error(&e),
+    }
+}
+
+async fn openapi_json(State(app): State<Arc<App>>) -> Response {
+    ok(&openapi::document(Some(&app.tools.current())))
+}
+
+fn swagger_config() -> Arc<utoipa_swagger_ui::Config<'static>> {
+    static CONFIG: std::sync::OnceLock<Arc<utoipa_swagger_ui::Config<'static>>> = std::sync::OnceLock::new();
+    Arc::clone(
+        CONFIG.get_or_init(|| Arc::new(utoipa_swagger_ui::Config::from("/openapi.json").try_it_out_enabled(true))),
+    )
+}
+
+async fn docs_index() -> Response {
+    swagger("")
+}
+
+async fn docs_file(Path(file): Path<String>) -> Response {
+    swagger(&file)
+}
+
+fn swagger(file: &str) -> Response {
+    match utoipa_swagger_ui::serve(file, swagger_config()) {
+        Ok(Some(found)) => {
+            let mut response = Response::new(Body::from(found.bytes.into_owned()));
+            if let Ok(value) = HeaderValue::from_str(&found.content_type) {
+                response.headers_mut().insert(header::CONTENT_TYPE, value);
+            }
+            if found.gzpipped {
+                response.headers_mut().insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            }
+            response
+        }
+        Ok(None) => {
+            ApiError::new(ErrorCode::NotFound, format!("no such file in the API docs: /docs/{file}")).into_response()
+        }
+        Err(e) => {
+            tracing::error!("swagger ui: {e}");
+            ApiError::new(ErrorCode::Internal, "the API docs failed to load; the server log has the details")
+                .into_response()
+        }
+    }
+}
+
+async fn not_found(request: Request) -> Response {
+    let path = request.uri().path().to_string();
+    ApiError::new(ErrorCode::NotFound, format!("no route {path}; see GET /tools/list for tools and /docs for the API"))
+        .into_response()
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let hint =
+        if path.starts_with("/tools/") && path != "/tools/list" { "use POST with a JSON body" } else { "use GET" };
+    let mut response = ApiError::new(ErrorCode::MethodNotAllowed, format!("{method} is not allowed on {path}; {hint}"))
+        .into_response();
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response
+}
+
+fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked; the server keeps serving");
+    ApiError::new(
+        ErrorCode::Internal,
+        "ctx hit an internal error while handling this request; the server log has the details",
+    )
+    .into_response()
+}

@@ -1,0 +1,295 @@
+//! The HTTP server on 127.0.0.1:0 with a real client: every endpoint, every error status, auth,
+//! Origin and Host checks, the OpenAPI document and Swagger UI.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ctx::server::{self, App, Security};
+use ctx::tools::Tools;
+use serde_json::{json, Value};
+
+use crate::tools::{fixture, shipped};
+
+const TOML: &str = r#"
+[tools.script.echo]
+path = "tools/echo.lua"
+greeting = "hello"
+api_token = "very-secret-value-123"
+
+[tools.script.slow]
+path = "tools/slow.lua"
+timeout = 1
+"#;
+
+const SLOW: &str = r#"
+tool = { name = "slow", description = "Loops until its deadline." }
+function tool.execute() while true do end end
+"#;
+
+/// A running server and a client for it.
+struct Running {
+    base: String,
+    client: reqwest::Client,
+    runtime: tokio::runtime::Runtime,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    _fixture_dir: tempfile::TempDir,
+}
+
+fn start(token: Option<&str>, origins: &[&str]) -> Running {
+    let f = fixture(TOML, &[("echo.lua", &shipped("echo.lua")), ("slow.lua", SLOW)]);
+    let (dir, registry) = f.into_parts();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let security =
+        Security::new(addr, token.map(str::to_string), origins.iter().map(|o| o.to_string()).collect()).unwrap();
+    let app =
+        Arc::new(App { tools: Arc::new(Tools::new(registry)), security: Arc::new(security), max_body_bytes: 4096 });
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    runtime.spawn(server::run(listener, app, async move {
+        let _ = rx.await;
+    }));
+    // reqwest is built without a default TLS provider (ctx picks ring); plain HTTP needs none,
+    // but the client builder still asks for one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Running {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::new(),
+        runtime,
+        stop: Some(tx),
+        _fixture_dir: dir,
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Running {
+    fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value, reqwest::header::HeaderMap) {
+        self.runtime.block_on(async {
+            let response = request.send().await.expect("request");
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let text = response.text().await.unwrap();
+            let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            (status, body, headers)
+        })
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        let (s, b, _) = self.send(self.client.get(format!("{}{path}", self.base)));
+        (s, b)
+    }
+
+    fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let (s, b, _) = self.send(self.client.post(format!("{}{path}", self.base)).json(&body));
+        (s, b)
+    }
+}
+
+/// The error body must match the error schema and carry the code that goes with the status.
+fn assert_envelope(status: u16, body: &Value, want_status: u16, want_code: &str) {
+    assert_eq!(status, want_status, "{body}");
+    assert_eq!(body["error"]["code"], want_code, "{body}");
+    let problems = ctx::schema::SchemaValidator::for_definition("Error").problems(body, ctx::schema::Dialect::Json);
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[test]
+fn every_endpoint_answers_as_documented() {
+    let s = start(None, &[]);
+    let (status, health) = s.get("/health");
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    assert_eq!(health["tools"], 5);
+
+    let (status, list) = s.get("/tools/list");
+    assert_eq!(status, 200);
+    let names: Vec<&str> = list["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["search", "get", "sources", "echo", "slow"]);
+    assert!(!list.to_string().contains("very-secret-value-123"));
+
+    let (status, found) = s.post("/tools/search", json!({"query": "roll back a deploy", "limit": 3}));
+    assert_eq!(status, 200);
+    let top = &found["results"][0];
+    assert_eq!(top["title"], "Deploy runbook");
+    let (status, doc) = s.post("/tools/get", json!({"id": top["id"]}));
+    assert_eq!((status, doc["title"].as_str()), (200, Some("Deploy runbook")));
+
+    let (status, get_sources) = s.get("/tools/sources");
+    let (status2, post_sources) = s.post("/tools/sources", json!({}));
+    assert_eq!((status, status2), (200, 200));
+    assert_eq!(get_sources, post_sources);
+    assert_eq!(get_sources["sources"][0]["name"], "filesystem:docs");
+
+    let (status, echoed) = s.post("/tools/echo", json!({"message": "hi", "repeat": 2}));
+    assert_eq!(status, 200);
+    assert_eq!(echoed, json!({"result": {"greeting": "hello", "message": "hi hi"}}));
+    insta::assert_json_snapshot!("http_echo", echoed);
+    let mut sources = get_sources.clone();
+    sources["sources"][0]["last_sync"] = json!("[time]");
+    insta::assert_json_snapshot!("http_sources", sources);
+}
+
+#[test]
+fn every_error_is_the_envelope_with_its_status() {
+    let s = start(None, &[]);
+    let mut bodies = serde_json::Map::new();
+    let mut check = |label: &str, (status, body): (u16, Value), want: u16, code: &str| {
+        assert_envelope(status, &body, want, code);
+        bodies.insert(label.to_string(), json!({"status": status, "body": body}));
+    };
+    check("unknown_tool", s.post("/tools/nope", json!({})), 404, "not_found");
+    check("invalid_params", s.post("/tools/echo", json!({"repeat": "x", "extra": 1})), 400, "bad_request");
+    check("unknown_document", s.post("/tools/get", json!({"id": "nope"})), 404, "not_found");
+    check(
+        "semantic_unavailable",
+        s.post("/tools/search", json!({"query": "x", "mode": "semantic"})),
+        503,
+        "unavailable",
+    );
+    check("unknown_route", s.get("/nope"), 404, "not_found");
+    check("wrong_method_list", s.post("/tools/list", json!({})), 405, "method_not_allowed");
+    check("wrong_method_tool", s.get("/tools/echo"), 405, "method_not_allowed");
+    let raw = |body: &'static str, content_type: Option<&str>| {
+        let mut request = s.client.post(format!("{}/tools/echo", s.base)).body(body);
+        if let Some(ct) = content_type {
+            request = request.header("content-type", ct);
+        }
+        let (status, body, _) = s.send(request);
+        (status, body)
+    };
+    check("malformed_json", raw("{\"message\": ", Some("application/json")), 400, "bad_request");
+    check(
+        "wrong_content_type",
+        raw("message=hi", Some("application/x-www-form-urlencoded")),
+        415,
+        "unsupported_media_type",
+    );
+    check("no_content_type", raw("{\"message\":\"hi\"}", None), 415, "unsupported_media_type");
+    let big = format!("{{\"message\": \"{}\"}}", "x".repeat(10_000));
+    let (status, body, _) =
+        s.send(s.client.post(format!("{}/tools/echo", s.base)).header("content-type", "application/json").body(big));
+    check("too_large", (status, body), 413, "payload_too_large");
+
+    // A tool that loops times out with 408 while other calls keep being served.
+    let slow = {
+        let (client, base) = (s.client.clone(), s.base.clone());
+        s.runtime.spawn(async move {
+            let started = Instant::now();
+            let response = client.post(format!("{base}/tools/slow")).json(&json!({})).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap(), started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    assert_eq!(s.post("/tools/echo", json!({"message": "still here"})).0, 200);
+    assert!(started.elapsed() < Duration::from_millis(500), "other calls are not blocked by the loop");
+    let (status, body, took) = s.runtime.block_on(slow).unwrap();
+    assert!(took < Duration::from_secs(3));
+    check("timeout", (status, body), 408, "timeout");
+    assert_eq!(bodies["timeout"]["body"]["error"]["message"], "tool 'slow' timed out after 1 second");
+    assert_eq!(s.get("/health").0, 200);
+    insta::assert_json_snapshot!("http_error_bodies", bodies);
+}
+
+#[test]
+fn the_bearer_token_guards_everything_but_health() {
+    let token = "0123456789abcdef-token";
+    let s = start(Some(token), &[]);
+    assert_eq!(s.get("/health").0, 200);
+    let (status, body, headers) = s.send(s.client.get(format!("{}/tools/list", s.base)));
+    assert_envelope(status, &body, 401, "unauthorized");
+    assert_eq!(headers["www-authenticate"], "Bearer");
+    let (status, body, _) =
+        s.send(s.client.get(format!("{}/tools/list", s.base)).bearer_auth("wrong-token-wrong-token"));
+    assert_envelope(status, &body, 401, "unauthorized");
+    let (status, _, _) = s.send(s.client.get(format!("{}/tools/list", s.base)).bearer_auth(token));
+    assert_eq!(status, 200);
+    let (status, body, _) =
+        s.send(s.client.post(format!("{}/tools/echo", s.base)).bearer_auth(token).json(&json!({"message": "m"})));
+    assert_eq!((status, &body["result"]["message"]), (200, &json!("m")));
+    let (status, _, _) = s.send(s.client.get(format!("{}/docs/", s.base)));
+    assert_eq!(status, 401, "the docs need the token too");
+}
+
+#[test]
+fn origins_and_hosts_are_checked() {
+    let s = start(None, &["https://app.example.com"]);
+    let with_origin = |origin: &str| {
+        s.send(s.client.post(format!("{}/tools/echo", s.base)).header("origin", origin).json(&json!({"message": "o"})))
+    };
+    let (status, _, headers) = with_origin("https://app.example.com");
+    assert_eq!(status, 200);
+    assert_eq!(headers["access-control-allow-origin"], "https://app.example.com");
+    let (status, body, headers) = with_origin("https://evil.example");
+    assert_envelope(status, &body, 403, "forbidden");
+    assert!(headers.get("access-control-allow-origin").is_none());
+    // Same-origin (Swagger UI served by ctx itself) is allowed.
+    let own = s.base.clone();
+    assert_eq!(with_origin(&own).0, 200);
+    // DNS rebinding: a foreign Host name on a loopback server is refused.
+    let (status, body, _) =
+        s.send(s.client.get(format!("{}/tools/list", s.base)).header("host", "attacker.example:7391"));
+    assert_envelope(status, &body, 403, "forbidden");
+    // No origins configured: no CORS headers at all, and cross-site requests are refused.
+    let closed = start(None, &[]);
+    let (status, body, headers) = closed.send(
+        closed
+            .client
+            .post(format!("{}/tools/echo", closed.base))
+            .header("origin", "https://app.example.com")
+            .json(&json!({"message": "o"})),
+    );
+    assert_envelope(status, &body, 403, "forbidden");
+    assert!(headers.get("access-control-allow-origin").is_none());
+}
+
+#[test]
+fn a_public_bind_without_a_token_is_refused() {
+    let err = Security::new("0.0.0.0:7391".parse().unwrap(), None, vec![]).unwrap_err();
+    assert!(err.contains("without server.auth_token"), "{err}");
+    assert!(Security::new("0.0.0.0:7391".parse().unwrap(), Some("a-long-enough-token".into()), vec![]).is_ok());
+    let ws = crate::common::Workspace::new("[server]\nbind = \"0.0.0.0:0\"\n");
+    let run = ws.ctx(&["serve"]);
+    assert_eq!(run.code(), 2);
+    assert!(run.stderr().contains("refusing to listen on 0.0.0.0:0 without server.auth_token"), "{}", run.stderr());
+}
+
+#[test]
+fn openapi_is_served_with_each_lua_tool_and_swagger_ui_points_at_it() {
+    let s = start(None, &[]);
+    let (status, doc) = s.get("/openapi.json");
+    assert_eq!(status, 200);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let echo = &doc["paths"]["/tools/echo"]["post"];
+    assert_eq!(echo["requestBody"]["content"]["application/json"]["schema"]["properties"]["message"]["type"], "string");
+    assert!(doc["paths"]["/tools/slow"]["post"].is_object());
+    assert_eq!(
+        doc["paths"]["/tools/search"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/SearchRequest"
+    );
+
+    let (status, html, headers) = s.send(s.client.get(format!("{}/docs/", s.base)));
+    assert_eq!(status, 200);
+    assert!(headers["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(html.as_str().unwrap().contains("swagger"), "the UI page");
+    let (status, init, _) = s.send(s.client.get(format!("{}/docs/swagger-initializer.js", s.base)));
+    assert_eq!(status, 200);
+    assert!(init.as_str().unwrap().contains("/openapi.json"), "the UI loads /openapi.json");
+}
+
+#[test]
+fn the_checked_in_openapi_document_is_current() {
+    let path = crate::common::repo().join("openapi/openapi.json");
+    let checked_in: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let generated = server::openapi::document(None);
+    assert!(
+        checked_in == generated,
+        "openapi/openapi.json is out of date; regenerate it with: cargo run -q -- schema export --out target/schemas && cp target/schemas/openapi.json openapi/"
+    );
+}
