@@ -46,7 +46,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/tools/sources", get(sources).post(call))
         .route("/tools/{name}", post(call))
         .route("/openapi.json", get(openapi_json))
-        .route("/docs", get(docs_index))
+        .route("/docs", get(docs_redirect))
         .route("/docs/", get(docs_index))
         .route("/docs/{*file}", get(docs_file))
         .fallback(not_found)
@@ -152,6 +152,11 @@ fn swagger_config() -> Arc<utoipa_swagger_ui::Config<'static>> {
     Arc::clone(
         CONFIG.get_or_init(|| Arc::new(utoipa_swagger_ui::Config::from("/openapi.json").try_it_out_enabled(true))),
     )
+}
+
+/// The UI's assets are relative links, so the page must be served from `/docs/`.
+async fn docs_redirect() -> Response {
+    axum::response::Redirect::permanent("/docs/").into_response()
 }
 
 async fn docs_index() -> Response {
