@@ -38,7 +38,8 @@ impl ScriptError {
     }
 }
 
-fn seconds(d: &Duration) -> String {
+/// "1 second", "30 seconds", "2.5 seconds": how limits read in messages.
+pub(crate) fn seconds(d: &Duration) -> String {
     let secs = d.as_secs_f64();
     if secs == 1.0 {
         "1 second".to_string()

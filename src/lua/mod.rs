@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Value, VmState};
 use serde_json::{Map, Value as Json};
 
+pub(crate) use error::seconds;
 pub use error::ScriptError;
 
 use crate::config::{ScriptKind, ScriptSection};

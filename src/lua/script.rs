@@ -23,13 +23,7 @@ impl Vm {
     /// the script reports it, with its line.
     pub fn read_script(&self) -> Result<Script, ScriptError> {
         let info = &self.state().info;
-        let source = std::fs::read(&info.path).map_err(|e| ScriptError::Unreadable {
-            path: info.display_path.clone(),
-            message: match e.kind() {
-                std::io::ErrorKind::NotFound => "no such file".to_string(),
-                _ => e.to_string(),
-            },
-        })?;
+        let source = read_source(info)?;
         let code = compile(self.lua(), &format!("@{}", info.display_path), &source).map(Arc::new);
         Ok(Script { source: Arc::new(source), code })
     }
@@ -50,13 +44,7 @@ impl Vm {
     /// returned if it is a table, else the global named `global` (`tool`, `connector`, `agent`).
     pub fn load_extension(&self, global: &str) -> Result<Table, ScriptError> {
         let info = &self.state().info;
-        let source = std::fs::read(&info.path).map_err(|e| ScriptError::Unreadable {
-            path: info.display_path.clone(),
-            message: match e.kind() {
-                std::io::ErrorKind::NotFound => "no such file".to_string(),
-                _ => e.to_string(),
-            },
-        })?;
+        let source = read_source(info)?;
         self.load_extension_from(&source, global)
     }
 
@@ -143,4 +131,14 @@ fn compiled(lua: &Lua, name: &str, source: &[u8]) -> Option<Arc<Vec<u8>>> {
 fn compile(lua: &Lua, name: &str, source: &[u8]) -> Option<Vec<u8>> {
     let function = lua.load(source).set_name(name).set_mode(mlua::chunk::ChunkMode::Text).into_function().ok()?;
     Some(function.dump(false))
+}
+
+fn read_source(info: &super::ScriptInfo) -> Result<Vec<u8>, ScriptError> {
+    std::fs::read(&info.path).map_err(|e| ScriptError::Unreadable {
+        path: info.display_path.clone(),
+        message: match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file".to_string(),
+            _ => e.to_string(),
+        },
+    })
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value as Json};
 
 use crate::kb::KbError;
-use crate::lua::ScriptError;
+use crate::lua::{seconds, ScriptError};
 use crate::types::{ErrorBody, ErrorCode, ErrorDetail};
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -22,7 +22,7 @@ pub enum CallError {
     /// The request made sense structurally but not otherwise (an unknown source, a bad date).
     #[error("{0}")]
     BadRequest(String),
-    #[error("tool '{tool}' timed out after {}", seconds(*limit))]
+    #[error("tool '{tool}' timed out after {}", seconds(limit))]
     Timeout { tool: String, limit: Duration },
     #[error("tool '{tool}' exceeded its memory limit of {} MiB; raise memory_mb in its [tools.script] section or return less data", limit_bytes / (1024 * 1024))]
     MemoryLimit { tool: String, limit_bytes: usize },
@@ -151,15 +151,4 @@ fn summary(problems: &[ErrorDetail]) -> String {
         .map(|p| if p.path.is_empty() { p.message.clone() } else { format!("{}: {}", p.path, p.message) })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-fn seconds(d: Duration) -> String {
-    let secs = d.as_secs_f64();
-    if secs == 1.0 {
-        "1 second".to_string()
-    } else if secs.fract() == 0.0 {
-        format!("{} seconds", secs as u64)
-    } else {
-        format!("{secs:.1} seconds")
-    }
 }
