@@ -80,18 +80,9 @@ impl ScriptInfo {
         }
     }
 
-    /// A script run straight from a path (`ctx tool test`), with no config section.
+    /// A script run straight from a path (`ctx connector test`), with no config section.
     pub fn from_path(kind: ScriptKind, path: &Path) -> Self {
-        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        ScriptInfo {
-            kind,
-            name,
-            path: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
-            display_path: path.display().to_string(),
-            allow_hosts: None,
-            allow_env: None,
-            config: Map::new(),
-        }
+        Self::from_section(&ScriptSection::from_path(kind, path))
     }
 
     /// The folder the script may read (`fs.*`, `require`).

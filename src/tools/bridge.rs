@@ -28,13 +28,9 @@ pub fn context_table(vm: &Vm, kb: &Kb, config: &Map<String, Json>) -> mlua::Resu
         lua.create_function(move |lua, args: MultiValue| {
             st.check()?;
             let request = search_request(lua, args)?;
-            let params = builtin::search_params().check(request).map_err(|problems| {
-                let words: Vec<String> = problems
-                    .iter()
-                    .map(|p| if p.path.is_empty() { p.message.clone() } else { format!("{}: {}", p.path, p.message) })
-                    .collect();
-                fail(format!("context.search: {}", words.join("; ")))
-            })?;
+            let params = builtin::search_params()
+                .check(request)
+                .map_err(|problems| fail(format!("context.search: {}", super::error::summary(&problems))))?;
             let response = builtin::search(&kb_s, params).map_err(|e| fail(format!("context.search: {e}")))?;
             st.check()?;
             let results = response.get("results").cloned().unwrap_or(Json::Array(Vec::new()));

@@ -145,7 +145,8 @@ pub fn http_status(code: ErrorCode) -> u16 {
     }
 }
 
-fn summary(problems: &[ErrorDetail]) -> String {
+/// Every problem on one line: `/a: ...; /b: ...`.
+pub(crate) fn summary(problems: &[ErrorDetail]) -> String {
     problems
         .iter()
         .map(|p| if p.path.is_empty() { p.message.clone() } else { format!("{}: {}", p.path, p.message) })
