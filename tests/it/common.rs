@@ -150,3 +150,32 @@ pub fn stub(reply: impl Fn(&StubRequest) -> (u16, String) + Send + Sync + 'stati
     });
     (addr, received)
 }
+
+/// The Python interpreter of the venv that `scripts/test-env` builds with the official clients.
+///
+/// `scripts/test` always sets it, so in CI a missing venv fails the test. A bare `cargo test`
+/// outside CI skips the client runs and says how to enable them.
+pub fn test_python() -> Option<PathBuf> {
+    match std::env::var_os("CTX_TEST_PYTHON") {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            assert!(path.exists(), "CTX_TEST_PYTHON={} does not exist; run scripts/test-env", path.display());
+            Some(path)
+        }
+        None if std::env::var_os("CI").is_some() => {
+            panic!("CTX_TEST_PYTHON is not set; CI must run the suite through scripts/test")
+        }
+        None => {
+            eprintln!("skipping a third-party client run: eval \"$(scripts/test-env)\" enables it");
+            None
+        }
+    }
+}
+
+/// Runs a program to completion and fails the test with its output unless it succeeds.
+pub fn run_ok(command: &mut Command) -> String {
+    let output = command.output().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{command:?} failed ({}):\n{text}", output.status);
+    text
+}

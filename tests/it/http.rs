@@ -16,9 +16,17 @@ path = "tools/echo.lua"
 greeting = "hello"
 api_token = "very-secret-value-123"
 
+[tools.script.nap]
+path = "tools/nap.lua"
+
 [tools.script.slow]
 path = "tools/slow.lua"
 timeout = 1
+"#;
+
+const NAP: &str = r#"
+tool = { name = "nap", description = "Sleeps a little, then answers." }
+function tool.execute() sleep(0.8) return "rested" end
 "#;
 
 const SLOW: &str = r#"
@@ -27,16 +35,17 @@ function tool.execute() while true do end end
 "#;
 
 /// A running server and a client for it.
-struct Running {
-    base: String,
+pub struct Running {
+    pub base: String,
     client: reqwest::Client,
     runtime: tokio::runtime::Runtime,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     _fixture_dir: tempfile::TempDir,
 }
 
-fn start(token: Option<&str>, origins: &[&str]) -> Running {
-    let f = fixture(TOML, &[("echo.lua", &shipped("echo.lua")), ("slow.lua", SLOW)]);
+pub fn start(token: Option<&str>, origins: &[&str]) -> Running {
+    let f = fixture(TOML, &[("echo.lua", &shipped("echo.lua")), ("slow.lua", SLOW), ("nap.lua", NAP)]);
     let (dir, registry) = f.into_parts();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
@@ -46,7 +55,7 @@ fn start(token: Option<&str>, origins: &[&str]) -> Running {
     let app =
         Arc::new(App { tools: Arc::new(Tools::new(registry)), security: Arc::new(security), max_body_bytes: 4096 });
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    runtime.spawn(server::run(listener, app, async move {
+    let server = runtime.spawn(server::run(listener, app, async move {
         let _ = rx.await;
     }));
     // reqwest is built without a default TLS provider (ctx picks ring); plain HTTP needs none,
@@ -57,6 +66,7 @@ fn start(token: Option<&str>, origins: &[&str]) -> Running {
         client: reqwest::Client::new(),
         runtime,
         stop: Some(tx),
+        server: Some(server),
         _fixture_dir: dir,
     }
 }
@@ -81,7 +91,7 @@ impl Running {
         })
     }
 
-    fn get(&self, path: &str) -> (u16, Value) {
+    pub fn get(&self, path: &str) -> (u16, Value) {
         let (s, b, _) = self.send(self.client.get(format!("{}{path}", self.base)));
         (s, b)
     }
@@ -105,12 +115,12 @@ fn every_endpoint_answers_as_documented() {
     let s = start(None, &[]);
     let (status, health) = s.get("/health");
     assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
-    assert_eq!(health["tools"], 5);
+    assert_eq!(health["tools"], 6);
 
     let (status, list) = s.get("/tools/list");
     assert_eq!(status, 200);
     let names: Vec<&str> = list["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["search", "get", "sources", "echo", "slow"]);
+    assert_eq!(names, ["search", "get", "sources", "echo", "nap", "slow"]);
     assert!(!list.to_string().contains("very-secret-value-123"));
 
     let (status, found) = s.post("/tools/search", json!({"query": "roll back a deploy", "limit": 3}));
@@ -130,9 +140,32 @@ fn every_endpoint_answers_as_documented() {
     assert_eq!(status, 200);
     assert_eq!(echoed, json!({"result": {"greeting": "hello", "message": "hi hi"}}));
     insta::assert_json_snapshot!("http_echo", echoed);
-    let mut sources = get_sources.clone();
-    sources["sources"][0]["last_sync"] = json!("[time]");
-    insta::assert_json_snapshot!("http_sources", sources);
+    insta::assert_json_snapshot!("http_sources", redact_times(get_sources));
+    insta::assert_json_snapshot!("http_health", health);
+    insta::assert_json_snapshot!("http_tools_list", list);
+    insta::assert_json_snapshot!("http_search", redact_times(found));
+    insta::assert_json_snapshot!("http_get", redact_times(doc));
+}
+
+/// Replaces timestamps (which depend on when the fixture was written) with a marker.
+fn redact_times(mut value: Value) -> Value {
+    fn walk(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map.iter_mut() {
+                    if (key.ends_with("_at") || key == "last_sync") && v.is_string() {
+                        *v = json!("[time]");
+                    } else {
+                        walk(v);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut value);
+    value
 }
 
 #[test]
@@ -195,6 +228,28 @@ fn every_error_is_the_envelope_with_its_status() {
     assert_eq!(bodies["timeout"]["body"]["error"]["message"], "tool 'slow' timed out after 1 second");
     assert_eq!(s.get("/health").0, 200);
     insta::assert_json_snapshot!("http_error_bodies", bodies);
+}
+
+#[test]
+fn shutdown_lets_in_flight_calls_finish_then_stops_listening() {
+    let mut s = start(None, &[]);
+    let nap = {
+        let (client, base) = (s.client.clone(), s.base.clone());
+        s.runtime.spawn(async move {
+            let response = client.post(format!("{base}/tools/nap")).json(&json!({})).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(250));
+    let stopped_at = Instant::now();
+    s.stop.take().unwrap().send(()).unwrap();
+    let (status, body) = s.runtime.block_on(nap).unwrap();
+    assert_eq!((status, body), (200, json!({"result": "rested"})), "the in-flight call finished");
+    let server = s.server.take().unwrap();
+    s.runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), server).await }).unwrap().unwrap().unwrap();
+    assert!(stopped_at.elapsed() < server::GRACE, "stopped once the call finished, not at the grace limit");
+    let refused = s.runtime.block_on(s.client.get(format!("{}/health", s.base)).send());
+    assert!(refused.is_err(), "no longer listening: {refused:?}");
 }
 
 #[test]

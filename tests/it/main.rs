@@ -2,6 +2,7 @@
 //! real SQLite files, folders and git repositories created in temporary directories.
 
 mod cli;
+mod clients;
 mod common;
 mod http;
 mod kb;
