@@ -17,6 +17,7 @@ pub mod config;
 pub mod connectors;
 pub mod kb;
 pub mod lua;
+pub mod mcp;
 pub mod schema;
 pub mod server;
 pub mod tools;

@@ -325,7 +325,7 @@ impl Corpus {
             let (title, body) = self.gen.document(wanted * 1400);
             let n = self.docs;
             let (source, folder) =
-                if n % WIKI_ONE_IN == 0 { ("filesystem:wiki", "wiki") } else { ("filesystem:docs", "docs") };
+                if n.is_multiple_of(WIKI_ONE_IN) { ("filesystem:wiki", "wiki") } else { ("filesystem:docs", "docs") };
             let source_id = format!("{folder}/{:03}/{n:07}.md", n % 1000);
             let updated_at = self.gen.date();
             let chunks = chunk(&body, self.spec);

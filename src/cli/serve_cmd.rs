@@ -6,8 +6,9 @@ use anyhow::Context;
 
 use super::{CliError, Globals};
 use crate::kb::Kb;
+use crate::mcp::Mcp;
 use crate::server::{self, App};
-use crate::tools::{Registry, Tools};
+use crate::tools::{self, Registry, Tools};
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -15,21 +16,48 @@ pub struct ServeArgs {
     #[arg(value_parser = ["mcp"], hide_possible_values = true)]
     pub what: Option<String>,
     /// Listen here instead of server.bind (host:port).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", conflicts_with = "stdio")]
     pub bind: Option<String>,
+    /// Speak MCP over stdin/stdout instead of HTTP (what desktop MCP clients launch).
+    /// stdout carries only protocol messages; logs go to stderr.
+    #[arg(long)]
+    pub stdio: bool,
+    /// Do not watch the config and scripts for changes.
+    #[arg(long)]
+    pub no_reload: bool,
 }
 
 pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
+    let located = crate::config::locate(globals.config.as_deref());
     let mut config = globals.load_config()?;
     if let Some(bind) = args.bind {
         config.spec.server.bind = bind.parse().map_err(|e| CliError::Usage(format!("--bind {bind:?}: {e}")))?;
     }
     let (addr, security) = server::settings(&config).map_err(CliError::Usage)?;
     let max_body_bytes = config.spec.server.max_body_bytes as usize;
+    let page_size = config.spec.server.mcp_page_size as usize;
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
-    let registry = Registry::build(kb, None);
+    let registry = Registry::build(kb.clone(), None);
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    let tools = Arc::new(Tools::new(registry));
+    let mcp = Mcp::with_page_size(Arc::clone(&tools), page_size);
+    if !args.no_reload {
+        let (mcp, handle) = (mcp.clone(), runtime.handle().clone());
+        // The broadcast is sync, but enter the runtime so rmcp's tasks wake on it.
+        tools::reload::watch(located, kb, Arc::clone(&tools), move || {
+            let _guard = handle.enter();
+            mcp.tools_changed();
+        })
+        .map_err(CliError::Usage)?;
+    }
+    if args.stdio {
+        for problem in tools.current().problems() {
+            tracing::error!("[tools.script.{}]: {}", problem.name, problem.message);
+        }
+        return runtime.block_on(mcp.serve_stdio()).map_err(|e| CliError::from(anyhow::anyhow!(e)));
+    }
+    let registry = tools.current();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -43,7 +71,8 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
         for problem in registry.problems() {
             println!("  broken [tools.script.{}]: {}", problem.name, problem.message);
         }
-        let app = Arc::new(App { tools: Arc::new(Tools::new(registry)), security: Arc::new(security), max_body_bytes });
+        println!("  MCP (Streamable HTTP) at http://{local}/mcp");
+        let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes));
         server::run(listener, app, shutdown_signal()).await.context("the server failed")?;
         println!("ctx stopped");
         Ok::<(), anyhow::Error>(())

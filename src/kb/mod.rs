@@ -42,6 +42,11 @@ impl Kb {
         Ok(Kb { config, store: Arc::new(store) })
     }
 
+    /// The same store under a reloaded config (hot reload keeps the open pool).
+    pub fn with_config(&self, config: Arc<Config>) -> Kb {
+        Kb { config, store: Arc::clone(&self.store) }
+    }
+
     pub fn config(&self) -> &Arc<Config> {
         &self.config
     }

@@ -23,6 +23,9 @@ use serde_json::{json, Value as Json};
 pub use guard::Security;
 use respond::{call_error, json_body, ok, ApiError};
 
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp::Mcp;
 use crate::tools::{CallOptions, Output, Tools};
 use crate::types::{ErrorCode, Health, HealthStatus};
 
@@ -34,13 +37,35 @@ pub struct App {
     pub tools: Arc<Tools>,
     pub security: Arc<Security>,
     pub max_body_bytes: usize,
+    /// The MCP handler behind `/mcp` (it tells clients when the tool list changes).
+    pub mcp: Mcp,
+    /// Cancelled when shutdown begins, so MCP streams close and in-flight calls can finish.
+    pub shutdown: CancellationToken,
+}
+
+impl App {
+    pub fn new(tools: Arc<Tools>, security: Security, max_body_bytes: usize) -> App {
+        App::with_mcp(Mcp::new(Arc::clone(&tools)), security, max_body_bytes)
+    }
+
+    pub fn with_mcp(mcp: Mcp, security: Security, max_body_bytes: usize) -> App {
+        App {
+            tools: Arc::clone(mcp.tools()),
+            security: Arc::new(security),
+            max_body_bytes,
+            mcp,
+            shutdown: CancellationToken::new(),
+        }
+    }
 }
 
 /// The router with every route, guard and error mapping.
 pub fn router(app: Arc<App>) -> Router {
     let security = Arc::clone(&app.security);
     let cors = security.cors();
+    let mcp = app.mcp.http_service(&security, app.max_body_bytes, app.shutdown.child_token());
     let mut router = Router::new()
+        .route_service("/mcp", mcp)
         .route("/health", get(health))
         .route("/tools/list", get(list))
         .route("/tools/sources", get(sources).post(call))
@@ -68,8 +93,11 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut grace_rx = stop_rx.clone();
+    let streams = app.shutdown.clone();
     let serve = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
         shutdown.await;
+        // Open MCP streams (GET /mcp, listen) would hold graceful shutdown forever.
+        streams.cancel();
         let _ = stop_tx.send(true);
     });
     let serve = tokio::spawn(async move { serve.await });

@@ -142,6 +142,9 @@ fn output(vm: &Vm, tool: &str, returned: Value) -> Result<Output, CallError> {
     };
     match text("kind").as_str() {
         "text" => Ok(Output::Text(text("text"))),
+        "content" => content_blocks(vm.result_json(&field("data")).map_err(fail)?).map_err(|problem| {
+            CallError::ToolFailed { message: format!("MCP.content: {problem}"), tool_code: None, data: None }
+        }),
         "error" => {
             let data = match field("data") {
                 Value::Nil => None,
@@ -151,6 +154,28 @@ fn output(vm: &Vm, tool: &str, returned: Value) -> Result<Output, CallError> {
         }
         _ => Ok(Output::Value(vm.result_json(&field("data")).map_err(fail)?)),
     }
+}
+
+/// `MCP.content(blocks)`: an array of content blocks, each valid against `ContentBlock`.
+fn content_blocks(value: Json) -> Result<Output, String> {
+    static SCHEMA: OnceLock<SchemaValidator> = OnceLock::new();
+    let Json::Array(items) = value else {
+        return Err("expected an array of content blocks, like { {type = \"text\", text = \"hi\"} }".to_string());
+    };
+    let schema = SCHEMA.get_or_init(|| SchemaValidator::for_definition("ContentBlock"));
+    let mut blocks = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        if let Some(problem) = schema.problems(&item, Dialect::Json).into_iter().next() {
+            let kind = item.get("type").and_then(Json::as_str).unwrap_or("?");
+            return Err(format!(
+                "block {} (type {kind:?}) is not a text, image, audio or resource block: {}",
+                i + 1,
+                problem.message
+            ));
+        }
+        blocks.push(serde_json::from_value(item).map_err(|e| format!("block {}: {e}", i + 1))?);
+    }
+    Ok(Output::Content(blocks))
 }
 
 /// Each parameter's declared default must pass its own schema.

@@ -9,6 +9,7 @@ mod lua_tool;
 mod output;
 pub mod params;
 mod registry;
+pub mod reload;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 use serde_json::{json, Value as Json};
 
 use super::CallError;
-use crate::types::{McpCallResult, TextContent};
+use crate::types::{ContentBlock, McpCallResult, TextContent};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
@@ -15,6 +15,9 @@ pub enum Output {
     Text(String),
     /// A plain table with an `error` key: the script caught a failure and reports it as data.
     HandledError(Json),
+    /// `MCP.content(blocks)`: MCP content blocks (text, image, audio, resource), checked
+    /// against the `ContentBlock` schema.
+    Content(Vec<ContentBlock>),
 }
 
 impl Output {
@@ -28,6 +31,7 @@ impl Output {
         match self {
             Output::Value(v) | Output::HandledError(v) => v.clone(),
             Output::Text(t) => Json::String(t.clone()),
+            Output::Content(blocks) => json!({ "content": blocks }),
         }
     }
 
@@ -42,6 +46,9 @@ impl Output {
                 structured_content: Default::default(),
                 is_error: false,
             },
+            Output::Content(blocks) => {
+                McpCallResult { content: blocks.clone(), structured_content: Default::default(), is_error: false }
+            }
             Output::HandledError(v) => McpCallResult {
                 content: vec![text(v.get("error").map(as_text).unwrap_or_else(|| as_text(v)))],
                 structured_content: structured(v),
@@ -59,8 +66,8 @@ impl CallError {
     }
 }
 
-fn text(t: String) -> TextContent {
-    TextContent { text: t, type_: Json::String("text".into()) }
+fn text(t: String) -> ContentBlock {
+    ContentBlock::TextContent(TextContent { text: t, type_: Json::String("text".into()) })
 }
 
 fn as_text(v: &Json) -> String {

@@ -52,8 +52,7 @@ pub fn start(token: Option<&str>, origins: &[&str]) -> Running {
     let addr = listener.local_addr().unwrap();
     let security =
         Security::new(addr, token.map(str::to_string), origins.iter().map(|o| o.to_string()).collect()).unwrap();
-    let app =
-        Arc::new(App { tools: Arc::new(Tools::new(registry)), security: Arc::new(security), max_body_bytes: 4096 });
+    let app = Arc::new(App::new(Arc::new(Tools::new(registry)), security, 4096));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let server = runtime.spawn(server::run(listener, app, async move {
         let _ = rx.await;

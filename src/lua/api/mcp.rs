@@ -1,4 +1,4 @@
-//! `MCP.success/error/text/json`: explicit results, so a tool says exactly what the client sees.
+//! `MCP.success/error/text/json/content`: explicit results, so a tool says exactly what the client sees.
 //!
 //! Each helper returns a table tagged with a metatable that only the host holds (its
 //! `__metatable` field hides it from `getmetatable`), so a plain table can never be mistaken for
@@ -36,6 +36,14 @@ pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
     mcp.raw_set("success", lua.create_function(move |lua, data: Value| success(lua, vec![("data", data)]))?)?;
     let json = make("json");
     mcp.raw_set("json", lua.create_function(move |lua, data: Value| json(lua, vec![("data", data)]))?)?;
+    let content = make("content");
+    mcp.raw_set(
+        "content",
+        lua.create_function(move |lua, blocks: Value| match blocks {
+            Value::Table(_) => content(lua, vec![("data", blocks)]),
+            other => Err(fail(format!("MCP.content: expected an array of content blocks, got {}", other.type_name()))),
+        })?,
+    )?;
     let text = make("text");
     mcp.raw_set(
         "text",

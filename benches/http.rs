@@ -1,0 +1,270 @@
+//! HTTP benchmark: the release `ctx serve` under `wrk -t2 -c8` on the same machine, over the
+//! synthetic 10k-chunk corpus of `benches/kb.rs`. Prints each number next to its target with
+//! PASS or MISS, and `GET /health` from the same run so the cost of the Lua path shows as a ratio.
+//!
+//! ```text
+//! cargo bench --bench http                 # 10 s per endpoint, then 1M echo calls for the RSS check
+//! cargo bench --bench http -- --quick      # 3 s per endpoint, 100k calls
+//! ```
+//!
+//! wrk comes from Debian: when it is missing and we are root, the bench runs
+//! `apt-get install -y wrk`; otherwise it says what to install.
+//!
+//! Targets (issue 6): echo >= 20,000 calls/s with p50 <= 0.4 ms; search (10k chunks) >= 5,000/s;
+//! idle RSS <= 15 MB; RSS within 10% after 1M calls.
+
+#[path = "support/corpus.rs"]
+mod corpus;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use corpus::{load_average, verdict, Corpus, QUERIES};
+
+const CHUNKS: usize = 10_000;
+const ECHO_RATE: f64 = 20_000.0;
+const ECHO_P50: Duration = Duration::from_micros(400);
+const SEARCH_RATE: f64 = 5_000.0;
+const IDLE_RSS_MB: f64 = 15.0;
+const RSS_GROWTH: f64 = 0.10;
+
+/// One wrk run's numbers.
+struct Load {
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+    requests: u64,
+    errors: u64,
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let span = if quick { 3 } else { 10 };
+    let soak_calls: u64 = if quick { 100_000 } else { 1_000_000 };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    println!("ctx HTTP benchmark ({cores} CPUs, load average {})", load_average());
+    let wrk = find_wrk();
+
+    let echo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/echo.lua")).expect("tools/echo.lua");
+    let extra = "[tools.script.echo]\npath = \"tools/echo.lua\"\ngreeting = \"hi\"\n";
+    let mut corpus = Corpus::with_files(extra, &[("tools/echo.lua", &echo)]);
+    let growth = corpus.grow_to(CHUNKS);
+    println!("corpus: {} documents, {} chunks", growth.docs, growth.chunks);
+    let scripts = write_wrk_scripts(corpus.dir.path());
+
+    let server = Server::start(&corpus.dir.path().join("ctx.toml"));
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_rss = server.rss_mb();
+    println!("server pid {} on {}; idle RSS {idle_rss:.1} MB", server.child.id(), server.base);
+
+    let run = |label: &str, path: &str, script: Option<&Path>, secs: u64| {
+        let load = wrk_run(&wrk, &server.base, path, script, secs);
+        println!(
+            "{label:<28} {:>9.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms   {} requests, {} errors",
+            load.rate,
+            millis(load.p50),
+            millis(load.p99),
+            load.requests,
+            load.errors
+        );
+        assert_eq!(load.errors, 0, "{label}: wrk saw errors or non-2xx answers");
+        load
+    };
+    println!("\nwrk -t2 -c8, {span} s each:");
+    let health = run("GET /health", "/health", None, span);
+    let echo = run("POST /tools/echo", "/tools/echo", Some(&scripts.echo), span);
+    let search = run("POST /tools/search (10k)", "/tools/search", Some(&scripts.search), span);
+    let warm_rss = server.rss_mb();
+
+    // The soak: keep calling echo until `soak_calls` have been answered, then compare RSS.
+    let soak_secs = ((soak_calls as f64 / echo.rate.max(1000.0)) * 1.1).ceil() as u64;
+    println!("\nsoak: echo for {soak_secs} s (about {soak_calls} calls), RSS after warm-up {warm_rss:.1} MB");
+    let soak = run("POST /tools/echo (soak)", "/tools/echo", Some(&scripts.echo), soak_secs);
+    let soak_rss = server.rss_mb();
+    let growth = soak_rss / warm_rss - 1.0;
+    println!("RSS after {} calls: {soak_rss:.1} MB ({:+.1}%)", soak.requests, growth * 100.0);
+    drop(server);
+
+    println!("\n== summary (load average now {}) ==", load_average());
+    println!(
+        "{} echo {:.0}/s (target >= {:.0}/s) = {:.0}% of /health ({:.0}/s)",
+        verdict(echo.rate >= ECHO_RATE),
+        echo.rate,
+        ECHO_RATE,
+        100.0 * echo.rate / health.rate,
+        health.rate
+    );
+    println!(
+        "{} echo p50 {:.3} ms (target <= {:.1} ms)",
+        verdict(echo.p50 <= ECHO_P50),
+        millis(echo.p50),
+        millis(ECHO_P50)
+    );
+    println!(
+        "{} search {:.0}/s (target >= {:.0}/s) = {:.0}% of /health",
+        verdict(search.rate >= SEARCH_RATE),
+        search.rate,
+        SEARCH_RATE,
+        100.0 * search.rate / health.rate
+    );
+    println!("{} idle RSS {idle_rss:.1} MB (target <= {IDLE_RSS_MB:.0} MB)", verdict(idle_rss <= IDLE_RSS_MB));
+    println!(
+        "{} RSS {warm_rss:.1} -> {soak_rss:.1} MB over {} calls ({:+.1}%, target within {:.0}%)",
+        verdict(soak.requests >= soak_calls && growth.abs() <= RSS_GROWTH),
+        soak.requests,
+        growth * 100.0,
+        RSS_GROWTH * 100.0
+    );
+}
+
+/// `ctx serve` from the release build, on a free loopback port, killed on drop.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(config: &Path) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+        let bind = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_ctx"))
+            .arg("--config")
+            .arg(config)
+            .args(["-q", "serve", "--bind", &bind])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start ctx serve");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&bind).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(20), "ctx serve did not start listening on {bind}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Server { child, base: format!("http://{bind}") }
+    }
+
+    /// Resident set size from /proc, in MB (10^6 bytes).
+    fn rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        kib * 1024.0 / 1e6
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Scripts {
+    echo: PathBuf,
+    search: PathBuf,
+}
+
+/// wrk Lua scripts: a JSON POST for echo, and a round-robin over the kb bench's queries.
+fn write_wrk_scripts(dir: &Path) -> Scripts {
+    let echo = dir.join("wrk-echo.lua");
+    std::fs::write(
+        &echo,
+        "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n\
+         wrk.body = '{\"message\": \"hello\"}'\n",
+    )
+    .expect("write wrk script");
+    let bodies: Vec<String> =
+        QUERIES.iter().map(|q| format!("'{}'", serde_json::json!({"query": q, "limit": 10}))).collect();
+    let search = dir.join("wrk-search.lua");
+    let mut file = std::fs::File::create(&search).expect("write wrk script");
+    write!(
+        file,
+        "local bodies = {{ {} }}\nlocal i = 0\n\
+         request = function()\n  i = i + 1\n  return wrk.format(\"POST\", nil, \
+         {{[\"Content-Type\"] = \"application/json\"}}, bodies[(i % #bodies) + 1])\nend\n",
+        bodies.join(", ")
+    )
+    .expect("write wrk script");
+    Scripts { echo, search }
+}
+
+fn find_wrk() -> PathBuf {
+    let found = || {
+        std::env::var_os("PATH")
+            .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join("wrk")).find(|p| p.is_file()))
+    };
+    if let Some(wrk) = found() {
+        return wrk;
+    }
+    let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+    if root {
+        println!("wrk not found: installing it from Debian (apt-get install -y wrk)");
+        let installed = Command::new("apt-get")
+            .args(["install", "-y", "-q", "wrk"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !installed {
+            let _ = Command::new("apt-get").args(["update", "-q"]).status();
+            let _ = Command::new("apt-get").args(["install", "-y", "-q", "wrk"]).status();
+        }
+    }
+    found().unwrap_or_else(|| {
+        eprintln!("this benchmark needs wrk: sudo apt-get install wrk");
+        std::process::exit(2)
+    })
+}
+
+fn wrk_run(wrk: &Path, base: &str, path: &str, script: Option<&Path>, secs: u64) -> Load {
+    let mut command = Command::new(wrk);
+    command.args(["-t2", "-c8", "--latency", &format!("-d{secs}s")]);
+    if let Some(script) = script {
+        command.arg("-s").arg(script);
+    }
+    let output = command.arg(format!("{base}{path}")).output().expect("run wrk");
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "wrk failed: {text}{}", String::from_utf8_lossy(&output.stderr));
+    parse_wrk(&text).unwrap_or_else(|| panic!("cannot read wrk's output:\n{text}"))
+}
+
+/// Reads requests/s, the 50% and 99% latencies, the request count and the errors from wrk's
+/// `--latency` report.
+fn parse_wrk(text: &str) -> Option<Load> {
+    let field = |prefix: &str| {
+        text.lines().find_map(|l| l.trim_start().strip_prefix(prefix).map(|rest| rest.trim().to_string()))
+    };
+    let rate = field("Requests/sec:")?.parse().ok()?;
+    let p50 = duration(&field("50%")?)?;
+    let p99 = duration(&field("99%")?)?;
+    let requests = text.lines().find(|l| l.contains("requests in"))?.split_whitespace().next()?.parse().ok()?;
+    let non_2xx: u64 = field("Non-2xx or 3xx responses:").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let socket: u64 = field("Socket errors:")
+        .map(|v| v.split(',').filter_map(|p| p.split_whitespace().last()?.parse::<u64>().ok()).sum())
+        .unwrap_or(0);
+    Some(Load { rate, p50, p99, requests, errors: non_2xx + socket })
+}
+
+/// wrk's latency units: us, ms, s.
+fn duration(text: &str) -> Option<Duration> {
+    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.trim().parse().ok()?;
+    let seconds = match unit.trim() {
+        "us" => value / 1e6,
+        "ms" => value / 1e3,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return None,
+    };
+    Some(Duration::from_secs_f64(seconds))
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

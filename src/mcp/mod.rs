@@ -1,0 +1,286 @@
+//! MCP over rmcp: `tools/list` and `tools/call` as a thin adapter over the one call path.
+//!
+//! rmcp types stay in this module. The registry knows nothing about MCP: listing entries come
+//! from [`ToolSpec`], results from [`Output::mcp`] and [`CallError::mcp`], and every call goes
+//! through [`Tools::call`], which validates, runs and maps errors once for REST and MCP alike.
+
+mod convert;
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CompleteRequestMethod, CompleteRequestParams, CompleteResult,
+    CustomRequest, CustomResult, ErrorCode as RpcCode, Implementation, ListPromptsRequestMethod, ListPromptsResult,
+    ListResourceTemplatesRequestMethod, ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+    SubscriptionFilter,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{json, Value as Json};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::lua::{CancelHandle, Progress, ProgressSink};
+use crate::tools::{CallError, CallOptions, Tools};
+
+/// Tools per `tools/list` page.
+pub const PAGE_SIZE: usize = 50;
+
+/// The MCP server handler. Cheap to clone: rmcp makes one per session and per stateless request.
+#[derive(Clone)]
+pub struct Mcp {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tools: Arc<Tools>,
+    /// Fires when the tool list changed (hot reload); every connected client is told.
+    changed: broadcast::Sender<()>,
+    page_size: usize,
+}
+
+impl Mcp {
+    pub fn new(tools: Arc<Tools>) -> Mcp {
+        Mcp::with_page_size(tools, PAGE_SIZE)
+    }
+
+    pub fn with_page_size(tools: Arc<Tools>, page_size: usize) -> Mcp {
+        let (changed, _) = broadcast::channel(16);
+        Mcp { inner: Arc::new(Inner { tools, changed, page_size: page_size.max(1) }) }
+    }
+
+    pub fn tools(&self) -> &Arc<Tools> {
+        &self.inner.tools
+    }
+
+    /// Tells every connected client that the tool list changed (`notifications/tools/list_changed`).
+    pub fn tools_changed(&self) {
+        let _ = self.inner.changed.send(());
+    }
+
+    /// The Streamable HTTP endpoint (mounted at `/mcp`). The server's guard has already checked
+    /// the token, Host and Origin; rmcp checks Host and Origin again with the same settings.
+    pub fn http_service(
+        &self,
+        security: &crate::server::Security,
+        max_body_bytes: usize,
+        shutdown: CancellationToken,
+    ) -> StreamableHttpService<Mcp, LocalSessionManager> {
+        let mut config = StreamableHttpServerConfig::default()
+            .with_cancellation_token(shutdown)
+            .with_max_request_body_bytes(max_body_bytes.max(64 * 1024));
+        config = if security.loopback {
+            config.with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
+        } else {
+            // A public bind is reached under its real host name; the token guards it.
+            config.disable_allowed_hosts()
+        };
+        if !security.allowed_origins.is_empty() {
+            let mut origins = security.allowed_origins.clone();
+            // Same-origin pages (served by ctx itself) pass the guard; let them through here too.
+            origins.extend(["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"].map(String::from));
+            config = config.with_allowed_origins(origins);
+        }
+        let handler = self.clone();
+        StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config)
+    }
+
+    /// Serves MCP on stdin/stdout until the client closes the stream.
+    pub async fn serve_stdio(self) -> Result<(), String> {
+        let running = self.serve(rmcp::transport::stdio()).await.map_err(|e| format!("MCP over stdio: {e}"))?;
+        running.waiting().await.map_err(|e| format!("MCP over stdio: {e}"))?;
+        Ok(())
+    }
+
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = request.name.to_string();
+        let params = Json::Object(request.arguments.unwrap_or_default());
+        let token = cx.meta.get_progress_token();
+        let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+        let progress: Option<ProgressSink> = token.is_some().then(|| {
+            let tx = progress_tx.clone();
+            Arc::new(move |p: Progress| {
+                let _ = tx.send(p);
+            }) as ProgressSink
+        });
+        drop(progress_tx);
+        let options = CallOptions { cancel: CancelHandle::new(), progress, caller: "mcp" };
+        // Dropping the call future cancels the script (Tools::call), so leaving the loop on
+        // `notifications/cancelled` or a closed transport stops it.
+        let call = self.inner.tools.call(name.clone(), params, options);
+        tokio::pin!(call);
+        let send = |p: Progress| {
+            let peer = cx.peer.clone();
+            let token = token.clone();
+            async move {
+                if let Some(token) = token {
+                    let mut note = ProgressNotificationParam::new(token, p.done);
+                    if let Some(total) = p.total {
+                        note = note.with_total(total);
+                    }
+                    if let Some(message) = p.message {
+                        note = note.with_message(message);
+                    }
+                    // The client may be gone; the call's outcome decides what happens next.
+                    let _ = peer.notify_progress(note).await;
+                }
+            }
+        };
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(p) = progress_rx.recv() => send(p).await,
+                result = &mut call => break result,
+                _ = cx.ct.cancelled() => break Err(CallError::Cancelled { tool: name.clone() }),
+            }
+        };
+        // Progress reported just before the end goes out before the result.
+        while let Ok(p) = progress_rx.try_recv() {
+            send(p).await;
+        }
+        match result {
+            Ok(output) => Ok(convert::result(&output.mcp())?.into()),
+            Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
+            Err(e) => Ok(convert::result(&e.mcp())?.into()),
+        }
+    }
+}
+
+impl ServerHandler for Mcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+            .with_server_info(Implementation::new("ctx", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "ctx: search and read your team's knowledge base (search, get, sources) and run the team's Lua tools.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let registry = self.inner.tools.current();
+        let all: Vec<_> = registry.specs().collect();
+        let start = match request.and_then(|r| r.cursor) {
+            None => 0,
+            Some(cursor) => cursor.parse::<usize>().ok().filter(|&n| n <= all.len()).ok_or_else(|| {
+                McpError::invalid_params(
+                    format!("invalid cursor {cursor:?}: pass the nextCursor of the previous page"),
+                    Some(json!({ "cursor": cursor })),
+                )
+            })?,
+        };
+        let end = (start + self.inner.page_size).min(all.len());
+        let page = all[start..end].iter().map(|spec| convert::tool(spec)).collect();
+        Ok(ListToolsResult {
+            next_cursor: (end < all.len()).then(|| end.to_string()),
+            ..ListToolsResult::with_all_items(page)
+        })
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.call(request, cx).await
+    }
+
+    /// A `tools/call` whose params are not `{name, arguments?}` lands here (rmcp cannot parse
+    /// it as a call): answer -32602 with what was wrong rather than "method not found".
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        if request.method == "tools/call" {
+            return Err(McpError::invalid_params(
+                "tools/call needs params {\"name\": string, \"arguments\": object (optional)}",
+                Some(json!({ "params": request.params })),
+            ));
+        }
+        Err(McpError::new(RpcCode::METHOD_NOT_FOUND, format!("unknown method {:?}", request.method), None))
+    }
+
+    // ctx serves tools only. rmcp answers these with empty results by default; a server that
+    // does not declare the capability must say "method not found" instead.
+    async fn complete(
+        &self,
+        _request: CompleteRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        Err(McpError::method_not_found::<CompleteRequestMethod>())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Err(McpError::method_not_found::<ListPromptsRequestMethod>())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Err(McpError::method_not_found::<ListResourcesRequestMethod>())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Err(McpError::method_not_found::<ListResourceTemplatesRequestMethod>())
+    }
+
+    /// Session-era clients (2025-11-25) get `list_changed` on their session's stream.
+    async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {
+        let peer = cx.peer.clone();
+        let mut changed = self.inner.changed.subscribe();
+        tokio::spawn(async move {
+            use broadcast::error::RecvError;
+            while let Ok(()) | Err(RecvError::Lagged(_)) = changed.recv().await {
+                if peer.is_transport_closed() || peer.notify_tool_list_changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// Stateless-era clients (2026-07-28) subscribe with `subscriptions/listen`.
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(requested.supported_by(&self.get_info().capabilities))
+    }
+
+    async fn listen(&self, cx: SubscriptionContext) -> Result<(), McpError> {
+        if cx.accepted().tools_list_changed != Some(true) {
+            cx.cancelled().await;
+            return Ok(());
+        }
+        let mut changed = self.inner.changed.subscribe();
+        loop {
+            tokio::select! {
+                _ = cx.cancelled() => return Ok(()),
+                received = changed.recv() => match received {
+                    Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if cx.sink().notify_tool_list_changed().await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Hot reload: watch the config file and every tool script, rebuild the registry in the
+//! background and swap it in atomically. In-flight calls finish on the snapshot they started
+//! with; a script that fails to load keeps its last good version (see [`Registry::build`]).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+
+use super::{Registry, Tools};
+use crate::config::{Config, Located};
+use crate::kb::Kb;
+
+/// Edits come in bursts (an editor writes, renames, touches): wait this long for quiet.
+const SETTLE: Duration = Duration::from_millis(150);
+
+/// Starts the watcher thread. `changed` runs after a swap that changed the tool list (names,
+/// descriptions, schemas, annotations or load problems), so MCP clients can be told.
+pub fn watch(located: Located, kb: Kb, tools: Arc<Tools>, changed: impl Fn() + Send + 'static) -> Result<(), String> {
+    let (tx, rx) = mpsc::channel();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(event) = event {
+            if !matches!(event.kind, notify::EventKind::Access(_)) {
+                let _ = tx.send(event.paths);
+            }
+        }
+    })
+    .map_err(|e| format!("cannot watch files for hot reload: {e}"))?;
+    let mut watched = BTreeSet::new();
+    let mut files = watch_list(kb.config());
+    rewatch(&mut watcher, &mut watched, &files);
+    std::thread::Builder::new()
+        .name("ctx-reload".into())
+        .spawn(move || {
+            let mut kb = kb;
+            while let Ok(paths) = rx.recv() {
+                let mut relevant = touches(&paths, &files);
+                // Drain the rest of the burst.
+                while let Ok(more) = rx.recv_timeout(SETTLE) {
+                    relevant |= touches(&more, &files);
+                }
+                if !relevant {
+                    continue;
+                }
+                if let Some(next) = reload(&located, &kb, &tools, &changed) {
+                    kb = next;
+                    files = watch_list(kb.config());
+                    rewatch(&mut watcher, &mut watched, &files);
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the reload thread: {e}"))?;
+    Ok(())
+}
+
+/// Rebuilds from the config on disk and swaps the registry in. Returns the new knowledge-base
+/// handle, or `None` when the config is broken (the running tools stay as they are).
+fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn()) -> Option<Kb> {
+    let config = match Config::load(located) {
+        Ok(config) => Arc::new(config),
+        Err(e) => {
+            tracing::error!("config not reloaded, the running tools stay as they are: {e}");
+            return None;
+        }
+    };
+    let next = if config.db_path() == kb.config().db_path() {
+        kb.with_config(config)
+    } else {
+        match Kb::open(config) {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::error!("config not reloaded: cannot open the new database: {e}");
+                return None;
+            }
+        }
+    };
+    let previous = tools.current();
+    let registry = Registry::build(next.clone(), Some(&previous));
+    for problem in registry.problems() {
+        tracing::error!("[tools.script.{}]: {}", problem.name, problem.message);
+    }
+    let before = serde_json::to_value((previous.listing(), previous.problems())).ok();
+    let after = serde_json::to_value((registry.listing(), registry.problems())).ok();
+    let names: Vec<String> = registry.specs().map(|s| s.name.clone()).collect();
+    tools.replace(registry);
+    if before != after {
+        tracing::info!("tools reloaded: {}", names.join(", "));
+        changed();
+    } else {
+        tracing::info!("tools reloaded (same list)");
+    }
+    Some(next)
+}
+
+/// The config file and every tool script.
+fn watch_list(config: &Config) -> BTreeSet<PathBuf> {
+    let mut files = BTreeSet::from([config.file.clone()]);
+    files.extend(config.scripts.iter().map(|s| s.path.clone()));
+    files
+}
+
+/// Watches the folders of `files` (editors replace files by renaming, which a watch on the file
+/// itself would miss).
+fn rewatch(watcher: &mut impl Watcher, watched: &mut BTreeSet<PathBuf>, files: &BTreeSet<PathBuf>) {
+    let dirs: BTreeSet<PathBuf> = files.iter().filter_map(|f| f.parent().map(Path::to_path_buf)).collect();
+    for dir in watched.difference(&dirs).cloned().collect::<Vec<_>>() {
+        let _ = watcher.unwatch(&dir);
+        watched.remove(&dir);
+    }
+    for dir in dirs {
+        if !watched.contains(&dir) {
+            match watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    watched.insert(dir);
+                }
+                Err(e) => tracing::warn!("cannot watch {} for hot reload: {e}", dir.display()),
+            }
+        }
+    }
+}
+
+fn touches(paths: &[PathBuf], files: &BTreeSet<PathBuf>) -> bool {
+    paths.iter().any(|p| files.contains(p) || p.extension().is_some_and(|e| e == "lua" || e == "toml"))
+}
