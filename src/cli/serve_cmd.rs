@@ -10,6 +10,15 @@ use crate::mcp::Mcp;
 use crate::server::{self, App};
 use crate::tools::{self, Registry, Tools};
 
+/// Prints a status line. Unlike `println!` it never panics: whoever launched the server may have
+/// closed our stdout, and that must not take the server down.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// `mcp` is accepted for compatibility: it is the same server.
@@ -63,18 +72,18 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             .await
             .with_context(|| format!("cannot listen on {addr} (is another ctx already running there?)"))?;
         let local = listener.local_addr().context("listener address")?;
-        println!("ctx {} listening on http://{local}  (API docs: http://{local}/docs)", env!("CARGO_PKG_VERSION"));
+        say!("ctx {} listening on http://{local}  (API docs: http://{local}/docs)", env!("CARGO_PKG_VERSION"));
         for spec in registry.specs() {
             let kind = if spec.builtin { "built-in".to_string() } else { spec.script.clone().unwrap_or_default() };
-            println!("  tool {}  ({kind})", spec.name);
+            say!("  tool {}  ({kind})", spec.name);
         }
         for problem in registry.problems() {
-            println!("  broken [tools.script.{}]: {}", problem.name, problem.message);
+            say!("  broken [tools.script.{}]: {}", problem.name, problem.message);
         }
-        println!("  MCP (Streamable HTTP) at http://{local}/mcp");
+        say!("  MCP (Streamable HTTP) at http://{local}/mcp");
         let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes));
         server::run(listener, app, shutdown_signal()).await.context("the server failed")?;
-        println!("ctx stopped");
+        say!("ctx stopped");
         Ok::<(), anyhow::Error>(())
     })?;
     Ok(())

@@ -6,6 +6,7 @@ mod clients;
 mod common;
 mod http;
 mod kb;
+mod mcp;
 mod sandbox;
 mod schemas;
 mod tools;

@@ -1,0 +1,447 @@
+//! MCP: in-process protocol tests (raw JSON-RPC over `tokio::io::duplex`, so the wire shapes are
+//! exactly what a client sees), then the official clients and the conformance suite against the
+//! real `ctx serve` binary.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ctx::mcp::Mcp;
+use ctx::tools::Tools;
+use rmcp::ServiceExt;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+use crate::common::{repo, run_ok, test_python, BIN};
+use crate::tools::{fixture, shipped};
+
+const TOML: &str = r#"
+[tools.script.echo]
+path = "tools/echo.lua"
+greeting = "hello"
+
+[tools.script.fails]
+path = "tools/fails.lua"
+
+[tools.script.blocks]
+path = "tools/blocks.lua"
+
+[tools.script.steps]
+path = "tools/steps.lua"
+
+[tools.script.poller]
+path = "tools/poller.lua"
+timeout = 30
+allow_hosts = ["127.0.0.1"]
+"#;
+
+const FAILS: &str = r#"
+tool = { name = "fails", description = "Fails on purpose." }
+function tool.execute() error("the backend said no") end
+"#;
+
+const BLOCKS: &str = r#"
+tool = { name = "blocks", description = "Returns MCP content blocks.", annotations = { read_only = true } }
+function tool.execute()
+  return MCP.content({
+    { type = "text", text = "a picture:" },
+    { type = "image", data = "iVBORw0KGgo=", mimeType = "image/png" },
+    { type = "resource", resource = { uri = "test://doc", mimeType = "text/plain", text = "inline" } },
+  })
+end
+"#;
+
+const STEPS: &str = r#"
+tool = { name = "steps", description = "Reports progress three times.", annotations = { destructive = true, open_world = true } }
+function tool.execute()
+  for i = 1, 3 do progress(i, 3, "step " .. i) end
+  return "done"
+end
+"#;
+
+/// Calls the stub every 50 ms until stopped: the stub's request log shows whether it still runs.
+const POLLER: &str = r#"
+tool = { name = "poller", description = "Polls a URL until cancelled.", parameters = { { name = "url", type = "string", required = true } } }
+function tool.execute(params)
+  while true do http.get(params.url) sleep(0.05) end
+end
+"#;
+
+/// A raw JSON-RPC client on one end of a duplex pipe, the MCP server on the other.
+struct Raw {
+    runtime: tokio::runtime::Runtime,
+    writer: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    tools: Arc<Tools>,
+    mcp: Mcp,
+    _dir: tempfile::TempDir,
+}
+
+fn connect(page_size: usize) -> Raw {
+    let scripts = [
+        ("echo.lua", shipped("echo.lua")),
+        ("fails.lua", FAILS.to_string()),
+        ("blocks.lua", BLOCKS.to_string()),
+        ("steps.lua", STEPS.to_string()),
+        ("poller.lua", POLLER.to_string()),
+    ];
+    let scripts: Vec<(&str, &str)> = scripts.iter().map(|(n, s)| (*n, s.as_str())).collect();
+    let (dir, registry) = fixture(TOML, &scripts).into_parts();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let tools = Arc::new(Tools::new(registry));
+    let mcp = Mcp::with_page_size(Arc::clone(&tools), page_size);
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let handler = mcp.clone();
+    runtime.spawn(async move {
+        if let Ok(running) = handler.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let (reader, writer) = tokio::io::split(client_io);
+    let lines = tokio::io::BufReader::new(reader).lines();
+    let mut raw = Raw { runtime, writer, lines, tools, mcp, _dir: dir };
+    let init = raw.request(
+        0,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}),
+    );
+    assert_eq!(init.0["result"]["serverInfo"]["name"], "ctx", "{init:?}");
+    raw.notify("notifications/initialized", json!({}));
+    raw
+}
+
+impl Raw {
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    fn send(&mut self, message: Value) {
+        let line = format!("{message}\n");
+        self.runtime.block_on(self.writer.write_all(line.as_bytes())).unwrap();
+    }
+
+    /// Sends a request and returns its response, with the notifications that came before it.
+    fn request(&mut self, id: u64, method: &str, params: Value) -> (Value, Vec<Value>) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.until(|m| m["id"] == id, Duration::from_secs(10))
+    }
+
+    fn until(&mut self, want: impl Fn(&Value) -> bool, limit: Duration) -> (Value, Vec<Value>) {
+        let mut before = Vec::new();
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .runtime
+                .block_on(async { tokio::time::timeout(left, self.lines.next_line()).await })
+                .expect("no answer in time")
+                .unwrap()
+                .expect("the server closed the stream");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if want(&message) {
+                return (message, before);
+            }
+            before.push(message);
+        }
+    }
+
+    fn call(&mut self, id: u64, name: &str, arguments: Value) -> Value {
+        self.request(id, "tools/call", json!({"name": name, "arguments": arguments})).0
+    }
+}
+
+#[test]
+fn tools_list_pages_through_every_tool_with_true_annotations() {
+    let mut c = connect(3);
+    let mut tools = Vec::new();
+    let mut cursor: Option<Value> = None;
+    let mut pages = 0;
+    loop {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let (page, _) = c.request(10 + pages, "tools/list", params);
+        pages += 1;
+        tools.extend(page["result"]["tools"].as_array().unwrap().clone());
+        match page["result"].get("nextCursor") {
+            Some(next) => cursor = Some(next.clone()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["search", "get", "sources", "blocks", "echo", "fails", "poller", "steps"]);
+    // inputSchema is exactly the REST parameter schema.
+    let rest = c.tools.current().listing();
+    let rest = serde_json::to_value(rest).unwrap();
+    for (mcp, rest) in tools.iter().zip(rest["tools"].as_array().unwrap()) {
+        assert_eq!(mcp["inputSchema"], rest["parameters"], "{}", mcp["name"]);
+    }
+    // Built-ins are read-only and closed-world; a script that declares nothing claims nothing.
+    assert_eq!(tools[0]["annotations"]["readOnlyHint"], true);
+    assert_eq!(tools[0]["annotations"]["openWorldHint"], false);
+    assert!(tools[5].get("annotations").is_none(), "fails declares nothing: {}", tools[5]);
+    assert_eq!(tools[7]["annotations"], json!({"destructiveHint": true, "openWorldHint": true}));
+    let (bad, _) = c.request(20, "tools/list", json!({"cursor": "zzz"}));
+    assert_eq!(bad["error"]["code"], -32602);
+    insta::assert_json_snapshot!("mcp_tools_list", tools);
+}
+
+#[test]
+fn tools_call_maps_every_outcome() {
+    let mut c = connect(50);
+    let mut shapes = serde_json::Map::new();
+    let echo = c.call(1, "echo", json!({"message": "hi", "repeat": 2}));
+    assert_eq!(echo["result"]["structuredContent"], json!({"greeting": "hello", "message": "hi hi"}));
+    assert_eq!(echo["result"]["isError"], false);
+    shapes.insert("echo".into(), echo);
+
+    let invalid = c.call(2, "echo", json!({"repeat": "x"}));
+    assert_eq!(invalid["error"]["code"], -32602);
+    assert_eq!(invalid["error"]["data"]["details"][0]["path"], "/repeat", "{invalid}");
+    shapes.insert("invalid_params".into(), invalid);
+
+    let unknown = c.call(3, "nope", json!({}));
+    assert_eq!(unknown["error"]["code"], -32602);
+    shapes.insert("unknown_tool".into(), unknown);
+
+    let malformed = c.request(4, "tools/call", json!({"arguments": {}})).0;
+    assert_eq!(malformed["error"]["code"], -32602, "{malformed}");
+    shapes.insert("malformed_call".into(), malformed);
+
+    let failed = c.call(5, "fails", json!({}));
+    assert_eq!(failed["result"]["isError"], true);
+    assert!(failed["result"]["content"][0]["text"].as_str().unwrap().contains("the backend said no"));
+    shapes.insert("tool_error".into(), failed);
+
+    let blocks = c.call(6, "blocks", json!({}));
+    let kinds: Vec<&str> =
+        blocks["result"]["content"].as_array().unwrap().iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["text", "image", "resource"]);
+    shapes.insert("content_blocks".into(), blocks);
+
+    // No `arguments` at all is the same as {}.
+    let (no_args, _) = c.request(7, "tools/call", json!({"name": "blocks"}));
+    assert_eq!(no_args["result"]["isError"], false);
+    insta::assert_json_snapshot!("mcp_call_shapes", shapes);
+}
+
+#[test]
+fn progress_is_sent_before_the_result_with_the_clients_token() {
+    let mut c = connect(50);
+    let (result, before) =
+        c.request(1, "tools/call", json!({"name": "steps", "arguments": {}, "_meta": {"progressToken": "tok-1"}}));
+    assert_eq!(result["result"]["content"][0]["text"], "done");
+    let progress: Vec<&Value> = before.iter().filter(|m| m["method"] == "notifications/progress").collect();
+    assert_eq!(progress.len(), 3, "{before:?}");
+    assert_eq!(
+        progress[2]["params"],
+        json!({"progressToken": "tok-1", "progress": 3.0, "total": 3.0, "message": "step 3"})
+    );
+    // A numeric token comes back as a number; no token, no notifications.
+    let (_, before) =
+        c.request(2, "tools/call", json!({"name": "steps", "arguments": {}, "_meta": {"progressToken": 7}}));
+    assert_eq!(before[0]["params"]["progressToken"], 7);
+    let (_, before) = c.request(3, "tools/call", json!({"name": "steps", "arguments": {}}));
+    assert!(before.is_empty(), "{before:?}");
+}
+
+#[test]
+fn cancelled_notification_stops_the_script() {
+    let (addr, received) = crate::common::stub(|_| (200, "ok".into()));
+    let mut c = connect(50);
+    let url = format!("http://{addr}/poll");
+    c.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "poller", "arguments": {"url": url}}}));
+    let started = Instant::now();
+    while received.lock().unwrap().len() < 3 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the poller never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.notify("notifications/cancelled", json!({"requestId": 1, "reason": "user pressed stop"}));
+    std::thread::sleep(Duration::from_millis(300));
+    let after_cancel = received.lock().unwrap().len();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(received.lock().unwrap().len(), after_cancel, "the script kept polling after the cancel");
+    // The server goes on serving.
+    assert_eq!(c.call(2, "echo", json!({"message": "still here"}))["result"]["isError"], false);
+}
+
+#[test]
+fn a_registry_swap_sends_list_changed_and_the_new_tool_is_callable() {
+    let mut c = connect(50);
+    let dir = c._dir.path().to_path_buf();
+    std::fs::write(
+        dir.join("tools/added.lua"),
+        "tool = { name = \"added\", description = \"New.\" }\nfunction tool.execute() return \"fresh\" end\n",
+    )
+    .unwrap();
+    let section = ctx::config::ScriptSection::from_path(ctx::config::ScriptKind::Tool, &dir.join("tools/added.lua"));
+    let registry = ctx::tools::Registry::with_script(c.tools.current().kb().clone(), &section).unwrap();
+    c.tools.replace(registry);
+    {
+        let _guard = c.runtime.enter();
+        c.mcp.tools_changed();
+    }
+    let (note, _) = c.until(|m| m["method"] == "notifications/tools/list_changed", Duration::from_secs(5));
+    assert_eq!(note["method"], "notifications/tools/list_changed");
+    let added = c.call(2, "added", json!({}));
+    assert_eq!(added["result"]["content"][0]["text"], "fresh", "{added}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real binary with third-party clients.
+
+/// `ctx serve` on port 0 in a copy of `workspace`; killed on drop.
+struct Served {
+    child: Child,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Copies a fixture workspace (and the shipped echo tool) into a temp dir and indexes it.
+fn workspace(from: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(from, dir.path());
+    std::fs::create_dir_all(dir.path().join("tools")).unwrap();
+    std::fs::write(dir.path().join("tools/echo.lua"), shipped("echo.lua")).unwrap();
+    run_ok(Command::new(BIN).arg("--config").arg(dir.path().join("ctx.toml")).args(["-q", "sync"]));
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn serve(from: &Path) -> Served {
+    let dir = workspace(from);
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(dir.path().join("ctx.toml"))
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    // Keep draining: the server prints more lines (tools, shutdown).
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let base = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+    Served { child, url: format!("{base}/mcp"), dir }
+}
+
+fn node() -> Option<(std::path::PathBuf, String)> {
+    test_python()?;
+    let node = std::env::var_os("CTX_TEST_NODE").expect("scripts/test-env sets CTX_TEST_NODE");
+    let modules = std::env::var("CTX_TEST_NODE_MODULES").expect("scripts/test-env sets CTX_TEST_NODE_MODULES");
+    Some((node.into(), modules))
+}
+
+fn mcp_workspace() -> std::path::PathBuf {
+    repo().join("tests/clients/mcp_workspace")
+}
+
+#[test]
+fn python_sdk_over_streamable_http() {
+    let Some(python) = test_python() else { return };
+    let served = serve(&mcp_workspace());
+    let out = run_ok(
+        Command::new(python)
+            .arg(repo().join("tests/clients/mcp_client.py"))
+            .arg("--workdir")
+            .arg(served.dir.path())
+            .args(["--http", &served.url]),
+    );
+    for check in [
+        "tools/list (",
+        "invalid arguments -> -32602 with data",
+        "timeout -> isError",
+        "progress (",
+        "tools/list_changed",
+        "2026 era call echo",
+    ] {
+        assert!(out.contains(&format!("ok: {check}")), "missing {check:?}:\n{out}");
+    }
+}
+
+#[test]
+fn python_sdk_over_stdio() {
+    let Some(python) = test_python() else { return };
+    let dir = workspace(&mcp_workspace());
+    let config = dir.path().join("ctx.toml");
+    let out = run_ok(
+        Command::new(python)
+            .arg(repo().join("tests/clients/mcp_client.py"))
+            .arg("--workdir")
+            .arg(dir.path())
+            .args(["--stdio", "--", BIN, "--config"])
+            .arg(&config)
+            .args(["serve", "mcp", "--stdio"]),
+    );
+    for check in ["initialize", "unknown tool -> -32602", "script error -> isError", "tools/list_changed", "call added"]
+    {
+        assert!(out.contains(&format!("ok: {check}")), "missing {check:?}:\n{out}");
+    }
+}
+
+#[test]
+fn typescript_sdk_over_streamable_http() {
+    let Some((node, modules)) = node() else { return };
+    let served = serve(&mcp_workspace());
+    let out = run_ok(
+        Command::new(node)
+            .arg(repo().join("tests/clients/mcp_ts_client.mjs"))
+            .arg(&served.url)
+            .env("CTX_TEST_NODE_MODULES", modules),
+    );
+    assert!(out.contains("ok:"), "{out}");
+}
+
+/// The official conformance suite, both versions; the summary lands in target/conformance.
+#[test]
+fn conformance_suite_passes_every_applicable_scenario() {
+    let Some((node, _)) = node() else { return };
+    let served = serve(&repo().join("tests/conformance"));
+    let results = repo().join("target/conformance");
+    let _ = std::fs::remove_dir_all(&results);
+    let nodebin = node.parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", nodebin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = run_ok(
+        Command::new("bash")
+            .arg(repo().join("tests/conformance/run.sh"))
+            .args(["--with-2026", "--strict-baseline"])
+            .arg(&served.url)
+            .arg(&results)
+            .env("PATH", path),
+    );
+    let summary: Vec<&str> = out.lines().filter(|l| l.starts_with("conformance ")).collect();
+    assert_eq!(summary.len(), 3, "{out}");
+    for line in &summary {
+        assert!(line.contains(" 0 failed"), "{line}\n{out}");
+    }
+    std::fs::write(results.join("summary.txt"), summary.join("\n") + "\n").unwrap();
+}
