@@ -12,6 +12,10 @@
 //!
 //! Targets (issue 6): echo >= 20,000 calls/s with p50 <= 0.4 ms; search (10k chunks) >= 5,000/s;
 //! idle RSS <= 15 MB; RSS within 10% after 1M calls.
+//!
+//! Targets (issue 7): MCP `tools/call` echo over Streamable HTTP at c=8 (stateless 2026-07-28
+//! requests, one JSON-RPC call per POST) >= 70% of the REST echo rate of the same run; over
+//! stdio (`ctx serve mcp --stdio`) >= 5,000 sequential echo calls/s.
 
 #[path = "support/corpus.rs"]
 mod corpus;
@@ -29,6 +33,8 @@ const ECHO_P50: Duration = Duration::from_micros(400);
 const SEARCH_RATE: f64 = 5_000.0;
 const IDLE_RSS_MB: f64 = 15.0;
 const RSS_GROWTH: f64 = 0.10;
+const MCP_RATIO: f64 = 0.70;
+const STDIO_RATE: f64 = 5_000.0;
 
 /// One wrk run's numbers.
 struct Load {
@@ -76,6 +82,7 @@ fn main() {
     let health = run("GET /health", "/health", None, span);
     let echo = run("POST /tools/echo", "/tools/echo", Some(&scripts.echo), span);
     let search = run("POST /tools/search (10k)", "/tools/search", Some(&scripts.search), span);
+    let mcp = run("MCP tools/call echo", "/mcp", Some(&scripts.mcp), span);
     let warm_rss = server.rss_mb();
 
     // The soak: keep calling echo until `soak_calls` have been answered, then compare RSS.
@@ -86,6 +93,10 @@ fn main() {
     let growth = soak_rss / warm_rss - 1.0;
     println!("RSS after {} calls: {soak_rss:.1} MB ({:+.1}%)", soak.requests, growth * 100.0);
     drop(server);
+
+    let stdio_calls = if quick { 5_000 } else { 20_000 };
+    let stdio = stdio_rate(&corpus.dir.path().join("ctx.toml"), stdio_calls);
+    println!("\nMCP over stdio: {stdio:.0} sequential echo calls/s ({stdio_calls} calls)");
 
     println!("\n== summary (load average now {}) ==", load_average());
     println!(
@@ -108,6 +119,17 @@ fn main() {
         search.rate,
         SEARCH_RATE,
         100.0 * search.rate / health.rate
+    );
+    println!(
+        "{} MCP echo over HTTP {:.0}/s = {:.0}% of REST echo (target >= {:.0}%)",
+        verdict(mcp.rate >= MCP_RATIO * echo.rate),
+        mcp.rate,
+        100.0 * mcp.rate / echo.rate,
+        MCP_RATIO * 100.0
+    );
+    println!(
+        "{} MCP echo over stdio {stdio:.0}/s sequential (target >= {STDIO_RATE:.0}/s)",
+        verdict(stdio >= STDIO_RATE)
     );
     println!("{} idle RSS {idle_rss:.1} MB (target <= {IDLE_RSS_MB:.0} MB)", verdict(idle_rss <= IDLE_RSS_MB));
     println!(
@@ -167,6 +189,7 @@ impl Drop for Server {
 struct Scripts {
     echo: PathBuf,
     search: PathBuf,
+    mcp: PathBuf,
 }
 
 /// wrk Lua scripts: a JSON POST for echo, and a round-robin over the kb bench's queries.
@@ -190,7 +213,79 @@ fn write_wrk_scripts(dir: &Path) -> Scripts {
         bodies.join(", ")
     )
     .expect("write wrk script");
-    Scripts { echo, search }
+    // A stateless (2026-07-28) tools/call: no session, so every connection is independent.
+    let mcp = dir.join("wrk-mcp.lua");
+    std::fs::write(
+        &mcp,
+        format!(
+            "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n\
+             wrk.headers[\"Accept\"] = \"application/json, text/event-stream\"\n\
+             wrk.headers[\"MCP-Protocol-Version\"] = \"2026-07-28\"\n\
+             wrk.headers[\"Mcp-Method\"] = \"tools/call\"\nwrk.headers[\"Mcp-Name\"] = \"echo\"\n\
+             wrk.body = '{}'\n",
+            mcp_call(1)
+        ),
+    )
+    .expect("write wrk script");
+    Scripts { echo, search, mcp }
+}
+
+/// A 2026-07-28 `tools/call` of echo (it carries its protocol metadata, so it needs no session).
+fn mcp_call(id: u64) -> serde_json::Value {
+    serde_json::json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {
+            "name": "echo", "arguments": {"message": "hello"},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+        }
+    })
+}
+
+/// Sequential echo calls over `ctx serve mcp --stdio` (initialize once, then one call at a time).
+fn stdio_rate(config: &Path, calls: u64) -> f64 {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ctx"))
+        .arg("--config")
+        .arg(config)
+        .args(["-q", "serve", "mcp", "--stdio", "--no-reload"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start ctx serve mcp --stdio");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let mut exchange = |message: serde_json::Value, wait: bool| {
+        writeln!(stdin, "{message}").expect("write to ctx");
+        stdin.flush().expect("flush");
+        if wait {
+            line.clear();
+            stdout.read_line(&mut line).expect("read from ctx");
+            assert!(line.contains("\"result\""), "unexpected answer: {line}");
+        }
+    };
+    exchange(
+        serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}),
+        true,
+    );
+    exchange(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), false);
+    let call = |id: u64| {
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "hello"}}})
+    };
+    for id in 1..=200 {
+        exchange(call(id), true);
+    }
+    let started = Instant::now();
+    for id in 0..calls {
+        exchange(call(1000 + id), true);
+    }
+    let rate = calls as f64 / started.elapsed().as_secs_f64();
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    rate
 }
 
 fn find_wrk() -> PathBuf {

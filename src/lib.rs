@@ -12,6 +12,7 @@
 //! - [`lua`]: the sandbox (the only place a Lua state is created) and its host APIs.
 //! - [`cli`]: the `ctx` command line.
 
+pub mod agents;
 pub mod cli;
 pub mod config;
 pub mod connectors;

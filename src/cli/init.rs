@@ -21,6 +21,7 @@ pub struct InitArgs {
 
 const CONFIG_TEMPLATE: &str = include_str!("templates/ctx.toml");
 const ECHO_TOOL: &str = include_str!("../../tools/echo.lua");
+const GUIDE_AGENT: &str = include_str!("../../agents/runbook-guide.lua");
 const WELCOME: &str =
     "# Welcome to ctx\n\nPut the documents you want agents to find in this folder, then run `ctx sync`.\n";
 const SAMPLE: &[(&str, &str)] = &[
@@ -33,8 +34,11 @@ const SAMPLE: &[(&str, &str)] = &[
 ];
 
 pub fn run(args: InitArgs) -> Result<(), CliError> {
-    let mut files: Vec<(PathBuf, &str)> =
-        vec![(args.dir.join("ctx.toml"), CONFIG_TEMPLATE), (args.dir.join("tools/echo.lua"), ECHO_TOOL)];
+    let mut files: Vec<(PathBuf, &str)> = vec![
+        (args.dir.join("ctx.toml"), CONFIG_TEMPLATE),
+        (args.dir.join("tools/echo.lua"), ECHO_TOOL),
+        (args.dir.join("agents/runbook-guide.lua"), GUIDE_AGENT),
+    ];
     if args.sample {
         files.extend(SAMPLE.iter().map(|(name, text)| (args.dir.join("docs").join(name), *text)));
     } else {
@@ -60,7 +64,8 @@ pub fn run(args: InitArgs) -> Result<(), CliError> {
     println!("created {}", config.display());
     println!("created {} (the database goes here)", args.dir.join("data").display());
     println!("created {}", args.dir.join("tools/echo.lua").display());
-    println!("created {} ({} document(s))", args.dir.join("docs").display(), files.len() - 2);
+    println!("created {}", args.dir.join("agents/runbook-guide.lua").display());
+    println!("created {} ({} document(s))", args.dir.join("docs").display(), files.len() - 3);
     println!();
     println!("next: ctx --config {} schema check", config.display());
     Ok(())

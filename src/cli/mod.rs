@@ -3,6 +3,7 @@
 //! Each subcommand group lives in its own file and calls the library; nothing here knows SQL,
 //! Lua or HTTP.
 
+mod agent_cmd;
 mod connector_cmd;
 mod init;
 mod kb_cmd;
@@ -63,6 +64,9 @@ pub enum Command {
     /// Scaffold, test and list tools.
     #[command(subcommand)]
     Tool(tool_cmd::ToolCommand),
+    /// Scaffold, list and try agents (served as MCP prompts and at /agents).
+    #[command(subcommand)]
+    Agent(agent_cmd::AgentCommand),
     /// Print a shell completion script.
     Completions {
         /// Shell to generate for.
@@ -137,6 +141,7 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
         Command::Stats(args) => kb_cmd::stats(args, globals),
         Command::Connector(cmd) => connector_cmd::run(cmd, globals),
         Command::Tool(cmd) => tool_cmd::run(cmd, globals),
+        Command::Agent(cmd) => agent_cmd::run(cmd, globals),
         Command::Serve(args) => serve_cmd::run(args, globals),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ctx", &mut std::io::stdout());

@@ -54,9 +54,9 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     if !args.no_reload {
         let (mcp, handle) = (mcp.clone(), runtime.handle().clone());
         // The broadcast is sync, but enter the runtime so rmcp's tasks wake on it.
-        tools::reload::watch(located, kb, Arc::clone(&tools), move || {
+        tools::reload::watch(located, kb, Arc::clone(&tools), move |tools, prompts| {
             let _guard = handle.enter();
-            mcp.tools_changed();
+            mcp.lists_changed(crate::mcp::Changed { tools, prompts });
         })
         .map_err(CliError::Usage)?;
     }
@@ -73,6 +73,13 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             .with_context(|| format!("cannot listen on {addr} (is another ctx already running there?)"))?;
         let local = listener.local_addr().context("listener address")?;
         say!("ctx {} listening on http://{local}  (API docs: http://{local}/docs)", env!("CARGO_PKG_VERSION"));
+        for agent in registry.agents() {
+            say!(
+                "  agent {}  ({})",
+                agent.name,
+                if agent.source == crate::types::AgentSource::Lua { "lua" } else { "ctx.toml" }
+            );
+        }
         for spec in registry.specs() {
             let kind = if spec.builtin { "built-in".to_string() } else { spec.script.clone().unwrap_or_default() };
             say!("  tool {}  ({kind})", spec.name);

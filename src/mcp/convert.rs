@@ -2,12 +2,16 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{
+    CallToolResult, ContentBlock, GetPromptResult, JsonObject, Prompt, PromptArgument, PromptMessage, Role, Tool,
+    ToolAnnotations,
+};
 use rmcp::ErrorData as McpError;
 use serde_json::Value as Json;
 
+use crate::agents::AgentSpec;
 use crate::tools::{CallError, ToolSpec};
-use crate::types::McpCallResult;
+use crate::types::{AgentPrompt, McpCallResult, PromptMessageRole};
 
 /// The `tools/list` entry: `inputSchema` is exactly the REST parameter schema, and the
 /// annotations are what the tool declares (nothing declared, nothing claimed).
@@ -55,4 +59,41 @@ pub fn result(result: &McpCallResult) -> Result<CallToolResult, McpError> {
 pub fn protocol_error(error: &CallError) -> McpError {
     let data = serde_json::to_value(error.body()).ok();
     McpError::invalid_params(error.to_string(), data)
+}
+
+/// The `prompts/list` entry of an agent.
+pub fn prompt(spec: &AgentSpec) -> Prompt {
+    let arguments = spec
+        .arguments
+        .iter()
+        .map(|a| {
+            let mut arg = PromptArgument::new(a.name.to_string()).with_required(a.required);
+            if let Some(d) = &a.description {
+                arg = arg.with_description(d.clone());
+            }
+            arg
+        })
+        .collect();
+    Prompt::new(spec.name.clone(), Some(spec.description.clone()), Some(arguments))
+}
+
+/// `prompts/get`: the system prompt opens the conversation as the first user message (MCP prompt
+/// messages have no system role), then the agent's messages, then the tools to use.
+pub fn prompt_result(prompt: AgentPrompt) -> GetPromptResult {
+    let mut messages = vec![PromptMessage::new_text(Role::User, prompt.system)];
+    for m in prompt.messages {
+        let role = match m.role {
+            PromptMessageRole::User => Role::User,
+            PromptMessageRole::Assistant => Role::Assistant,
+        };
+        messages.push(PromptMessage::new_text(role, m.content));
+    }
+    if !prompt.tools.is_empty() {
+        messages.push(PromptMessage::new_text(Role::User, format!("Tools to use: {}.", prompt.tools.join(", "))));
+    }
+    let mut result = GetPromptResult::new(messages);
+    if let Some(description) = prompt.description {
+        result = result.with_description(description);
+    }
+    result
 }

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestMethod, CompleteRequestParams, CompleteResult,
-    CustomRequest, CustomResult, ErrorCode as RpcCode, Implementation, ListPromptsRequestMethod, ListPromptsResult,
-    ListResourceTemplatesRequestMethod, ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
-    SubscriptionFilter,
+    CustomRequest, CustomResult, ErrorCode as RpcCode, GetPromptRequestParams, GetPromptResponse, Implementation,
+    ListPromptsResult, ListResourceTemplatesRequestMethod, ListResourceTemplatesResult, ListResourcesRequestMethod,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -29,6 +29,13 @@ use crate::tools::{CallError, CallOptions, Tools};
 /// Tools per `tools/list` page.
 pub const PAGE_SIZE: usize = 50;
 
+/// Which lists a reload changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Changed {
+    pub tools: bool,
+    pub prompts: bool,
+}
+
 /// The MCP server handler. Cheap to clone: rmcp makes one per session and per stateless request.
 #[derive(Clone)]
 pub struct Mcp {
@@ -37,8 +44,8 @@ pub struct Mcp {
 
 struct Inner {
     tools: Arc<Tools>,
-    /// Fires when the tool list changed (hot reload); every connected client is told.
-    changed: broadcast::Sender<()>,
+    /// Fires when the tool or prompt list changed (hot reload); every connected client is told.
+    changed: broadcast::Sender<Changed>,
     page_size: usize,
 }
 
@@ -58,7 +65,15 @@ impl Mcp {
 
     /// Tells every connected client that the tool list changed (`notifications/tools/list_changed`).
     pub fn tools_changed(&self) {
-        let _ = self.inner.changed.send(());
+        self.lists_changed(Changed { tools: true, prompts: false });
+    }
+
+    /// Tells every connected client which lists changed (`notifications/tools/list_changed`,
+    /// `notifications/prompts/list_changed`).
+    pub fn lists_changed(&self, changed: Changed) {
+        if changed.tools || changed.prompts {
+            let _ = self.inner.changed.send(changed);
+        }
     }
 
     /// The Streamable HTTP endpoint (mounted at `/mcp`). The server's guard has already checked
@@ -69,7 +84,11 @@ impl Mcp {
         max_body_bytes: usize,
         shutdown: CancellationToken,
     ) -> StreamableHttpService<Mcp, LocalSessionManager> {
+        // Plain JSON replies on the stateless (2026) path: a call that reports no progress gets
+        // one JSON body, and a client that hangs up cancels the call at once (an SSE reply would
+        // only notice at its next keep-alive write). Progress still switches the reply to SSE.
         let mut config = StreamableHttpServerConfig::default()
+            .with_json_response(true)
             .with_cancellation_token(shutdown)
             .with_max_request_body_bytes(max_body_bytes.max(64 * 1024));
         config = if security.loopback {
@@ -138,7 +157,7 @@ impl Mcp {
                 biased;
                 Some(p) = progress_rx.recv() => send(p).await,
                 result = &mut call => break result,
-                _ = cx.ct.cancelled() => break Err(CallError::Cancelled { tool: name.clone() }),
+                _ = cx.ct.cancelled() => break Err(CallError::cancelled(&name)),
             }
         };
         // Progress reported just before the end goes out before the result.
@@ -155,10 +174,17 @@ impl Mcp {
 
 impl ServerHandler for Mcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .build(),
+        )
             .with_server_info(Implementation::new("ctx", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "ctx: search and read your team's knowledge base (search, get, sources) and run the team's Lua tools.",
+                "ctx: search and read your team's knowledge base (search, get, sources), run the team's Lua tools, and start from its agents (prompts).",
             )
     }
 
@@ -225,7 +251,30 @@ impl ServerHandler for Mcp {
         _request: Option<PaginatedRequestParams>,
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        Err(McpError::method_not_found::<ListPromptsRequestMethod>())
+        let registry = self.inner.tools.current();
+        let prompts = registry.agents().map(convert::prompt).collect();
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let args = request.arguments.map(Json::Object).unwrap_or(Json::Null);
+        let options = CallOptions { cancel: CancelHandle::new(), progress: None, caller: "mcp" };
+        let resolve = self.inner.tools.prompt(request.name, args, options);
+        let result = tokio::select! {
+            result = resolve => result,
+            _ = cx.ct.cancelled() => return Err(McpError::internal_error("cancelled", None)),
+        };
+        match result {
+            Ok(prompt) => Ok(convert::prompt_result(prompt).into()),
+            Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
+            // A failing agent script has no result form in prompts/get: report it as an error
+            // with the same sanitised message and the REST error body as data.
+            Err(e) => Err(McpError::internal_error(e.to_string(), serde_json::to_value(e.body()).ok())),
+        }
     }
 
     async fn list_resources(
@@ -250,8 +299,19 @@ impl ServerHandler for Mcp {
         let mut changed = self.inner.changed.subscribe();
         tokio::spawn(async move {
             use broadcast::error::RecvError;
-            while let Ok(()) | Err(RecvError::Lagged(_)) = changed.recv().await {
-                if peer.is_transport_closed() || peer.notify_tool_list_changed().await.is_err() {
+            loop {
+                let lists = match changed.recv().await {
+                    Ok(lists) => lists,
+                    Err(RecvError::Lagged(_)) => Changed { tools: true, prompts: true },
+                    Err(RecvError::Closed) => break,
+                };
+                if peer.is_transport_closed() {
+                    break;
+                }
+                if lists.tools && peer.notify_tool_list_changed().await.is_err() {
+                    break;
+                }
+                if lists.prompts && peer.notify_prompt_list_changed().await.is_err() {
                     break;
                 }
             }
@@ -264,7 +324,10 @@ impl ServerHandler for Mcp {
     }
 
     async fn listen(&self, cx: SubscriptionContext) -> Result<(), McpError> {
-        if cx.accepted().tools_list_changed != Some(true) {
+        let accepted = cx.accepted();
+        let (want_tools, want_prompts) =
+            (accepted.tools_list_changed == Some(true), accepted.prompts_list_changed == Some(true));
+        if !want_tools && !want_prompts {
             cx.cancelled().await;
             return Ok(());
         }
@@ -272,14 +335,19 @@ impl ServerHandler for Mcp {
         loop {
             tokio::select! {
                 _ = cx.cancelled() => return Ok(()),
-                received = changed.recv() => match received {
-                    Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        if cx.sink().notify_tool_list_changed().await.is_err() {
-                            return Ok(());
-                        }
+                received = changed.recv() => {
+                    let lists = match received {
+                        Ok(lists) => lists,
+                        Err(broadcast::error::RecvError::Lagged(_)) => Changed { tools: true, prompts: true },
+                        Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                    };
+                    if want_tools && lists.tools && cx.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
                     }
-                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
-                },
+                    if want_prompts && lists.prompts && cx.sink().notify_prompt_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
             }
         }
     }

@@ -70,6 +70,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/tools/list", get(list))
         .route("/tools/sources", get(sources).post(call))
         .route("/tools/{name}", post(call))
+        .route("/agents/list", get(agents_list))
+        .route("/agents/{name}/prompt", post(agent_prompt))
         .route("/openapi.json", get(openapi_json))
         .route("/docs", get(docs_redirect))
         .route("/docs/", get(docs_index))
@@ -132,7 +134,7 @@ async fn health(State(app): State<Arc<App>>) -> Response {
         status: if problems.is_empty() { HealthStatus::Ok } else { HealthStatus::Degraded },
         version: env!("CARGO_PKG_VERSION").to_string(),
         tools: Some(registry.specs().count() as u64),
-        agents: None,
+        agents: Some(registry.agents().count() as u64),
         problems,
     };
     ok(&serde_json::to_value(body).unwrap_or(Json::Null))
@@ -167,6 +169,43 @@ async fn respond(app: &App, name: &str, params: Json) -> Response {
     match app.tools.call(name.to_string(), params, options).await {
         Ok(Output::Value(value)) if builtin => ok(&value),
         Ok(output) => ok(&output.rest_body()),
+        Err(e) => call_error(&e),
+    }
+}
+
+async fn agents_list(State(app): State<Arc<App>>) -> Response {
+    ok(&serde_json::to_value(app.tools.current().agent_listing()).unwrap_or(Json::Null))
+}
+
+/// `POST /agents/{name}/prompt` with `{"arguments": {...}}` (an empty body means none).
+async fn agent_prompt(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    request: Request,
+) -> Response {
+    let body = match json_body(&headers, request.into_body(), app.max_body_bytes).await {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
+    };
+    let arguments = match body {
+        Json::Object(mut fields) => {
+            let arguments = fields.remove("arguments").unwrap_or(Json::Null);
+            if let Some(extra) = fields.keys().next() {
+                let message =
+                    format!("unknown field '{extra}': the body is {{\"arguments\": {{\"name\": \"value\"}}}}");
+                return ApiError::new(ErrorCode::BadRequest, message).into_response();
+            }
+            arguments
+        }
+        _ => {
+            let message = "the body must be a JSON object: {\"arguments\": {\"name\": \"value\"}}";
+            return ApiError::new(ErrorCode::BadRequest, message).into_response();
+        }
+    };
+    let options = CallOptions { caller: "rest", ..Default::default() };
+    match app.tools.prompt(name, arguments, options).await {
+        Ok(prompt) => ok(&serde_json::to_value(prompt).unwrap_or(Json::Null)),
         Err(e) => call_error(&e),
     }
 }

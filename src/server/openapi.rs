@@ -82,6 +82,20 @@ fn paths() -> Map<String, Json> {
     call["parameters"] = json!([{ "name": "name", "in": "path", "required": true, "description": "Tool name, as listed by /tools/list.", "schema": { "type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$" } }]);
     paths.insert("/tools/{name}".into(), json!({ "post": call }));
     paths.insert(
+        "/agents/list".into(),
+        json!({ "get": { "operationId": "listAgents", "summary": "Every agent: inline ones first, then Lua ones, each by name.", "tags": ["agents"],
+            "responses": { "200": { "description": "The agents.", "content": json_content(schema_ref("AgentsList")) }, "401": error("Missing or wrong bearer token.") } } }),
+    );
+    let mut prompt = operation(
+        "agentPrompt",
+        "Resolve an agent's prompt with its arguments: system prompt, opening messages and tools.",
+        Some(schema_ref("AgentPromptRequest")),
+        schema_ref("AgentPrompt"),
+    );
+    prompt["tags"] = json!(["agents"]);
+    prompt["parameters"] = json!([{ "name": "name", "in": "path", "required": true, "description": "Agent name, as listed by /agents/list.", "schema": { "type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$" } }]);
+    paths.insert("/agents/{name}/prompt".into(), json!({ "post": prompt }));
+    paths.insert(
         "/openapi.json".into(),
         json!({ "get": { "operationId": "openapi", "summary": "This document.", "tags": ["server"],
             "responses": { "200": { "description": "OpenAPI 3.1.", "content": { "application/json": { "schema": { "type": "object" } } } } } } }),

@@ -22,17 +22,24 @@ pub enum CallError {
     /// The request made sense structurally but not otherwise (an unknown source, a bad date).
     #[error("{0}")]
     BadRequest(String),
-    #[error("tool '{tool}' timed out after {}", seconds(limit))]
-    Timeout { tool: String, limit: Duration },
-    #[error("tool '{tool}' exceeded its memory limit of {} MiB; raise memory_mb in its [tools.script] section or return less data", limit_bytes / (1024 * 1024))]
-    MemoryLimit { tool: String, limit_bytes: usize },
+    /// `subject` reads "tool 'x'" or "agent 'x'".
+    #[error("{subject} timed out after {}", seconds(limit))]
+    Timeout { subject: String, limit: Duration },
+    #[error("{subject} exceeded its memory limit of {} MiB; raise memory_mb in its script section of ctx.toml or return less data", limit_bytes / (1024 * 1024))]
+    MemoryLimit { subject: String, limit_bytes: usize },
     #[error("{0}")]
     ResultTooLarge(String),
     /// The script raised an error or called `MCP.error`. `message` is sanitised.
     #[error("{message}")]
     ToolFailed { message: String, tool_code: Option<String>, data: Option<Json> },
-    #[error("tool '{tool}' was cancelled: the caller went away")]
-    Cancelled { tool: String },
+    #[error("{subject} was cancelled: the caller went away")]
+    Cancelled { subject: String },
+    /// No agent by that name.
+    #[error("{0}")]
+    UnknownAgent(String),
+    /// The arguments of an agent's prompt are missing, unknown or not strings.
+    #[error("invalid arguments for agent '{agent}': {}", summary(problems))]
+    InvalidArguments { agent: String, problems: Vec<ErrorDetail> },
     /// A capability is not configured (semantic search without an embedding provider).
     #[error("{0}")]
     Unavailable(String),
@@ -44,8 +51,10 @@ pub enum CallError {
 impl CallError {
     pub fn code(&self) -> ErrorCode {
         match self {
-            CallError::UnknownTool(_) | CallError::NotFound(_) => ErrorCode::NotFound,
-            CallError::InvalidParams { .. } | CallError::BadRequest(_) => ErrorCode::BadRequest,
+            CallError::UnknownTool(_) | CallError::UnknownAgent(_) | CallError::NotFound(_) => ErrorCode::NotFound,
+            CallError::InvalidParams { .. } | CallError::InvalidArguments { .. } | CallError::BadRequest(_) => {
+                ErrorCode::BadRequest
+            }
             CallError::Timeout { .. } => ErrorCode::Timeout,
             CallError::MemoryLimit { .. } => ErrorCode::MemoryLimit,
             CallError::ResultTooLarge(_) => ErrorCode::ResultTooLarge,
@@ -59,7 +68,9 @@ impl CallError {
     /// The error envelope's body.
     pub fn body(&self) -> ErrorBody {
         let details = match self {
-            CallError::InvalidParams { problems, .. } => problems.clone(),
+            CallError::InvalidParams { problems, .. } | CallError::InvalidArguments { problems, .. } => {
+                problems.clone()
+            }
             _ => Vec::new(),
         };
         let data = match self {
@@ -96,15 +107,31 @@ impl CallError {
     /// True when MCP reports this as a JSON-RPC error (-32602) instead of a result with
     /// `isError`: the call never reached the tool.
     pub fn is_protocol_error(&self) -> bool {
-        matches!(self, CallError::UnknownTool(_) | CallError::InvalidParams { .. })
+        matches!(
+            self,
+            CallError::UnknownTool(_)
+                | CallError::InvalidParams { .. }
+                | CallError::UnknownAgent(_)
+                | CallError::InvalidArguments { .. }
+        )
+    }
+
+    /// The call of `tool` was cancelled before it finished.
+    pub fn cancelled(tool: &str) -> CallError {
+        CallError::Cancelled { subject: format!("tool '{tool}'") }
     }
 
     /// Turns a script failure into the call error of `tool`.
     pub fn from_script(tool: &str, err: ScriptError) -> CallError {
+        CallError::from_script_of(format!("tool '{tool}'"), err)
+    }
+
+    /// Turns a script failure into a call error; `subject` reads "tool 'x'" or "agent 'x'".
+    pub fn from_script_of(subject: String, err: ScriptError) -> CallError {
         match err {
-            ScriptError::Timeout { limit, .. } => CallError::Timeout { tool: tool.to_string(), limit },
-            ScriptError::Memory { limit_bytes, .. } => CallError::MemoryLimit { tool: tool.to_string(), limit_bytes },
-            ScriptError::Cancelled { .. } => CallError::Cancelled { tool: tool.to_string() },
+            ScriptError::Timeout { limit, .. } => CallError::Timeout { subject, limit },
+            ScriptError::Memory { limit_bytes, .. } => CallError::MemoryLimit { subject, limit_bytes },
+            ScriptError::Cancelled { .. } => CallError::Cancelled { subject },
             e @ ScriptError::ResultTooLarge { .. } => CallError::ResultTooLarge(e.to_string()),
             other => CallError::ToolFailed { message: other.to_string(), tool_code: None, data: None },
         }

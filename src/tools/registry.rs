@@ -11,10 +11,11 @@ use serde_json::Value as Json;
 
 use super::lua_tool::LuaTool;
 use super::{builtin, CallEnv, CallError, Output, ToolRef, ToolSpec, BUILTINS};
+use crate::agents::{self, AgentRef, AgentSpec};
 use crate::config::{Config, ScriptKind, ScriptSection};
 use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};
-use crate::types::{LoadProblem, LoadProblemKind, ToolsList};
+use crate::types::{AgentPrompt, AgentsList, LoadProblem, LoadProblemKind, ToolsList};
 
 /// Who is calling, and how to reach them while the tool runs.
 #[derive(Clone, Default)]
@@ -31,6 +32,8 @@ pub struct CallOptions {
 pub struct Registry {
     tools: Vec<ToolRef>,
     index: HashMap<String, usize>,
+    /// Agents in listing order: inline, then Lua, each by name.
+    agents: Vec<AgentRef>,
     problems: Vec<LoadProblem>,
     kb: Kb,
 }
@@ -42,8 +45,17 @@ impl Registry {
     pub fn build(kb: Kb, previous: Option<&Registry>) -> Registry {
         let config = Arc::clone(kb.config());
         let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
-        let (lua, problems) = load_lua(&sections, previous);
-        Registry::assemble(kb, lua, problems)
+        let (lua, mut problems) = load_lua(&sections, previous);
+        let names: Vec<&str> = BUILTINS.iter().copied().chain(lua.iter().map(|t| t.spec().name.as_str())).collect();
+        let (agents, agent_problems, unknown_tools) =
+            agents::load(&config, previous.map(|p| p.agents.as_slice()).unwrap_or(&[]), &names);
+        for warning in &unknown_tools {
+            tracing::warn!("[agents.*.{}]: {}", warning.name, warning.message);
+        }
+        problems.extend(agent_problems);
+        let mut registry = Registry::assemble(kb, lua, problems);
+        registry.agents = agents;
+        registry
     }
 
     /// A registry of the built-ins plus the one script of `section` (`ctx tool test`). Fails
@@ -59,7 +71,51 @@ impl Registry {
     fn assemble(kb: Kb, lua: Vec<ToolRef>, problems: Vec<LoadProblem>) -> Registry {
         let tools: Vec<ToolRef> = builtin::all().into_iter().chain(lua).collect();
         let index = tools.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
-        Registry { tools, index, problems, kb }
+        Registry { tools, index, agents: Vec::new(), problems, kb }
+    }
+
+    /// The agents, in listing order.
+    pub fn agents(&self) -> impl Iterator<Item = &AgentSpec> {
+        self.agents.iter().map(|a| a.spec())
+    }
+
+    /// `GET /agents/list`.
+    pub fn agent_listing(&self) -> AgentsList {
+        AgentsList { agents: self.agents().map(AgentSpec::info).collect() }
+    }
+
+    /// Resolves an agent's prompt: the one path REST, MCP and the CLI take. Checks the
+    /// arguments, runs the agent (a Lua agent under its limits) and fills in its tools.
+    pub fn prompt(&self, name: &str, args: Json, options: &CallOptions) -> Result<AgentPrompt, CallError> {
+        let started = Instant::now();
+        let result = self.resolve_agent(name, args, options);
+        let micros = started.elapsed().as_micros() as u64;
+        match &result {
+            Ok(_) => tracing::debug!(agent = name, caller = options.caller, micros, "agent resolved"),
+            Err(e) => {
+                tracing::info!(agent = name, caller = options.caller, micros, code = %e.code(), "agent failed: {e}")
+            }
+        }
+        result
+    }
+
+    fn resolve_agent(&self, name: &str, args: Json, options: &CallOptions) -> Result<AgentPrompt, CallError> {
+        let agent = self.agents.iter().find(|a| a.spec().name == name).ok_or_else(|| {
+            let names: Vec<&str> = self.agents().map(|s| s.name.as_str()).collect();
+            let names = if names.is_empty() { "none configured".to_string() } else { names.join(", ") };
+            CallError::UnknownAgent(format!("unknown agent '{name}'; available agents: {names}"))
+        })?;
+        let spec = agent.spec();
+        let args = spec.check(&args)?;
+        let env = CallEnv { kb: &self.kb, cancel: options.cancel.clone(), progress: options.progress.clone() };
+        let resolved = agent.resolve(&args, &env)?;
+        Ok(AgentPrompt {
+            agent: spec.name.clone(),
+            description: Some(spec.description.clone()),
+            system: resolved.system,
+            messages: resolved.messages,
+            tools: if resolved.tools.is_empty() { spec.tools.clone() } else { resolved.tools },
+        })
     }
 
     /// The tools, in listing order.
@@ -115,7 +171,7 @@ impl Registry {
             .check(params)
             .map_err(|problems| CallError::InvalidParams { tool: name.to_string(), problems })?;
         if options.cancel.is_cancelled() {
-            return Err(CallError::Cancelled { tool: name.to_string() });
+            return Err(CallError::cancelled(name));
         }
         let env = CallEnv { kb: &self.kb, cancel: options.cancel.clone(), progress: options.progress.clone() };
         tool.run(params, &env)
@@ -126,7 +182,12 @@ impl Registry {
 /// (`ctx schema check`): load errors, shadowed built-ins and duplicate names.
 pub fn check(config: &Config) -> Vec<LoadProblem> {
     let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
-    load_lua(&sections, None).1
+    let (lua, mut problems) = load_lua(&sections, None);
+    let names: Vec<&str> = BUILTINS.iter().copied().chain(lua.iter().map(|t| t.spec().name.as_str())).collect();
+    let (_, agent_problems, unknown_tools) = agents::load(config, &[], &names);
+    problems.extend(agent_problems);
+    problems.extend(unknown_tools);
+    problems
 }
 
 /// Loads Lua tools in config order; returns them sorted by name, and the problems. With
@@ -207,6 +268,21 @@ impl Tools {
         joined.unwrap_or_else(|e| {
             tracing::error!(tool = %tool, "tool call panicked: {e}");
             Err(CallError::Internal(format!("tool '{tool}' crashed inside ctx; the server log has the details")))
+        })
+    }
+}
+
+impl Tools {
+    /// Runs [`Registry::prompt`] on the blocking pool, like [`Tools::call`].
+    pub async fn prompt(&self, name: String, args: Json, options: CallOptions) -> Result<AgentPrompt, CallError> {
+        let registry = self.current();
+        let cancel = CancelOnDrop(Some(options.cancel.clone()));
+        let agent = name.clone();
+        let joined = tokio::task::spawn_blocking(move || registry.prompt(&name, args, &options)).await;
+        cancel.disarm();
+        joined.unwrap_or_else(|e| {
+            tracing::error!(agent = %agent, "agent panicked: {e}");
+            Err(CallError::Internal(format!("agent '{agent}' crashed inside ctx; the server log has the details")))
         })
     }
 }

@@ -17,9 +17,15 @@ use crate::kb::Kb;
 /// Edits come in bursts (an editor writes, renames, touches): wait this long for quiet.
 const SETTLE: Duration = Duration::from_millis(150);
 
-/// Starts the watcher thread. `changed` runs after a swap that changed the tool list (names,
-/// descriptions, schemas, annotations or load problems), so MCP clients can be told.
-pub fn watch(located: Located, kb: Kb, tools: Arc<Tools>, changed: impl Fn() + Send + 'static) -> Result<(), String> {
+/// Starts the watcher thread. `changed(tools, agents)` runs after a swap that changed the tool
+/// list (names, descriptions, schemas, annotations or load problems) or the agent list, so MCP
+/// clients can be told.
+pub fn watch(
+    located: Located,
+    kb: Kb,
+    tools: Arc<Tools>,
+    changed: impl Fn(bool, bool) + Send + 'static,
+) -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(event) = event {
@@ -58,7 +64,7 @@ pub fn watch(located: Located, kb: Kb, tools: Arc<Tools>, changed: impl Fn() + S
 
 /// Rebuilds from the config on disk and swaps the registry in. Returns the new knowledge-base
 /// handle, or `None` when the config is broken (the running tools stay as they are).
-fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn()) -> Option<Kb> {
+fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool)) -> Option<Kb> {
     let config = match Config::load(located) {
         Ok(config) => Arc::new(config),
         Err(e) => {
@@ -84,13 +90,17 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn()) -> Opti
     }
     let before = serde_json::to_value((previous.listing(), previous.problems())).ok();
     let after = serde_json::to_value((registry.listing(), registry.problems())).ok();
-    let names: Vec<String> = registry.specs().map(|s| s.name.clone()).collect();
+    let agents_changed =
+        serde_json::to_value(previous.agent_listing()).ok() != serde_json::to_value(registry.agent_listing()).ok();
+    let names: Vec<String> = registry
+        .specs()
+        .map(|s| s.name.clone())
+        .chain(registry.agents().map(|a| format!("agent {}", a.name)))
+        .collect();
     tools.replace(registry);
-    if before != after {
-        tracing::info!("tools reloaded: {}", names.join(", "));
-        changed();
-    } else {
-        tracing::info!("tools reloaded (same list)");
+    tracing::info!("tools reloaded: {}", names.join(", "));
+    if before != after || agents_changed {
+        changed(before != after, agents_changed);
     }
     Some(next)
 }

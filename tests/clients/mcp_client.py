@@ -208,7 +208,34 @@ async def session_checks(session: ClientSession, inbox: Inbox, workdir: pathlib.
     require(values == sorted(values), check, f"progress went backwards: {values}")
     ok(f"progress ({len(before_result)} notifications before the result: {values})")
 
+    await prompt_checks(session)
     await list_changed_checks(session, inbox, workdir)
+
+
+async def prompt_checks(session: ClientSession) -> None:
+    """Agents are MCP prompts: list them, resolve one, and get -32602 for the caller's mistakes."""
+    check = "prompts/list"
+    listed = await session.list_prompts()
+    by_name = {p.name: p for p in listed.prompts}
+    require("oncall-helper" in by_name, check, f"no oncall-helper prompt in {sorted(by_name)}")
+    args = {a.name: a for a in by_name["oncall-helper"].arguments or []}
+    require("service" in args and args["service"].required, check, f"service should be a required argument: {args}")
+    ok(f"prompts/list ({len(listed.prompts)} prompt(s), arguments with required flags)")
+
+    check = "prompts/get"
+    got = await session.get_prompt("oncall-helper", {"service": "payments"})
+    text = " ".join(m.content.text for m in got.messages if isinstance(m.content, types.TextContent))
+    require("payments" in text, check, f"the argument is not in the prompt: {text!r}")
+    ok("prompts/get (argument filled in)")
+
+    for check, name, arguments in [("unknown prompt", "nope", {}), ("missing argument", "oncall-helper", {})]:
+        try:
+            await session.get_prompt(name, arguments)
+        except MCPError as e:
+            require(e.code == -32602, check, f"expected -32602, got {e.code}: {e}")
+            ok(f"{check} -> -32602 ({e})")
+            continue
+        raise CheckFailed(f"{check}: expected a JSON-RPC error")
 
 
 async def list_changed_checks(session: ClientSession, inbox: Inbox, workdir: pathlib.Path) -> None:

@@ -26,6 +26,16 @@ impl Workspace {
         self.dir.path()
     }
 
+    /// `ctx init --sample` (the README's workspace: sample corpus, echo tool, example agents),
+    /// synced.
+    pub fn sample() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        run_in(dir.path(), &["init", "--sample", "."]).ok();
+        let ws = Self { dir };
+        ws.ctx(&["sync"]).ok();
+        ws
+    }
+
     /// Writes a file (creating folders) relative to the workspace.
     pub fn write(&self, rel: &str, text: &str) {
         let path = self.path().join(rel);

@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per area. They run the real `ctx` binary and open
 //! real SQLite files, folders and git repositories created in temporary directories.
 
+mod agents;
 mod cli;
 mod clients;
 mod common;

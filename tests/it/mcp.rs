@@ -291,6 +291,42 @@ fn a_registry_swap_sends_list_changed_and_the_new_tool_is_callable() {
     assert_eq!(added["result"]["content"][0]["text"], "fresh", "{added}");
 }
 
+#[test]
+fn a_closed_http_request_stops_the_script() {
+    let (addr, received) = crate::common::stub(|_| (200, "ok".into()));
+    let c = connect(50);
+    let runtime = &c.runtime;
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let local = listener.local_addr().unwrap();
+    let security = ctx::server::Security::new(local, None, vec![]).unwrap();
+    let app = Arc::new(ctx::server::App::with_mcp(c.mcp.clone(), security, 1 << 20));
+    runtime.spawn(ctx::server::run(listener, app, std::future::pending()));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // A stateless (2026-07-28) call: no session, the reply belongs to this request alone.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "poller", "arguments": {"url": format!("http://{addr}/poll")},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let request = reqwest::Client::new()
+        .post(format!("http://{local}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "poller")
+        .json(&body)
+        .send();
+    let pending = runtime.spawn(request);
+    let started = Instant::now();
+    while received.lock().unwrap().len() < 3 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the poller never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pending.abort(); // the client hangs up
+    std::thread::sleep(Duration::from_millis(300));
+    let after_close = received.lock().unwrap().len();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(received.lock().unwrap().len(), after_close, "the script kept polling after the client left");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The real binary with third-party clients.
 

@@ -493,6 +493,15 @@ function MCP.text(text) end
 ---@return ctx.McpResult
 function MCP.json(data) end
 
+---MCP content blocks, given as MCP spells them: `{type = "text", text = ...}`,
+---`{type = "image", data = <base64>, mimeType = "image/png"}`, `{type = "audio", data, mimeType}`,
+---`{type = "resource", resource = {uri = ..., mimeType = ..., text = ... | blob = <base64>}}`.
+---REST 200 `{"result": {"content": blocks}}`; MCP those blocks. A malformed block is an error
+---naming it.
+---@param blocks table[]
+---@return ctx.McpResult
+function MCP.content(blocks) end
+
 ---Reports progress of a long call to the client, when the client asked for progress (an MCP
 ---progressToken); otherwise it does nothing. Raises an error for a non-finite number.
 ---@param done number Work done so far; it should grow from call to call.
@@ -535,3 +544,36 @@ function progress(done, total, message) end
 ---The connector this script defines. `function connector.scan(config) ... end` fills in `scan`.
 ---@type ctx.Connector
 connector = {}
+
+-- ---------------------------------------------------------------------------------------------
+-- Agents
+
+---One argument the user supplies when picking an agent (MCP prompt arguments are strings).
+---@class ctx.AgentArgument
+---@field name string
+---@field description? string
+---@field required? boolean
+
+---One opening message of a resolved prompt.
+---@class ctx.PromptMessage
+---@field role "user"|"assistant"
+---@field content string
+
+---What `agent.resolve` returns.
+---@class ctx.ResolvedAgent
+---@field system string The system prompt.
+---@field messages? ctx.PromptMessage[] Opening messages, e.g. documents from the knowledge base.
+---@field tools? string[] Tools to use; default: the agent's declared tools.
+
+---A Lua agent: set the global `agent` to this table, or `return` it from the script.
+---@class ctx.Agent
+---@field name? string
+---@field description string One line shown to users picking an agent.
+---@field tools? string[] Names of registered tools the agent should use.
+---@field arguments? ctx.AgentArgument[]
+---Required: builds the prompt. `config` holds the extra keys of `[agents.script.<name>]`.
+---@field resolve? fun(args: table<string, string>, config: table<string, any>, context: ctx.Context): ctx.ResolvedAgent
+
+---The agent this script defines. `function agent.resolve(args, config, context) ... end` fills in `resolve`.
+---@type ctx.Agent
+agent = {}

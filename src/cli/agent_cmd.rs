@@ -1,0 +1,171 @@
+//! `ctx agent init`, `ctx agent list` and `ctx agent test`: scaffold, inspect and try agents.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde_json::{json, Map, Value as Json};
+
+use super::{CliError, Globals};
+use crate::config;
+use crate::kb::Kb;
+use crate::tools::{CallOptions, Registry};
+use crate::types::AgentSource;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum AgentCommand {
+    /// Write agents/<name>.lua from a template and print the config section to add.
+    Init {
+        /// Agent name (letters, digits, '_', '.', '-').
+        name: String,
+        /// Folder to write into (default: agents/ next to the config).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Overwrite an existing script.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List inline and Lua agents with their arguments, and scripts that failed to load.
+    List {
+        /// Print {"agents": [...], "problems": [...]} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resolve an agent's prompt (inline or Lua) through the real path and print it.
+    Test {
+        /// The agent's name.
+        name: String,
+        /// An argument: --arg service=payments.
+        #[arg(long = "arg", value_name = "KEY=VALUE")]
+        args: Vec<String>,
+        /// Print the resolved prompt (or the error envelope) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+const TEMPLATE: &str = include_str!("templates/agent.lua");
+
+pub fn run(cmd: AgentCommand, globals: &Globals) -> Result<(), CliError> {
+    match cmd {
+        AgentCommand::Init { name, dir, force } => init(&name, dir, force, globals),
+        AgentCommand::List { json } => list(json, globals),
+        AgentCommand::Test { name, args, json } => test(&name, &args, json, globals),
+    }
+}
+
+fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Result<(), CliError> {
+    super::connector_cmd::check_name(name)?;
+    let base = config::locate(globals.config.as_deref()).path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let dir = dir.unwrap_or_else(|| base.join("agents"));
+    let path = dir.join(format!("{name}.lua"));
+    if path.exists() && !force {
+        return Err(CliError::Usage(format!("{} already exists; pass --force to replace it", path.display())));
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(&path, TEMPLATE.replace("{{name}}", name))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    let defs = dir.join(super::tool_cmd::DEFINITIONS_FILE);
+    std::fs::write(&defs, super::tool_cmd::DEFINITIONS).with_context(|| format!("cannot write {}", defs.display()))?;
+    let rel = path.strip_prefix(&base).unwrap_or(&path).display().to_string();
+    println!("created {}", path.display());
+    println!();
+    println!("Add this to ctx.toml, then try it with `ctx agent test {name} --arg topic=deploys`:");
+    println!();
+    println!("[agents.script.{name}]");
+    println!("path = \"{rel}\"");
+    println!("timeout = 10");
+    Ok(())
+}
+
+fn registry(globals: &Globals) -> Result<Registry, CliError> {
+    let config = globals.load_config()?;
+    let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    Ok(Registry::build(kb, None))
+}
+
+fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
+    let registry = registry(globals)?;
+    let problems: Vec<_> =
+        registry.problems().iter().filter(|p| p.kind == crate::types::LoadProblemKind::Agent).cloned().collect();
+    if json {
+        let listing = serde_json::to_value(registry.agent_listing()).unwrap_or(Json::Null);
+        println!("{}", json!({"agents": listing["agents"], "problems": problems}));
+        return Ok(());
+    }
+    let mut any = false;
+    for agent in registry.agents() {
+        any = true;
+        let source = if agent.source == AgentSource::Lua { "lua" } else { "ctx.toml" };
+        println!("{}  ({source})  {}", agent.name, agent.description);
+        if !agent.tools.is_empty() {
+            println!("    tools: {}", agent.tools.join(", "));
+        }
+        for arg in &agent.arguments {
+            let required = if arg.required { "required" } else { "optional" };
+            let about = arg.description.as_deref().map(|d| format!(": {d}")).unwrap_or_default();
+            println!("    --arg {}=...  ({required}){about}", arg.name.as_str());
+        }
+    }
+    if !any {
+        println!("no agents configured; add [agents.inline.<name>] to ctx.toml or run `ctx agent init <name>`");
+    }
+    for problem in &problems {
+        println!("broken [agents.script.{}]: {}", problem.name, problem.message);
+    }
+    Ok(())
+}
+
+fn test(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(), CliError> {
+    let mut args = Map::new();
+    for item in raw {
+        let (k, v) = item.split_once('=').ok_or_else(|| {
+            CliError::Usage(format!("--arg {item:?}: expected KEY=VALUE, for example --arg service=payments"))
+        })?;
+        args.insert(k.trim().to_string(), Json::String(v.to_string()));
+    }
+    let registry = registry(globals)?;
+    for problem in registry.problems().iter().filter(|p| p.kind == crate::types::LoadProblemKind::Agent) {
+        eprintln!("warning: [agents.script.{}]: {}", problem.name, problem.message);
+    }
+    let options = CallOptions { caller: "cli", ..Default::default() };
+    match registry.prompt(name, Json::Object(args), &options) {
+        Ok(prompt) => {
+            if json {
+                println!("{}", serde_json::to_value(&prompt).unwrap_or(Json::Null));
+                return Ok(());
+            }
+            println!("Agent: {}", prompt.agent);
+            println!("Tools: {}", if prompt.tools.is_empty() { "(none)".to_string() } else { prompt.tools.join(", ") });
+            println!();
+            println!("System:");
+            for line in prompt.system.lines() {
+                println!("  {line}");
+            }
+            for message in &prompt.messages {
+                println!();
+                println!(
+                    "{}:",
+                    serde_json::to_value(message.role)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default()
+                );
+                for line in message.content.lines() {
+                    println!("  {line}");
+                }
+            }
+            Ok(())
+        }
+        Err(err) if json => {
+            println!("{}", err.envelope());
+            Err(CliError::Problems("the agent failed".into()))
+        }
+        Err(err)
+            if err.code() == crate::types::ErrorCode::NotFound || err.code() == crate::types::ErrorCode::BadRequest =>
+        {
+            Err(CliError::Usage(err.to_string()))
+        }
+        Err(err) => Err(CliError::Failed(anyhow::anyhow!(err.to_string()))),
+    }
+}
