@@ -60,6 +60,14 @@ class CheckFailed(Exception):
     """A check did not hold; the message says which and why."""
 
 
+ADDED_AGENT_SECTION = """
+
+[agents.inline.added-agent]
+description = "Added while the server runs."
+system_prompt = "Fresh."
+"""
+
+
 def ok(check: str) -> None:
     print(f"ok: {check}", flush=True)
 
@@ -83,6 +91,7 @@ class Inbox:
 
     def __init__(self) -> None:
         self._send, self._receive = anyio.create_memory_object_stream[str](100)
+        self._prompts_send, self._prompts_receive = anyio.create_memory_object_stream[str](100)
         self.errors: list[Exception] = []
 
     async def handle(self, message: Any) -> None:
@@ -90,6 +99,15 @@ class Inbox:
             self.errors.append(message)
         elif isinstance(message, types.ToolListChangedNotification):
             self._send.send_nowait(message.method)
+        elif isinstance(message, types.PromptListChangedNotification):
+            self._prompts_send.send_nowait(message.method)
+
+    async def next_prompts_changed(self, seconds: float) -> bool:
+        """Waits up to `seconds` for a notifications/prompts/list_changed; False on timeout."""
+        with anyio.move_on_after(max(seconds, 0)):
+            await self._prompts_receive.receive()
+            return True
+        return False
 
     async def next_list_changed(self, seconds: float) -> bool:
         """Waits up to `seconds` for a notifications/tools/list_changed; False on timeout."""
@@ -265,6 +283,19 @@ async def list_changed_checks(session: ClientSession, inbox: Inbox, workdir: pat
     result = await session.call_tool("added", {}, read_timeout_seconds=REQUEST_TIMEOUT)
     require(not result.is_error and any("added works" in t for t in texts(result)), check, f"unexpected result: {show(result)}")
     ok("call added")
+
+    # Agents reload too: a new [agents.inline] section is announced as a prompt list change.
+    check = "prompts/list_changed"
+    with config.open("a") as f:
+        f.write(ADDED_AGENT_SECTION)
+    deadline = anyio.current_time() + LIST_CHANGED_TIMEOUT
+    prompts: list[str] = []
+    while "added-agent" not in prompts:
+        require(await inbox.next_prompts_changed(deadline - anyio.current_time()), check,
+                f"no notifications/prompts/list_changed with 'added-agent' listed within {LIST_CHANGED_TIMEOUT} s "
+                f"(prompts: {prompts}; transport errors: {inbox.errors})")
+        prompts = [p.name for p in (await session.list_prompts()).prompts]
+    ok("prompts/list_changed ('added-agent' is listed)")
 
 
 async def modern_checks(url: str) -> None:
