@@ -86,9 +86,17 @@ fn main() {
     let warm_rss = server.rss_mb();
 
     // The soak: keep calling echo until `soak_calls` have been answered, then compare RSS.
-    let soak_secs = ((soak_calls as f64 / echo.rate.max(1000.0)) * 1.1).ceil() as u64;
-    println!("\nsoak: echo for {soak_secs} s (about {soak_calls} calls), RSS after warm-up {warm_rss:.1} MB");
-    let soak = run("POST /tools/echo (soak)", "/tools/echo", Some(&scripts.echo), soak_secs);
+    // Rounds of wrk until `soak_calls` have been answered (the rate drifts, so no single
+    // duration is right).
+    println!("\nsoak: echo until {soak_calls} calls have been answered; RSS after warm-up {warm_rss:.1} MB");
+    let mut soak = Load { rate: 0.0, p50: Duration::ZERO, p99: Duration::ZERO, requests: 0, errors: 0 };
+    while soak.requests < soak_calls {
+        let left = soak_calls - soak.requests;
+        let secs = ((left as f64 / echo.rate.max(1000.0)) * 1.2).ceil().clamp(5.0, 600.0) as u64;
+        let round = run("POST /tools/echo (soak)", "/tools/echo", Some(&scripts.echo), secs);
+        soak.requests += round.requests;
+        soak.rate = round.rate;
+    }
     let soak_rss = server.rss_mb();
     let growth = soak_rss / warm_rss - 1.0;
     println!("RSS after {} calls: {soak_rss:.1} MB ({:+.1}%)", soak.requests, growth * 100.0);

@@ -167,7 +167,11 @@ fn init_logging(verbose: u8, quiet: bool) {
         (false, 2) => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_env("CTX_LOG").unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},warn")));
+    // rmcp warns about every JSON-RPC error it sends (a client's bad arguments, say); those are
+    // the client's business, so its warnings show only with -v.
+    let rmcp = if verbose > 0 { level } else { "error" };
+    let filter =
+        EnvFilter::try_from_env("CTX_LOG").unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},rmcp={rmcp},warn")));
     // Logs go to stderr so stdout stays clean for --json output and the MCP stdio transport.
     let _ =
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();

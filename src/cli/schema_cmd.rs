@@ -6,6 +6,7 @@ use anyhow::Context;
 
 use super::{CliError, Globals};
 use crate::config::{self, Config, ConfigError};
+use crate::types::LoadProblemKind;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum SchemaCommand {
@@ -41,7 +42,15 @@ fn check(globals: &Globals) -> Result<(), CliError> {
         let missing: Vec<&str> = config.scripts.iter().filter(|s| !s.path.is_file()).map(|s| s.name.as_str()).collect();
         for problem in crate::tools::check(config) {
             if !missing.contains(&problem.name.as_str()) {
-                problems.push(format!("tools.script.{}: {}", problem.name, problem.message));
+                let section = match problem.kind {
+                    LoadProblemKind::Agent if config.spec.agents.inline.keys().any(|k| k.as_str() == problem.name) => {
+                        "agents.inline"
+                    }
+                    LoadProblemKind::Agent => "agents.script",
+                    LoadProblemKind::Connector => "connectors.script",
+                    LoadProblemKind::Tool => "tools.script",
+                };
+                problems.push(format!("{section}.{}: {}", problem.name, problem.message));
             }
         }
     }

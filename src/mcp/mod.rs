@@ -109,7 +109,9 @@ impl Mcp {
 
     /// Serves MCP on stdin/stdout until the client closes the stream.
     pub async fn serve_stdio(self) -> Result<(), String> {
-        let running = self.serve(rmcp::transport::stdio()).await.map_err(|e| format!("MCP over stdio: {e}"))?;
+        // Pipes (how MCP clients launch servers) are driven by the IO reactor; a terminal or file
+        // falls back to tokio's blocking stdio, which hands every read and write to a thread.
+        let running = self.serve(rmcp::transport::stdio_pipes()).await.map_err(|e| format!("MCP over stdio: {e}"))?;
         running.waiting().await.map_err(|e| format!("MCP over stdio: {e}"))?;
         Ok(())
     }

@@ -262,3 +262,48 @@ fn cli_agent_list_and_test_on_the_sample_workspace() {
     let init = ws.ctx(&["agent", "init", "triage"]).ok();
     assert!(init.contains("[agents.script.triage]"), "{init}");
 }
+
+#[test]
+fn a_returned_agent_table_works_and_a_bad_resolve_result_is_a_clear_error() {
+    let toml = r#"
+[agents.script.returned]
+path = "tools/returned.lua"
+
+[agents.script.sloppy]
+path = "tools/sloppy.lua"
+"#;
+    let returned = r#"
+local a = { name = "returned", description = "Returned, not global.", arguments = { { name = "who" } } }
+function a.resolve(args) return { system = "Hello " .. (args.who or "world") } end
+return a
+"#;
+    let sloppy = r#"
+agent = { name = "sloppy", description = "Returns the wrong shape." }
+function agent.resolve() return { system = 42, messages = { { role = "robot", content = "x" } } } end
+"#;
+    let (_dir, registry) = fixture(toml, &[("returned.lua", returned), ("sloppy.lua", sloppy)]).into_parts();
+    assert!(registry.problems().is_empty(), "{:?}", registry.problems());
+    let options = CallOptions { caller: "test", ..Default::default() };
+    let prompt = registry.prompt("returned", json!({"who": "team"}), &options).unwrap();
+    assert_eq!(prompt.system, "Hello team");
+    let err = registry.prompt("sloppy", json!({}), &options).unwrap_err();
+    assert_eq!(err.code(), ctx::types::ErrorCode::ToolError);
+    assert!(err.to_string().starts_with("tools/sloppy.lua: agent.resolve must return"), "{err}");
+}
+
+#[test]
+fn schema_check_rejects_an_agent_naming_an_unknown_tool() {
+    let ws = Workspace::new(
+        "[agents.inline.helper]\ndescription = \"Helps.\"\nsystem_prompt = \"Help.\"\ntools = [\"search\", \"deploy-prod\"]\n",
+    );
+    let run = ws.ctx(&["schema", "check"]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("agents.inline.helper: agent 'helper' names tools that are not registered: deploy-prod"),
+        "{}",
+        run.stderr()
+    );
+    // At start it is only a warning: the server still loads the agent.
+    let listed = ws.ctx(&["agent", "list"]).ok();
+    assert!(listed.contains("helper  (ctx.toml)"), "{listed}");
+}
