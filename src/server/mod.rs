@@ -96,6 +96,13 @@ pub async fn run(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut grace_rx = stop_rx.clone();
     let streams = app.shutdown.clone();
+    // Streamed replies (MCP's SSE) go out in several writes; without TCP_NODELAY, Nagle's
+    // algorithm and the client's delayed ACK hold each reply back by about 40 ms.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
+    });
     let serve = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
         shutdown.await;
         // Open MCP streams (GET /mcp, listen) would hold graceful shutdown forever.

@@ -109,6 +109,10 @@ fn connect(page_size: usize) -> Raw {
     );
     assert_eq!(init.0["result"]["serverInfo"]["name"], "ctx", "{init:?}");
     raw.notify("notifications/initialized", json!({}));
+    // rmcp handles messages in order: once the ping is answered, `on_initialized` has run and
+    // the session is subscribed to list changes.
+    let (pong, _) = raw.request(999, "ping", json!({}));
+    assert_eq!(pong["result"], json!({}), "{pong}");
     raw
 }
 
