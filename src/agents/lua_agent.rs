@@ -3,7 +3,6 @@
 
 use std::sync::OnceLock;
 
-use mlua::Value;
 use serde_json::{Map, Value as Json};
 
 use super::{Agent, AgentSpec};
@@ -35,18 +34,7 @@ impl LuaAgent {
         let script = vm.read_script().map_err(|e| e.to_string())?;
         let ext = vm.load_script(&script, "agent").map_err(|e| e.to_string())?;
         vm.function(&ext, "agent", "resolve").map_err(|e| e.to_string())?;
-        let mut meta = Map::new();
-        for pair in ext.pairs::<Value, Value>() {
-            let (key, value) = pair.map_err(|e| format!("{path}: cannot read the agent table: {e}"))?;
-            let Value::String(key) = key else { continue };
-            let key = key.to_str().map_err(|e| format!("{path}: {e}"))?.to_string();
-            if matches!(value, Value::Function(_)) {
-                continue;
-            }
-            let json =
-                convert::to_json(vm.lua(), &value, METADATA_BUDGET).map_err(|e| format!("{path}: agent.{key}: {e}"))?;
-            meta.insert(key, json);
-        }
+        let mut meta = vm.metadata(&ext, "agent", METADATA_BUDGET)?;
         meta.entry("name").or_insert_with(|| Json::String(section.name.clone()));
         let meta = Json::Object(meta);
         let problems = validator("AgentMetadata").problems(&meta, Dialect::Json);

@@ -1,13 +1,12 @@
 //! `ctx agent init`, `ctx agent list` and `ctx agent test`: scaffold, inspect and try agents.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use serde_json::{json, Map, Value as Json};
 
 use super::{CliError, Globals};
-use crate::config;
 use crate::kb::Kb;
 use crate::tools::{CallOptions, Registry};
 use crate::types::AgentSource;
@@ -55,20 +54,7 @@ pub fn run(cmd: AgentCommand, globals: &Globals) -> Result<(), CliError> {
 }
 
 fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Result<(), CliError> {
-    super::connector_cmd::check_name(name)?;
-    let base = config::locate(globals.config.as_deref()).path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let dir = dir.unwrap_or_else(|| base.join("agents"));
-    let path = dir.join(format!("{name}.lua"));
-    if path.exists() && !force {
-        return Err(CliError::Usage(format!("{} already exists; pass --force to replace it", path.display())));
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    std::fs::write(&path, TEMPLATE.replace("{{name}}", name))
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    let defs = dir.join(super::tool_cmd::DEFINITIONS_FILE);
-    std::fs::write(&defs, super::tool_cmd::DEFINITIONS).with_context(|| format!("cannot write {}", defs.display()))?;
-    let rel = path.strip_prefix(&base).unwrap_or(&path).display().to_string();
-    println!("created {}", path.display());
+    let rel = super::scaffold::write(name, TEMPLATE, "agents", dir, force, true, globals)?;
     println!();
     println!("Add this to ctx.toml, then try it with `ctx agent test {name} --arg topic=deploys`:");
     println!();

@@ -3,8 +3,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
-
 use super::{CliError, Globals};
 use crate::config::{self, Config, ScriptKind};
 use crate::connectors::lua::LuaConnector;
@@ -49,29 +47,8 @@ pub fn run(cmd: ConnectorCommand, globals: &Globals) -> Result<(), CliError> {
     }
 }
 
-pub(super) fn check_name(name: &str) -> Result<(), CliError> {
-    let ok =
-        !name.is_empty() && name.len() <= 128 && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
-    if ok {
-        Ok(())
-    } else {
-        Err(CliError::Usage(format!("invalid name {name:?}: use 1 to 128 letters, digits, '_', '.' or '-'")))
-    }
-}
-
 fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Result<(), CliError> {
-    check_name(name)?;
-    let base = config::locate(globals.config.as_deref()).path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-    let dir = dir.unwrap_or_else(|| base.join("connectors"));
-    let path = dir.join(format!("{name}.lua"));
-    if path.exists() && !force {
-        return Err(CliError::Usage(format!("{} already exists; pass --force to replace it", path.display())));
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    std::fs::write(&path, TEMPLATE.replace("{{name}}", name))
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    let rel = path.strip_prefix(&base).unwrap_or(&path).display().to_string();
-    println!("created {}", path.display());
+    let rel = super::scaffold::write(name, TEMPLATE, "connectors", dir, force, false, globals)?;
     println!();
     println!("Add this to ctx.toml, then try it with `ctx connector test {rel} --source {name}`:");
     println!();

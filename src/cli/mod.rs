@@ -7,6 +7,7 @@ mod agent_cmd;
 mod connector_cmd;
 mod init;
 mod kb_cmd;
+mod scaffold;
 mod schema_cmd;
 mod serve_cmd;
 mod tool_cmd;

@@ -63,25 +63,11 @@ pub fn run(cmd: ToolCommand, globals: &Globals) -> Result<(), CliError> {
 }
 
 fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Result<(), CliError> {
-    super::connector_cmd::check_name(name)?;
+    super::scaffold::check_name(name)?;
     if crate::tools::BUILTINS.contains(&name) {
         return Err(CliError::Usage(format!("'{name}' is a built-in tool and cannot be shadowed; pick another name")));
     }
-    let base = config::locate(globals.config.as_deref()).path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let dir = dir.unwrap_or_else(|| base.join("tools"));
-    let path = dir.join(format!("{name}.lua"));
-    if path.exists() && !force {
-        return Err(CliError::Usage(format!("{} already exists; pass --force to replace it", path.display())));
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    std::fs::write(&path, TEMPLATE.replace("{{name}}", name))
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    // Always refreshed: it describes this build's host APIs.
-    let defs = dir.join(DEFINITIONS_FILE);
-    std::fs::write(&defs, DEFINITIONS).with_context(|| format!("cannot write {}", defs.display()))?;
-    let rel = path.strip_prefix(&base).unwrap_or(&path).display().to_string();
-    println!("created {}", path.display());
-    println!("created {} (LuaLS definitions: editors complete context, MCP, http, json, ...)", defs.display());
+    let rel = super::scaffold::write(name, TEMPLATE, "tools", dir, force, true, globals)?;
     println!();
     println!("Add this to ctx.toml, then try it with `ctx tool test {rel} --param query=deploy --source {name}`:");
     println!();

@@ -94,6 +94,31 @@ impl Vm {
         }
     }
 
+    /// The data fields of an extension table (`tool`, `agent`) as JSON, functions left out: the
+    /// metadata that gets validated against its schema. Errors name the script and the field.
+    pub fn metadata(
+        &self,
+        ext: &Table,
+        global: &str,
+        budget: usize,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+        let path = &self.state().info.display_path;
+        let mut meta = serde_json::Map::new();
+        for pair in ext.pairs::<Value, Value>() {
+            let (key, value) = pair.map_err(|e| format!("{path}: cannot read the {global} table: {e}"))?;
+            let Value::String(key) = key else { continue };
+            let key = key.to_str().map_err(|e| format!("{path}: {e}"))?.to_string();
+            // Functions (execute, resolve, helpers) are code, not metadata.
+            if matches!(value, Value::Function(_)) {
+                continue;
+            }
+            let json = super::convert::to_json(self.lua(), &value, budget)
+                .map_err(|e| format!("{path}: {global}.{key}: {e}"))?;
+            meta.insert(key, json);
+        }
+        Ok(meta)
+    }
+
     /// Calls a script function under the VM's limits.
     pub fn call(&self, function: &Function, args: impl IntoLuaMulti) -> Result<Value, ScriptError> {
         function.call::<Value>(args).map_err(|e| self.classify(&e))

@@ -40,19 +40,7 @@ impl LuaTool {
         let ext = vm.load_script(&script, "tool").map_err(|e| e.to_string())?;
         vm.function(&ext, "tool", "execute").map_err(|e| e.to_string())?;
 
-        let mut meta = Map::new();
-        for pair in ext.pairs::<Value, Value>() {
-            let (key, value) = pair.map_err(|e| format!("{path}: cannot read the tool table: {e}"))?;
-            let Value::String(key) = key else { continue };
-            let key = key.to_str().map_err(|e| format!("{path}: {e}"))?.to_string();
-            // Functions (execute, helpers) are code, not metadata.
-            if matches!(value, Value::Function(_)) {
-                continue;
-            }
-            let json =
-                convert::to_json(vm.lua(), &value, METADATA_BUDGET).map_err(|e| format!("{path}: tool.{key}: {e}"))?;
-            meta.insert(key, json);
-        }
+        let mut meta = vm.metadata(&ext, "tool", METADATA_BUDGET)?;
         // The config key names the tool when the script does not.
         meta.entry("name").or_insert_with(|| Json::String(section.name.clone()));
         let meta = Json::Object(meta);
