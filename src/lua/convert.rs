@@ -21,6 +21,8 @@ pub fn array_metatable(lua: &Lua) -> mlua::Result<Table> {
     }
     let mt = lua.create_table()?;
     mt.set("__name", "json.array")?;
+    // Shared by every run of a VM: scripts may not reach it to change it.
+    mt.set("__metatable", "json.array")?;
     lua.set_named_registry_value(ARRAY_MARKER, &mt)?;
     Ok(mt)
 }

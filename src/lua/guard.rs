@@ -6,17 +6,26 @@
 //! `pcall`, `xpcall`, `coroutine.resume` and `coroutine.close` are wrapped: after the inner call
 //! returns, a killed VM (deadline, cancel, memory cap) raises again, so no handler can swallow it.
 //! `__gc` finalizers are refused, since they would run at close time, outside the deadline.
+//!
+//! Scripts never touch the state's own globals. Each run gets new ones from `new_env`: the
+//! sandbox's functions, plus a copy of each library table made the first time the run reads it.
+//! `load` without an explicit env, and `require`, bind chunks to the run's globals.
 
 use std::sync::Arc;
 
-use mlua::{Lua, MultiValue, Table, Value};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::{Kill, RunState};
 
-const WRAPPERS: &str = r#"
-local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack = ...
+const WRAPPERS: &str = r##"
+local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries = ...
+local next, type, rawset, select, error, tostring = next, type, rawset, select, error, tostring
 -- `getmetatable("")` would hand out the shared string metatable; lock it.
-getmetatable("").__metatable = false
+local string_mt = getmetatable("")
+string_mt.__metatable = false
+local pristine_string = string
+-- The globals of the current run: what `load` gives a chunk when the caller names no env.
+local run_env = base
 pcall = function(f, ...) return guard(raw_pcall(f, ...)) end
 -- The handler runs after the protected call unwinds, as ordinary code, so the deadline hook
 -- governs it and nothing it does can be mistaken for error handling. (There is no `debug`
@@ -33,11 +42,13 @@ setmetatable = function(t, mt)
   end
   return raw_setmetatable(t, mt)
 end
-load = function(chunk, name, mode, env)
+load = function(...)
+  local chunk, name, mode, env = ...
   if mode ~= nil and mode ~= "t" then
     error("load: only text chunks are allowed (mode \"t\")", 2)
   end
-  return raw_load(chunk, name, "t", env)
+  if select("#", ...) >= 4 then return raw_load(chunk, name, "t", env) end
+  return raw_load(chunk, name, "t", run_env)
 end
 local allowed_gc = { collect = true, count = true, step = true, isrunning = true }
 collectgarbage = function(opt, ...)
@@ -48,16 +59,51 @@ collectgarbage = function(opt, ...)
   return raw_collect(opt, ...)
 end
 -- Applied to the coroutine library when a script first touches it.
-return function(co)
+local function wrap_coroutine(co)
   local resume, close = co.resume, co.close
   co.resume = function(thread, ...) return guard(resume(thread, ...)) end
   co.close = function(thread) return guard(close(thread)) end
 end
-"#;
+-- A run's globals. The functions of the sandbox are copied in; each library table (`string`,
+-- `json`, ...) is copied the first time the run reads it, so whatever a run changes dies with
+-- its table. The sandbox's own tables are never handed out.
+local function new_env()
+  local env = {}
+  for k, v in next, base do
+    if type(v) ~= "table" then env[k] = v end
+  end
+  env._G = env
+  string_mt.__index = pristine_string
+  raw_setmetatable(env, {
+    __metatable = false,
+    __index = function(t, k)
+      if not libraries[k] then return nil end
+      local lib = base[k] -- installs the library on its first use in this VM
+      if type(lib) == "table" then
+        local copy = {}
+        for name, value in next, lib do copy[name] = value end
+        if k == "string" then
+          string_mt.__index = copy -- so `function string.x` works as a method, as in plain Lua
+        elseif k == "math" then
+          lib.randomseed() -- a run must not inherit the random sequence of the last one
+        end
+        lib = copy
+      end
+      if lib ~= nil then rawset(t, k, lib) end
+      return lib
+    end,
+  })
+  run_env = env
+  return env
+end
+return wrap_coroutine, new_env
+"##;
 
 const WRAP_COROUTINE: &str = "ctx.guard.wrap_coroutine";
 
-pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
+/// Curates the state's globals (the sandbox base, never seen by scripts) and returns the function
+/// that makes a run's globals.
+pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function> {
     let globals = lua.globals();
     // `print` and `require` come back as host APIs (the log, and a folder-confined loader).
     for name in ["dofile", "loadfile", "require", "module", "print"] {
@@ -80,7 +126,11 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
         }
         Ok(results)
     })?;
-    let wrap_coroutine: mlua::Function =
+    let libraries = lua.create_table()?;
+    for name in ["string", "table"].iter().chain(LAZY_STD.iter()).chain(super::api::NAMES.iter()) {
+        libraries.raw_set(*name, true)?;
+    }
+    let (wrap_coroutine, new_env): (Function, Function) =
         lua.load(wrappers_bytecode()).set_name("=sandbox").set_mode(mlua::chunk::ChunkMode::Binary).call((
             guard,
             globals.get::<Value>("pcall")?,
@@ -89,10 +139,15 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             globals.get::<Value>("setmetatable")?,
             table_fn(&globals, "pack")?,
             table_fn(&globals, "unpack")?,
+            globals.clone(),
+            libraries,
         ))?;
     lua.set_named_registry_value(WRAP_COROUTINE, wrap_coroutine)?;
-    Ok(())
+    Ok(new_env)
 }
+
+/// Standard libraries loaded on first use.
+const LAZY_STD: [&str; 4] = ["math", "utf8", "coroutine", "os"];
 
 /// Loads a standard library the first time a script touches its global, curated like the rest.
 /// Returns false for names that are not lazily loaded libraries. Loading only `table` and

@@ -1,7 +1,8 @@
 //! The Lua sandbox: the only place a Lua state is created.
 //!
-//! Every script (connector, tool, agent) runs in a fresh [`Vm`] with a curated standard library,
-//! the host APIs of [`api`], a memory cap, and a wall-clock deadline. The deadline is checked by
+//! Every script (connector, tool, agent) runs in a [`Vm`] with a curated standard library, the
+//! host APIs of [`api`], a memory cap, and a wall-clock deadline. Each run sees new globals, so a
+//! VM restarted for the next run of the same script (see [`reuse`]) keeps nothing of the last. The deadline is checked by
 //! a global instruction hook (so coroutines are covered too), bounds every blocking host call,
 //! and cannot be swallowed: once a VM is killed, the wrapped `pcall`, `xpcall` and
 //! `coroutine.resume` re-raise. Loading a script runs under the same VM and limits as running it.
@@ -10,14 +11,15 @@ pub mod api;
 pub mod convert;
 mod error;
 mod guard;
+pub mod reuse;
 pub mod script;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Value, VmState};
+use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
 use serde_json::{Map, Value as Json};
 
 pub(crate) use error::seconds;
@@ -112,7 +114,7 @@ impl CancelHandle {
     }
 }
 
-/// Why a VM was stopped. Once set it never clears.
+/// Why a VM was stopped. Once set it stays set until the VM is restarted for another run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kill {
@@ -120,17 +122,31 @@ pub enum Kill {
     Timeout = 1,
     Memory = 2,
     Cancelled = 3,
+    /// An inline run (on an async worker, see [`Vm::make_inline`]) reached a host call that blocks
+    /// or has effects, or used up its short budget. Nothing visible has happened yet, so the
+    /// caller runs the call again, from the start, where blocking is allowed.
+    Escalate = 4,
 }
 
-/// Shared between the VM, its hook and its host functions.
+/// The clock the deadlines are stored against (an `Instant` does not fit an atomic).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Shared between the VM, its hook and its host functions. One VM serves one run at a time;
+/// [`Vm::restart`] resets the per-run parts for the next one.
 pub struct RunState {
     pub info: ScriptInfo,
     pub limits: Limits,
-    pub deadline: Instant,
-    pub cancel: CancelHandle,
+    /// Nanoseconds after [`epoch`] at which the run stops.
+    deadline: AtomicU64,
+    cancel: Mutex<CancelHandle>,
     /// Where `progress(...)` reports, when the caller asked for progress.
-    pub progress: OnceLock<ProgressSink>,
+    progress: Mutex<Option<ProgressSink>>,
     killed: AtomicU8,
+    /// The run is an inline attempt: blocking host calls and the end of its budget escalate.
+    inline: AtomicBool,
 }
 
 /// One `progress(done, total?, message?)` call from a script.
@@ -145,6 +161,30 @@ pub struct Progress {
 pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
 impl RunState {
+    fn new(info: ScriptInfo, limits: Limits, cancel: CancelHandle) -> RunState {
+        let state = RunState {
+            info,
+            limits,
+            deadline: AtomicU64::new(0),
+            cancel: Mutex::new(cancel),
+            progress: Mutex::new(None),
+            killed: AtomicU8::new(0),
+            inline: AtomicBool::new(false),
+        };
+        state.set_deadline(Instant::now() + limits.timeout);
+        state
+    }
+
+    fn set_deadline(&self, at: Instant) {
+        let nanos = at.saturating_duration_since(epoch()).as_nanos().min(u64::MAX as u128) as u64;
+        self.deadline.store(nanos, Ordering::SeqCst);
+    }
+
+    /// When the run stops.
+    pub fn deadline(&self) -> Instant {
+        epoch() + Duration::from_nanos(self.deadline.load(Ordering::SeqCst))
+    }
+
     pub fn kill(&self, why: Kill) {
         let _ = self.killed.compare_exchange(0, why as u8, Ordering::SeqCst, Ordering::SeqCst);
     }
@@ -154,22 +194,35 @@ impl RunState {
             1 => Kill::Timeout,
             2 => Kill::Memory,
             3 => Kill::Cancelled,
+            4 => Kill::Escalate,
             _ => Kill::None,
+        }
+    }
+
+    /// The caller's cancel handle for this run.
+    pub fn cancel(&self) -> CancelHandle {
+        lock(&self.cancel).clone()
+    }
+
+    /// Passes a `progress(...)` call on, when the caller asked for progress.
+    pub fn report(&self, progress: Progress) {
+        if let Some(sink) = lock(&self.progress).as_ref() {
+            sink(progress);
         }
     }
 
     /// Time left before the deadline (zero once past it).
     pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.deadline().saturating_duration_since(Instant::now())
     }
 
     /// Marks the VM killed if the deadline passed or the caller cancelled; errors if killed.
     pub fn check(&self) -> mlua::Result<()> {
         if self.killed() == Kill::None {
-            if self.cancel.is_cancelled() {
+            if lock(&self.cancel).is_cancelled() {
                 self.kill(Kill::Cancelled);
-            } else if Instant::now() >= self.deadline {
-                self.kill(Kill::Timeout);
+            } else if Instant::now() >= self.deadline() {
+                self.kill(if self.inline.load(Ordering::Relaxed) { Kill::Escalate } else { Kill::Timeout });
             }
         }
         match self.killed() {
@@ -177,34 +230,100 @@ impl RunState {
             why => Err(mlua::Error::RuntimeError(format!("ctx: script stopped ({why:?})"))),
         }
     }
+
+    /// Like [`RunState::check`], for host calls that block or have effects (network, files,
+    /// sleep, logs, the knowledge base): an inline run stops here and is escalated.
+    pub fn check_blocking(&self) -> mlua::Result<()> {
+        if self.inline.load(Ordering::Relaxed) {
+            self.kill(Kill::Escalate);
+        }
+        self.check()
+    }
 }
 
-/// A sandboxed Lua state with host APIs and limits installed, ready to load one script.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A sandboxed Lua state with host APIs and limits installed.
+///
+/// Scripts never see the state's own globals: each run gets a new environment table whose
+/// library tables are copied on first use (see `guard.rs`), so a VM can be restarted for another
+/// run of the same script without anything of the last run showing through.
 pub struct Vm {
     lua: Lua,
     state: Arc<RunState>,
+    /// The globals of the current run.
+    env: Table,
+    /// Makes a new run environment (the `new_env` of the guard chunk).
+    new_env: Function,
+    /// Memory in use right after the sandbox was built.
+    baseline: usize,
 }
+
+/// The most memory a finished run may leave behind for its VM to be reused.
+const REUSE_SLACK: usize = 2 * 1024 * 1024;
 
 impl Vm {
     /// Builds a fresh VM. The deadline starts now and covers loading and running the script.
     pub fn new(info: ScriptInfo, limits: Limits, cancel: CancelHandle) -> Result<Vm, ScriptError> {
-        let state = Arc::new(RunState {
-            info,
-            limits,
-            deadline: Instant::now() + limits.timeout,
-            cancel,
-            progress: OnceLock::new(),
-            killed: AtomicU8::new(0),
-        });
-        let lua = build(&state).map_err(|e| ScriptError::Load {
+        let state = Arc::new(RunState::new(info, limits, cancel));
+        let setup = |e: mlua::Error| ScriptError::Load {
             message: format!("{}: cannot set up the Lua sandbox: {e}", state.info.display_path),
             detail: e.to_string(),
-        })?;
-        Ok(Vm { lua, state })
+        };
+        let (lua, new_env) = build(&state).map_err(setup)?;
+        let baseline = lua.used_memory();
+        let env: Table = new_env.call(()).map_err(setup)?;
+        lua.set_named_registry_value(RUN_ENV, &env).map_err(setup)?;
+        // The cap counts from here: the sandbox itself is not charged to the script.
+        lua.set_memory_limit(lua.used_memory() + limits.memory_bytes).map_err(setup)?;
+        BUILT.with(|b| b.set(b.get() + 1));
+        Ok(Vm { lua, state, env, new_env, baseline })
+    }
+
+    /// Readies a VM whose last run has finished for a new run of the same script: a new
+    /// deadline, cancel handle and memory cap, no progress sink, and new globals.
+    pub fn restart(&mut self, cancel: CancelHandle) -> Result<(), ScriptError> {
+        let state = &self.state;
+        state.killed.store(0, Ordering::SeqCst);
+        state.inline.store(false, Ordering::SeqCst);
+        *lock(&state.cancel) = cancel;
+        *lock(&state.progress) = None;
+        state.set_deadline(Instant::now() + state.limits.timeout);
+        let fail = |e: mlua::Error| ScriptError::Load {
+            message: format!("{}: cannot reset the Lua sandbox: {e}", state.info.display_path),
+            detail: e.to_string(),
+        };
+        self.lua.set_memory_limit(0).map_err(fail)?;
+        self.env = self.new_env.call(()).map_err(fail)?;
+        self.lua.set_named_registry_value(RUN_ENV, &self.env).map_err(fail)?;
+        self.lua.set_memory_limit(self.lua.used_memory() + state.limits.memory_bytes).map_err(fail)?;
+        Ok(())
+    }
+
+    /// Makes this run an inline attempt of at most `budget`: the first host call that blocks or
+    /// has effects, or the end of the budget, stops it with [`Kill::Escalate`].
+    pub fn make_inline(&self, budget: Duration) {
+        self.state.inline.store(true, Ordering::SeqCst);
+        let at = (Instant::now() + budget).min(self.state.deadline());
+        self.state.set_deadline(at);
+    }
+
+    /// Whether the VM may serve another run: the last one was not stopped by a limit or a
+    /// cancel, and left little memory behind.
+    pub fn reusable(&self) -> bool {
+        matches!(self.state.killed(), Kill::None | Kill::Escalate)
+            && self.lua.used_memory() <= self.baseline + REUSE_SLACK
     }
 
     pub fn lua(&self) -> &Lua {
         &self.lua
+    }
+
+    /// The globals of the current run.
+    pub fn env(&self) -> &Table {
+        &self.env
     }
 
     pub fn state(&self) -> &Arc<RunState> {
@@ -213,7 +332,7 @@ impl Vm {
 
     /// Sends the script's `progress(...)` calls to `sink`.
     pub fn set_progress(&self, sink: ProgressSink) {
-        let _ = self.state.progress.set(sink);
+        *lock(&self.state.progress) = Some(sink);
     }
 
     /// Turns an error from running Lua into a [`ScriptError`]: the limit that was hit, or the
@@ -223,7 +342,8 @@ impl Vm {
         match self.state.killed() {
             Kill::Timeout => return ScriptError::Timeout { what, limit: self.state.limits.timeout },
             Kill::Memory => return ScriptError::Memory { what, limit_bytes: self.state.limits.memory_bytes },
-            Kill::Cancelled => return ScriptError::Cancelled { what },
+            // An escalated inline run is never reported: its caller runs the call again.
+            Kill::Cancelled | Kill::Escalate => return ScriptError::Cancelled { what },
             Kill::None => {}
         }
         if is_memory_error(err) {
@@ -261,7 +381,19 @@ impl Drop for Vm {
     }
 }
 
-fn build(state: &Arc<RunState>) -> mlua::Result<Lua> {
+thread_local! {
+    static BUILT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many VMs this thread has built (tests use it to see that a VM was reused).
+pub fn vms_built_on_this_thread() -> u64 {
+    BUILT.with(|b| b.get())
+}
+
+/// Registry key of the current run's globals (for `require`).
+pub(crate) const RUN_ENV: &str = "ctx.run_env";
+
+fn build(state: &Arc<RunState>) -> mlua::Result<(Lua, Function)> {
     // math, utf8, coroutine and os load on first use (see guard::load_std).
     let libs = StdLib::TABLE | StdLib::STRING;
     // The only Lua state constructor in the crate; clippy.toml forbids it everywhere else.
@@ -276,11 +408,9 @@ fn build(state: &Arc<RunState>) -> mlua::Result<Lua> {
     lua.set_global_hook(HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |_, _| {
         hook_state.check().map(|_| VmState::Continue)
     })?;
-    guard::install(&lua, state)?;
     api::register_all(&lua, state)?;
-    // The cap counts from here: the sandbox itself is not charged to the script.
-    lua.set_memory_limit(lua.used_memory() + state.limits.memory_bytes)?;
-    Ok(lua)
+    let new_env = guard::install(&lua, state)?;
+    Ok((lua, new_env))
 }
 
 fn is_memory_error(err: &mlua::Error) -> bool {

@@ -33,8 +33,20 @@ impl Vm {
     pub fn load_script(&self, script: &Script, global: &str) -> Result<Table, ScriptError> {
         let name = format!("@{}", self.state().info.display_path);
         let returned: Value = match &script.code {
-            Some(code) => self.lua().load(&code[..]).set_name(name).set_mode(mlua::chunk::ChunkMode::Binary).call(()),
-            None => self.lua().load(&script.source[..]).set_name(name).set_mode(mlua::chunk::ChunkMode::Text).call(()),
+            Some(code) => self
+                .lua()
+                .load(&code[..])
+                .set_name(name)
+                .set_environment(self.env().clone())
+                .set_mode(mlua::chunk::ChunkMode::Binary)
+                .call(()),
+            None => self
+                .lua()
+                .load(&script.source[..])
+                .set_name(name)
+                .set_environment(self.env().clone())
+                .set_mode(mlua::chunk::ChunkMode::Text)
+                .call(()),
         }
         .map_err(|e| self.classify(&e))?;
         self.extension(returned, global)
@@ -53,8 +65,20 @@ impl Vm {
         let info = &self.state().info;
         let name = format!("@{}", info.display_path);
         let returned: Value = match compiled(self.lua(), &name, source) {
-            Some(code) => self.lua().load(&code[..]).set_name(name).set_mode(mlua::chunk::ChunkMode::Binary).call(()),
-            None => self.lua().load(source).set_name(name).set_mode(mlua::chunk::ChunkMode::Text).call(()),
+            Some(code) => self
+                .lua()
+                .load(&code[..])
+                .set_name(name)
+                .set_environment(self.env().clone())
+                .set_mode(mlua::chunk::ChunkMode::Binary)
+                .call(()),
+            None => self
+                .lua()
+                .load(source)
+                .set_name(name)
+                .set_environment(self.env().clone())
+                .set_mode(mlua::chunk::ChunkMode::Text)
+                .call(()),
         }
         .map_err(|e| self.classify(&e))?;
         self.extension(returned, global)
@@ -65,7 +89,7 @@ impl Vm {
         let info = &self.state().info;
         match returned {
             Value::Table(table) => Ok(table),
-            Value::Nil => match self.lua().globals().get::<Value>(global) {
+            Value::Nil => match self.env().get::<Value>(global) {
                 Ok(Value::Table(table)) => Ok(table),
                 _ => Err(ScriptError::Contract {
                     path: info.display_path.clone(),

@@ -26,7 +26,7 @@ pub fn context_table(vm: &Vm, kb: &Kb, config: &Map<String, Json>) -> mlua::Resu
     context.raw_set(
         "search",
         lua.create_function(move |lua, args: MultiValue| {
-            st.check()?;
+            st.check_blocking()?;
             let request = search_request(lua, args)?;
             let params = builtin::search_params()
                 .check(request)
@@ -42,7 +42,7 @@ pub fn context_table(vm: &Vm, kb: &Kb, config: &Map<String, Json>) -> mlua::Resu
     context.raw_set(
         "get",
         lua.create_function(move |lua, id: Value| {
-            st.check()?;
+            st.check_blocking()?;
             let Value::String(id) = id else {
                 return Err(fail(format!("context.get: expected a document id (string), got {}", id.type_name())));
             };
@@ -64,7 +64,7 @@ pub fn context_table(vm: &Vm, kb: &Kb, config: &Map<String, Json>) -> mlua::Resu
     context.raw_set(
         "sources",
         lua.create_function(move |lua, ()| {
-            st.check()?;
+            st.check_blocking()?;
             let json = builtin::sources(&kb_l).map_err(|e| fail(format!("context.sources: {e}")))?;
             convert::to_lua(lua, json.get("sources").unwrap_or(&Json::Array(Vec::new())))
         })?,

@@ -1,10 +1,18 @@
 //! Lua tools: `[tools.script.<name>]` scripts that define a `tool` table with `execute`.
 //!
 //! Loading runs the script once in the sandbox to read its metadata, checks it against
-//! `schemas/tool.schema.json`, and compiles its parameter schema. Each call then runs in a fresh
-//! VM: the script is loaded again (from cached bytecode) and `tool.execute(params, context)` runs.
+//! `schemas/tool.schema.json`, and compiles its parameter schema. Each call then runs with new
+//! globals, in a VM kept idle on the calling thread from an earlier call of the same script or
+//! built for it: the script is loaded again (from its bytecode) and `tool.execute(params,
+//! context)` runs.
+//!
+//! A call from an async worker first runs inline ([`Tool::run_inline`]) with a short budget. A
+//! script that needs the network, files, sleep, logs or the knowledge base is stopped at that
+//! host call, before it has any effect, and the call runs again on the blocking pool.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use mlua::Value;
 use serde_json::{Map, Value as Json};
@@ -12,13 +20,22 @@ use serde_json::{Map, Value as Json};
 use super::{bridge, params, CallEnv, CallError, Output, Params, Tool, ToolSpec};
 use crate::config::ScriptSection;
 use crate::lua::api::mcp;
+use crate::lua::reuse::{self, ScriptKey};
 use crate::lua::script::Script;
-use crate::lua::{convert, CancelHandle, Limits, ScriptInfo, Vm};
+use crate::lua::{convert, CancelHandle, Kill, Limits, ScriptInfo, Vm};
 use crate::schema::{Dialect, SchemaValidator};
 use crate::types;
 
 /// The most JSON a tool table's metadata may hold.
 const METADATA_BUDGET: usize = 1024 * 1024;
+
+/// How long an inline run may take before it goes to the blocking pool: far below what would
+/// hold up the other requests of an async worker.
+const INLINE_BUDGET: Duration = Duration::from_millis(1);
+
+/// After a call had to leave the async worker, this many calls of the tool go straight to the
+/// blocking pool.
+const SKIP_INLINE_AFTER_ESCALATION: u32 = 32;
 
 pub struct LuaTool {
     spec: ToolSpec,
@@ -26,6 +43,10 @@ pub struct LuaTool {
     limits: Limits,
     /// The script as loaded into this snapshot; every call runs exactly this code.
     script: Script,
+    /// Which idle VMs may run this version of the script.
+    key: ScriptKey,
+    /// Calls left to send straight to the blocking pool.
+    skip_inline: AtomicU32,
 }
 
 impl LuaTool {
@@ -84,7 +105,39 @@ impl LuaTool {
             info,
             limits,
             script,
+            key: ScriptKey::new(),
+            skip_inline: AtomicU32::new(0),
         })
+    }
+
+    /// A VM for one call: an idle one of this script restarted, or a new one.
+    fn vm(&self, cancel: CancelHandle) -> Result<Vm, CallError> {
+        reuse::take(self.key, cancel, |cancel| Vm::new(self.info.clone(), self.limits, cancel))
+            .map_err(|e| CallError::from_script(&self.spec.name, e))
+    }
+
+    /// Runs `tool.execute(params, context)` in `vm`.
+    fn execute(&self, vm: &Vm, params: Json, env: &CallEnv<'_>) -> Result<Output, CallError> {
+        let name = &self.spec.name;
+        let fail = |e| CallError::from_script(name, e);
+        if let Some(sink) = &env.progress {
+            vm.set_progress(sink.clone());
+        }
+        let ext = vm.load_script(&self.script, "tool").map_err(fail)?;
+        let execute = vm.function(&ext, "tool", "execute").map_err(fail)?;
+        let lua = vm.lua();
+        let prepare = |e: mlua::Error| match vm.state().killed() {
+            // A limit hit while preparing the call (the inline budget, say) is that limit.
+            Kill::None => {
+                tracing::error!(tool = %name, "cannot prepare the call: {e}");
+                CallError::Internal(format!("tool '{name}': cannot pass the parameters to the script"))
+            }
+            _ => fail(vm.classify(&e)),
+        };
+        let params = convert::to_lua(lua, &params).map_err(prepare)?;
+        let context = bridge::context_table(vm, env.kb, &self.info.config).map_err(prepare)?;
+        let returned = vm.call(&execute, (params, context)).map_err(fail)?;
+        output(vm, name, returned)
     }
 }
 
@@ -94,23 +147,31 @@ impl Tool for LuaTool {
     }
 
     fn run(&self, params: Json, env: &CallEnv<'_>) -> Result<Output, CallError> {
-        let name = &self.spec.name;
-        let fail = |e| CallError::from_script(name, e);
-        let vm = Vm::new(self.info.clone(), self.limits, env.cancel.clone()).map_err(fail)?;
-        if let Some(sink) = &env.progress {
-            vm.set_progress(sink.clone());
+        let vm = self.vm(env.cancel.clone())?;
+        let result = self.execute(&vm, params, env);
+        reuse::put(self.key, vm);
+        result
+    }
+
+    fn run_inline(&self, params: &Json, env: &CallEnv<'_>) -> Option<Result<Output, CallError>> {
+        if env.progress.is_some() {
+            return None;
         }
-        let ext = vm.load_script(&self.script, "tool").map_err(fail)?;
-        let execute = vm.function(&ext, "tool", "execute").map_err(fail)?;
-        let lua = vm.lua();
-        let internal = |e: mlua::Error| {
-            tracing::error!(tool = %name, "cannot prepare the call: {e}");
-            CallError::Internal(format!("tool '{name}': cannot pass the parameters to the script"))
-        };
-        let params = convert::to_lua(lua, &params).map_err(internal)?;
-        let context = bridge::context_table(&vm, env.kb, &self.info.config).map_err(internal)?;
-        let returned = vm.call(&execute, (params, context)).map_err(fail)?;
-        output(&vm, name, returned)
+        let skip = self.skip_inline.load(Ordering::Relaxed);
+        if skip > 0 {
+            self.skip_inline.store(skip - 1, Ordering::Relaxed);
+            return None;
+        }
+        let vm = self.vm(env.cancel.clone()).ok()?;
+        vm.make_inline(INLINE_BUDGET);
+        let result = self.execute(&vm, params.clone(), env);
+        let escalated = vm.state().killed() == Kill::Escalate;
+        reuse::put(self.key, vm);
+        if escalated {
+            self.skip_inline.store(SKIP_INLINE_AFTER_ESCALATION, Ordering::Relaxed);
+            return None;
+        }
+        Some(result)
     }
 }
 

@@ -70,6 +70,11 @@ pub struct CallEnv<'a> {
 pub trait Tool: Send + Sync {
     fn spec(&self) -> &ToolSpec;
     fn run(&self, params: Json, env: &CallEnv<'_>) -> Result<Output, CallError>;
+    /// Tries the call on the calling (async) thread, where nothing may block. `None` means it
+    /// could not finish there without blocking and nothing visible happened: use [`Tool::run`].
+    fn run_inline(&self, _params: &Json, _env: &CallEnv<'_>) -> Option<Result<Output, CallError>> {
+        None
+    }
 }
 
 pub type ToolRef = Arc<dyn Tool>;

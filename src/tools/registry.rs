@@ -149,18 +149,13 @@ impl Registry {
     /// callers use [`Tools::call`].
     pub fn call(&self, name: &str, params: Json, options: &CallOptions) -> Result<Output, CallError> {
         let started = Instant::now();
-        let result = self.dispatch(name, params, options);
-        let micros = started.elapsed().as_micros() as u64;
-        match &result {
-            Ok(_) => tracing::debug!(tool = name, caller = options.caller, micros, "tool call ok"),
-            Err(e) => {
-                tracing::info!(tool = name, caller = options.caller, micros, code = %e.code(), "tool call failed: {e}")
-            }
-        }
+        let result = self.prepare(name, params, options).and_then(|(tool, params)| self.run(&tool, params, options));
+        log_call(name, options, started, &result);
         result
     }
 
-    fn dispatch(&self, name: &str, params: Json, options: &CallOptions) -> Result<Output, CallError> {
+    /// Looks the tool up and checks the parameters (filling in defaults).
+    fn prepare(&self, name: &str, params: Json, options: &CallOptions) -> Result<(ToolRef, Json), CallError> {
         let tool = self.index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| {
             let names: Vec<&str> = self.specs().map(|s| s.name.as_str()).collect();
             CallError::UnknownTool(format!("unknown tool '{name}'; available tools: {}", names.join(", ")))
@@ -173,8 +168,26 @@ impl Registry {
         if options.cancel.is_cancelled() {
             return Err(CallError::cancelled(name));
         }
-        let env = CallEnv { kb: &self.kb, cancel: options.cancel.clone(), progress: options.progress.clone() };
-        tool.run(params, &env)
+        Ok((Arc::clone(tool), params))
+    }
+
+    fn env(&self, options: &CallOptions) -> CallEnv<'_> {
+        CallEnv { kb: &self.kb, cancel: options.cancel.clone(), progress: options.progress.clone() }
+    }
+
+    fn run(&self, tool: &ToolRef, params: Json, options: &CallOptions) -> Result<Output, CallError> {
+        tool.run(params, &self.env(options))
+    }
+}
+
+/// The one log line of a call.
+fn log_call(name: &str, options: &CallOptions, started: Instant, result: &Result<Output, CallError>) {
+    let micros = started.elapsed().as_micros() as u64;
+    match result {
+        Ok(_) => tracing::debug!(tool = name, caller = options.caller, micros, "tool call ok"),
+        Err(e) => {
+            tracing::info!(tool = name, caller = options.caller, micros, code = %e.code(), "tool call failed: {e}")
+        }
     }
 }
 
@@ -257,18 +270,37 @@ impl Tools {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(registry);
     }
 
-    /// Runs [`Registry::call`] on the blocking pool. Dropping the future (the client went
-    /// away) cancels the script. A panic inside the tool becomes an `internal` error.
+    /// [`Registry::call`] for async callers. The tool first gets a short inline run on this
+    /// thread ([`Tool::run_inline`]); what cannot finish there without blocking runs on the
+    /// blocking pool, where dropping the future (the client went away) cancels the script. A
+    /// panic inside the tool becomes an `internal` error.
     pub async fn call(&self, name: String, params: Json, options: CallOptions) -> Result<Output, CallError> {
         let registry = self.current();
-        let cancel = CancelOnDrop(Some(options.cancel.clone()));
-        let tool = name.clone();
-        let joined = tokio::task::spawn_blocking(move || registry.call(&name, params, &options)).await;
-        cancel.disarm();
-        joined.unwrap_or_else(|e| {
-            tracing::error!(tool = %tool, "tool call panicked: {e}");
-            Err(CallError::Internal(format!("tool '{tool}' crashed inside ctx; the server log has the details")))
-        })
+        let started = Instant::now();
+        let (tool, params) = match registry.prepare(&name, params, &options) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                let result = Err(e);
+                log_call(&name, &options, started, &result);
+                return result;
+            }
+        };
+        let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tool.run_inline(&params, &registry.env(&options))
+        }));
+        let result = match inline {
+            Ok(Some(result)) => result,
+            Ok(None) => {
+                let cancel = CancelOnDrop(Some(options.cancel.clone()));
+                let (reg, opts) = (Arc::clone(&registry), options.clone());
+                let joined = tokio::task::spawn_blocking(move || reg.run(&tool, params, &opts)).await;
+                cancel.disarm();
+                joined.unwrap_or_else(|e| Err(crashed(&name, &e.to_string())))
+            }
+            Err(_) => Err(crashed(&name, "panic in an inline run")),
+        };
+        log_call(&name, &options, started, &result);
+        result
     }
 }
 
@@ -285,6 +317,11 @@ impl Tools {
             Err(CallError::Internal(format!("agent '{agent}' crashed inside ctx; the server log has the details")))
         })
     }
+}
+
+fn crashed(tool: &str, why: &str) -> CallError {
+    tracing::error!(tool = %tool, "tool call panicked: {why}");
+    CallError::Internal(format!("tool '{tool}' crashed inside ctx; the server log has the details"))
 }
 
 /// Cancels the script if the calling future is dropped before it finishes.

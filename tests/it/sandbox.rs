@@ -364,6 +364,54 @@ fn each_run_starts_from_a_clean_state() {
     );
 }
 
+/// The isolation probe: reports leftovers of earlier runs, then pollutes everything it reaches.
+pub(crate) const POLLUTER: &str = include_str!("../fixtures/lua/polluter.lua");
+pub(crate) const POLLUTER_MODULE: &str = include_str!("../fixtures/lua/pollutermod.lua");
+
+#[test]
+fn a_restarted_vm_keeps_nothing_of_the_last_run() {
+    let p = probe();
+    p.file("tools/probe.lua", POLLUTER).file("tools/pollutermod.lua", POLLUTER_MODULE);
+    let built = ctx::lua::vms_built_on_this_thread();
+    let mut vm = Vm::new(p.info(), p.limits, CancelHandle::new()).unwrap();
+    for run in 0..5 {
+        if run > 0 {
+            vm.restart(CancelHandle::new()).unwrap();
+        }
+        let ext = vm.load_extension("tool").unwrap();
+        let execute = vm.function(&ext, "tool", "execute").unwrap();
+        let lua = vm.lua();
+        let params = lua.create_table().unwrap();
+        params.set("require", true).unwrap();
+        let context = lua.create_table().unwrap();
+        context.set("config", lua.create_table().unwrap()).unwrap();
+        let out = vm.call(&execute, (params, context)).unwrap();
+        assert_eq!(vm.result_json(&out).unwrap(), json!({"leftovers": []}), "run {run}");
+        assert!(vm.reusable(), "a clean run leaves the VM reusable");
+    }
+    assert_eq!(ctx::lua::vms_built_on_this_thread() - built, 1, "all five runs used one VM");
+    // The probe is not blind: two runs in one environment do see the pollution.
+    let ext = vm.load_extension("tool").unwrap();
+    let execute = vm.function(&ext, "tool", "execute").unwrap();
+    let lua = vm.lua();
+    let context = lua.create_table().unwrap();
+    context.set("config", lua.create_table().unwrap()).unwrap();
+    let out = vm.call(&execute, (lua.create_table().unwrap(), context)).unwrap();
+    let left = vm.result_json(&out).unwrap()["leftovers"].as_array().unwrap().len();
+    assert!(left >= 15, "without a restart the probe sees what the last run did ({left} kinds)");
+}
+
+#[test]
+fn a_vm_stopped_by_a_limit_is_not_reused() {
+    let p = probe();
+    p.file("tools/probe.lua", "tool = {}\nfunction tool.execute() while true do end end\n");
+    let vm = Vm::new(p.info(), p.limits, CancelHandle::new()).unwrap();
+    let ext = vm.load_extension("tool").unwrap();
+    let execute = vm.function(&ext, "tool", "execute").unwrap();
+    timeout(vm.call(&execute, ()).and_then(|v| vm.result_json(&v)));
+    assert!(!vm.reusable());
+}
+
 // ---- host APIs ----
 
 #[test]

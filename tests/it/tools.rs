@@ -592,6 +592,65 @@ fn concurrent_calls_are_isolated_and_a_timeout_does_not_disturb_others() {
     });
 }
 
+const POLLUTER_TOML: &str = "[tools.script.polluter]\npath = \"tools/polluter.lua\"\nsecret = \"s\"\n";
+
+fn polluter_fixture() -> Fixture {
+    fixture(
+        POLLUTER_TOML,
+        &[("polluter.lua", crate::sandbox::POLLUTER), ("pollutermod.lua", crate::sandbox::POLLUTER_MODULE)],
+    )
+}
+
+#[test]
+fn reused_vms_keep_calls_isolated_across_threads() {
+    let f = polluter_fixture();
+    let registry = &f.registry;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|n| {
+                scope.spawn(move || {
+                    let built = ctx::lua::vms_built_on_this_thread();
+                    for call in 0..40 {
+                        // Half the calls also pollute a required module.
+                        let out = registry.call("polluter", json!({"require": call % 2 == 0}), &CallOptions::default());
+                        assert_eq!(out.unwrap().value(), json!({"leftovers": []}), "thread {n}, call {call}");
+                    }
+                    ctx::lua::vms_built_on_this_thread() - built
+                })
+            })
+            .collect();
+        for worker in workers {
+            assert_eq!(worker.join().unwrap(), 1, "each thread reuses one VM for its 40 calls");
+        }
+    });
+}
+
+#[test]
+fn inline_and_escalated_calls_are_isolated_too() {
+    let f = polluter_fixture();
+    let tools = ctx::tools::Tools::new(f.registry);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let built = ctx::lua::vms_built_on_this_thread();
+        for call in 0..20 {
+            let out = tools.call("polluter".into(), json!({}), CallOptions::default()).await.unwrap();
+            assert_eq!(out.value(), json!({"leftovers": []}), "inline call {call}");
+        }
+        // A pure script finishes inline, on this thread, in one reused VM.
+        assert_eq!(ctx::lua::vms_built_on_this_thread() - built, 1);
+        // `require` reads a file: the inline run stops there and the call runs on the pool.
+        for call in 0..10 {
+            let out = tools.call("polluter".into(), json!({"require": true}), CallOptions::default()).await.unwrap();
+            assert_eq!(out.value(), json!({"leftovers": []}), "escalated call {call}");
+        }
+        // After an escalation the next calls skip the inline attempt, and stay isolated.
+        for call in 0..10 {
+            let out = tools.call("polluter".into(), json!({}), CallOptions::default()).await.unwrap();
+            assert_eq!(out.value(), json!({"leftovers": []}), "pool call {call}");
+        }
+    });
+}
+
 #[test]
 fn async_callers_run_on_the_blocking_pool_and_cancel_on_drop() {
     let f = fixture(FAILING_TOML, &[("fail.lua", FAILING)]);

@@ -14,6 +14,7 @@ use crate::lua::RunState;
 
 /// Resolves `rel` inside the script's folder, or explains why it may not be used.
 pub(crate) fn confine(state: &RunState, function: &str, rel: &str) -> mlua::Result<PathBuf> {
+    state.check_blocking()?;
     if Path::new(rel).is_absolute() {
         return Err(fail(format!(
             "{function}: absolute paths are not allowed; use a path relative to the script's folder"

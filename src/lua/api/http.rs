@@ -162,7 +162,7 @@ pub fn host_allowed(host: &str, allow: &[String]) -> bool {
 
 fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> {
     let name = format!("http.{}", spec.method);
-    state.check()?;
+    state.check_blocking()?;
     let mut url =
         reqwest::Url::parse(&spec.url).map_err(|e| fail(format!("{name}: invalid URL {:?}: {e}", spec.url)))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -200,7 +200,7 @@ fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> 
         request = request.body(body.bytes);
     }
     let max_body = state.limits.memory_bytes;
-    let cancel = state.cancel.clone();
+    let cancel = state.cancel();
     let outcome = io_runtime().block_on(async move {
         let work = async {
             let response = request.send().await?;

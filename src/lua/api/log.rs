@@ -23,6 +23,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     for level in ["debug", "info", "warn", "error"] {
         let state = Arc::clone(state);
         let f = lua.create_function(move |_, args: MultiValue| {
+            state.check_blocking()?;
             let kind = state.info.kind.as_str();
             let name = state.info.name.as_str();
             let text = join(&args);

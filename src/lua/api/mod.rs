@@ -19,6 +19,10 @@ use mlua::Lua;
 
 use super::RunState;
 
+/// The globals the host APIs define, installed on first use.
+pub(crate) const NAMES: [&str; 12] =
+    ["json", "log", "print", "env", "fs", "base64", "crypto", "sleep", "http", "MCP", "progress", "require"];
+
 /// Makes every host API available in a fresh sandbox.
 ///
 /// A module is installed the first time a script touches its global (through a metatable on

@@ -11,13 +11,11 @@ use crate::lua::{Progress, RunState};
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let state = Arc::clone(state);
     let progress = lua.create_function(move |_, (done, total, message): (f64, Option<f64>, Option<String>)| {
-        state.check()?;
+        state.check_blocking()?;
         if !done.is_finite() || total.is_some_and(|t| !t.is_finite()) {
             return Err(fail("progress: expected finite numbers (done, total?, message?)"));
         }
-        if let Some(sink) = state.progress.get() {
-            sink(Progress { done, total, message });
-        }
+        state.report(Progress { done, total, message });
         Ok(())
     })?;
     lua.globals().set("progress", progress)

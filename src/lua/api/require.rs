@@ -7,14 +7,21 @@ use mlua::{Lua, Table, Value};
 
 use super::fail;
 use super::fs::confine;
-use crate::lua::RunState;
+use crate::lua::{RunState, RUN_ENV};
 
+/// Modules loaded by the current run, keyed by the run's globals (a weak-keyed table), so a
+/// restarted VM loads them again for the next run.
 const LOADED: &str = "ctx.require.loaded";
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
-    lua.set_named_registry_value(LOADED, lua.create_table()?)?;
+    let by_run = lua.create_table()?;
+    let weak = lua.create_table()?;
+    weak.raw_set("__mode", "k")?;
+    by_run.set_metatable(Some(weak))?;
+    lua.set_named_registry_value(LOADED, by_run)?;
     let state = Arc::clone(state);
     let require = lua.create_function(move |lua, name: String| {
+        state.check_blocking()?;
         let valid = !name.is_empty()
             && name.split('.').all(|part| !part.is_empty() && part.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'));
         if !valid {
@@ -22,7 +29,16 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
                 "require: {name:?} is not a module name; use dotted names like \"lib.util\" for lib/util.lua next to the script"
             )));
         }
-        let loaded: Table = lua.named_registry_value(LOADED)?;
+        let env: Table = lua.named_registry_value(RUN_ENV)?;
+        let by_run: Table = lua.named_registry_value(LOADED)?;
+        let loaded: Table = match by_run.raw_get::<Value>(&env)? {
+            Value::Table(t) => t,
+            _ => {
+                let t = lua.create_table()?;
+                by_run.raw_set(&env, &t)?;
+                t
+            }
+        };
         if let Ok(value) = loaded.raw_get::<Value>(name.as_str()) {
             if !value.is_nil() {
                 return Ok(value);
@@ -38,7 +54,11 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             None => rel.clone(),
         };
         let value: Value =
-            lua.load(source).set_name(format!("@{shown}")).set_mode(mlua::chunk::ChunkMode::Text).call(name.as_str())?;
+            lua.load(source)
+                .set_name(format!("@{shown}"))
+                .set_environment(env)
+                .set_mode(mlua::chunk::ChunkMode::Text)
+                .call(name.as_str())?;
         let value = if value.is_nil() { Value::Boolean(true) } else { value };
         loaded.raw_set(name.as_str(), value.clone())?;
         Ok(value)
