@@ -11,6 +11,7 @@ pub mod search;
 mod snippet;
 pub mod store;
 pub mod sync;
+mod term_rank;
 
 use std::sync::Arc;
 

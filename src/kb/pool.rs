@@ -16,11 +16,13 @@ pub struct Pool {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
     max_idle: usize,
+    /// Run once on each new connection (per-connection temp tables).
+    init: fn(&Connection) -> rusqlite::Result<()>,
 }
 
 impl Pool {
-    pub fn new(path: &Path, max_idle: usize) -> Self {
-        Self { path: path.to_path_buf(), idle: Mutex::new(Vec::new()), max_idle }
+    pub fn new(path: &Path, max_idle: usize, init: fn(&Connection) -> rusqlite::Result<()>) -> Self {
+        Self { path: path.to_path_buf(), idle: Mutex::new(Vec::new()), max_idle, init }
     }
 
     pub fn path(&self) -> &Path {
@@ -32,7 +34,11 @@ impl Pool {
         let idle = self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
         let conn = match idle {
             Some(conn) => conn,
-            None => open(&self.path)?,
+            None => {
+                let conn = open(&self.path)?;
+                (self.init)(&conn)?;
+                conn
+            }
         };
         Ok(Pooled { pool: self, conn: Some(conn) })
     }

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::chunk::Chunk;
 use super::pool::{self, Pool};
+use super::term_rank::{self, TermRanker};
 use super::KbError;
 use crate::types;
 
@@ -109,7 +110,8 @@ pub trait Store: Send + Sync {
 }
 
 /// Schema migrations; `PRAGMA user_version` is the number applied.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE documents (
     id            TEXT PRIMARY KEY,
     source        TEXT NOT NULL,
@@ -151,11 +153,22 @@ CREATE TABLE sync_state (
     last_sync  TEXT NOT NULL,
     last_error TEXT
 );
-"#];
+"#,
+    // A counter every write transaction bumps, so readers in any process can tell that what
+    // they cached (the token counts of term_rank) is stale.
+    r#"
+CREATE TABLE store_meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+INSERT INTO store_meta (key, value) VALUES ('generation', 0);
+"#,
+];
 
 /// The SQLite store.
 pub struct SqliteStore {
     pool: Pool,
+    terms: TermRanker,
 }
 
 impl SqliteStore {
@@ -169,8 +182,8 @@ impl SqliteStore {
         let mut conn = pool::open(path)?;
         migrate(&mut conn, path)?;
         let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-        let pool = Pool::new(path, workers * 4);
-        Ok(Self { pool })
+        let pool = Pool::new(path, workers * 4, |conn| conn.execute_batch(term_rank::VOCAB_DDL));
+        Ok(Self { pool, terms: TermRanker::default() })
     }
 
     pub fn path(&self) -> &Path {
@@ -232,6 +245,7 @@ impl Store for SqliteStore {
             )?
             .execute([first])?;
         }
+        tx.prepare_cached("UPDATE store_meta SET value = value + 1 WHERE key = 'generation'")?.execute([])?;
         tx.commit()?;
         Ok(())
     }
@@ -253,20 +267,30 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> Result<Vec<Candidate>, KbError> {
         let conn = self.pool.get()?;
+        if filter.sources.is_none() && filter.since.is_none() {
+            if let Some(term) = term_rank::single_term(fts_query) {
+                let top = self.terms.top(&conn, &term, limit)?;
+                return candidates_by_id(&conn, &top);
+            }
+        }
         // Without filters the ranked query reads the FTS index alone; with filters they sit in
         // the WHERE clause of the ranked query, so they apply before LIMIT. Either way chunk and
         // document rows are read for the top `limit` only.
+        //
+        // bm25() is called directly with the weights of the `rank` config: ordering by the
+        // `rank` column makes FTS5 prepare and run a nested statement that scores and sorts
+        // every match on each query, which measured about 40% slower at 10k chunks.
         let ranked = if filter.sources.is_none() && filter.since.is_none() {
-            "SELECT rowid AS id, rank FROM chunks_fts
+            "SELECT rowid AS id, bm25(chunks_fts, 1.0, 1.5) AS rank FROM chunks_fts
              WHERE chunks_fts MATCH ?1 AND ?2 IS NULL AND ?3 IS NULL
              ORDER BY rank LIMIT ?4"
         } else {
-            "SELECT chunks_fts.rowid AS id, chunks_fts.rank AS rank
+            "SELECT chunks_fts.rowid AS id, bm25(chunks_fts, 1.0, 1.5) AS rank
              FROM chunks_fts JOIN chunks ch ON ch.id = chunks_fts.rowid
              WHERE chunks_fts MATCH ?1
                AND (?2 IS NULL OR ch.source IN (SELECT value FROM json_each(?2)))
                AND (?3 IS NULL OR ch.updated_at >= ?3)
-             ORDER BY chunks_fts.rank LIMIT ?4"
+             ORDER BY rank LIMIT ?4"
         };
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT c.id, c.document_id, c.idx, -f.rank, c.title, c.source, d.source_url, c.updated_at
@@ -388,6 +412,35 @@ impl Store for SqliteStore {
             schema_version: count("PRAGMA user_version")?,
         })
     }
+}
+
+/// The candidate rows of `(chunk id, score)` pairs, in the order given.
+fn candidates_by_id(conn: &rusqlite::Connection, ranked: &[(i64, f64)]) -> Result<Vec<Candidate>, KbError> {
+    if ranked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = serde_json::to_string(&ranked.iter().map(|(id, _)| id).collect::<Vec<_>>()).unwrap_or_default();
+    let mut stmt = conn.prepare_cached(
+        "SELECT c.id, c.document_id, c.idx, c.title, c.source, d.source_url, c.updated_at
+         FROM chunks c JOIN documents d ON d.id = c.document_id
+         WHERE c.id IN (SELECT value FROM json_each(?1))",
+    )?;
+    let mut rows: HashMap<i64, Candidate> = stmt
+        .query_map([ids], |r| {
+            Ok(Candidate {
+                chunk_id: r.get(0)?,
+                document_id: r.get(1)?,
+                chunk_index: r.get(2)?,
+                score: 0.0,
+                title: r.get(3)?,
+                source: r.get(4)?,
+                source_url: r.get(5)?,
+                updated_at: r.get(6)?,
+            })
+        })?
+        .map(|row| row.map(|c| (c.chunk_id, c)))
+        .collect::<Result<_, _>>()?;
+    Ok(ranked.iter().filter_map(|&(id, score)| rows.remove(&id).map(|c| Candidate { score, ..c })).collect())
 }
 
 /// Writes a document and its chunks; returns the id of its first new chunk. The caller indexes

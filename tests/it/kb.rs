@@ -360,3 +360,71 @@ fn connector_init_and_test_commands() {
     assert_eq!(unknown.code(), 2);
     assert!(unknown.stderr().contains("no [connectors.script.nope]"), "{}", unknown.stderr());
 }
+
+/// Writes `count` documents of words drawn (deterministically, skewed toward the first words)
+/// from a small vocabulary, so common and rare terms both occur.
+fn write_word_corpus(ws: &Workspace, count: usize, seed: u64) {
+    const WORDS: &[&str] = &[
+        "deploy", "service", "rollback", "kafka", "latency", "token", "cluster", "canary", "vacuum", "ledger",
+        "oncall", "runbook", "shard", "quota", "ingress", "walrus", "pager", "sprint", "audit", "replica",
+    ];
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) as usize
+    };
+    for doc in 0..count {
+        let mut text = format!("# {} {}\n\n", WORDS[next() % WORDS.len()], doc);
+        for _ in 0..(5 + next() % 60) {
+            // Squaring skews the draw toward the first words.
+            let r = next() % 1000;
+            text.push_str(WORDS[(r * r / 1000) * WORDS.len() / 1000]);
+            text.push(' ');
+        }
+        ws.write(&format!("docs/d{doc}.md"), &text);
+    }
+}
+
+/// One-term searches are scored in Rust (kb::term_rank); with a filter they go through FTS5's
+/// bm25(). A filter that keeps every chunk must give the same chunks with the same scores, also
+/// after a re-sync changed and deleted documents (the cached token counts are refreshed).
+#[test]
+fn one_term_scores_equal_fts5_bm25() {
+    let ws = Workspace::new(FS_CONFIG);
+    write_word_corpus(&ws, 300, 7);
+    ws.ctx(&["sync"]).ok();
+    let config = ctx::config::Config::load(&ctx::config::locate(Some(&ws.path().join("ctx.toml")))).unwrap();
+    let kb = ctx::kb::Kb::open(std::sync::Arc::new(config)).unwrap();
+    let everything = ctx::kb::store::SearchFilter { sources: None, since: Some("1970-01-01T00:00:00Z".into()) };
+    let compare = |round: &str| {
+        for word in ["deploy", "service", "rollback", "walrus", "replica", "nosuchword"] {
+            let fts = format!("\"{word}\"");
+            let ours = kb.store().keyword_candidates(&fts, &Default::default(), 5000).unwrap();
+            let theirs = kb.store().keyword_candidates(&fts, &everything, 5000).unwrap();
+            assert_eq!(ours.len(), theirs.len(), "{round}: {word}: same number of matches");
+            let mut by_id: std::collections::HashMap<i64, f64> = theirs.iter().map(|c| (c.chunk_id, c.score)).collect();
+            for (rank, c) in ours.iter().enumerate() {
+                let bm25 = by_id.remove(&c.chunk_id).unwrap_or_else(|| panic!("{round}: {word}: chunk {}", c.chunk_id));
+                assert!(
+                    (c.score - bm25).abs() <= 1e-9 * bm25.abs().max(1.0),
+                    "{round}: {word} #{rank}: {} vs {bm25}",
+                    c.score
+                );
+                if rank > 0 {
+                    assert!(ours[rank - 1].score >= c.score, "{round}: {word}: best first");
+                }
+            }
+            if word != "nosuchword" {
+                assert!(ours.len() > 3, "{round}: {word} matches several chunks");
+            }
+        }
+    };
+    compare("first sync");
+    // Change lengths and term counts, and delete some documents: the generation moves.
+    write_word_corpus(&ws, 200, 99);
+    for doc in 250..300 {
+        std::fs::remove_file(ws.path().join(format!("docs/d{doc}.md"))).unwrap();
+    }
+    ws.ctx(&["sync"]).ok();
+    compare("after a re-sync");
+}
