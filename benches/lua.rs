@@ -1,6 +1,8 @@
 //! Lua sandbox cost: a fresh VM with every host API and limit installed, plus a trivial call.
 //!
 //! Target (issue "Lua runtime"): ≤ 80 µs p50 for a fresh sandboxed VM plus a trivial call.
+//! Also timed: the same call in a VM restarted for the run (new globals, same sandbox), which is
+//! how tool calls run when the thread has an idle VM of the script.
 //! Run: `cargo bench --bench lua`.
 
 use std::time::{Duration, Instant};
@@ -61,12 +63,14 @@ fn main() {
     });
     measure("fresh VM + load script (from memory) + execute + JSON", Some(Duration::from_micros(80)), || {
         let vm = Vm::new(info.clone(), limits, CancelHandle::new()).expect("vm");
-        let ext = vm.load_extension_from(SCRIPT.as_bytes(), "tool").expect("load");
-        let execute = vm.function(&ext, "tool", "execute").expect("execute");
-        let params = vm.lua().create_table().expect("table");
-        params.set("message", "hi").expect("set");
-        let out = vm.call(&execute, params).expect("call");
-        std::hint::black_box(vm.result_json(&out).expect("json"));
+        call_echo(&vm);
+    });
+    let mut reused = Some(Vm::new(info.clone(), limits, CancelHandle::new()).expect("vm"));
+    measure("restarted VM + load script (bytecode) + execute + JSON", Some(Duration::from_micros(80)), || {
+        let mut vm = reused.take().expect("vm");
+        vm.restart(CancelHandle::new()).expect("restart");
+        call_echo(&vm);
+        reused = Some(vm);
     });
     measure("fresh VM + load script (from disk) + execute + JSON", None, || {
         let vm = Vm::new(info.clone(), limits, CancelHandle::new()).expect("vm");
@@ -75,4 +79,14 @@ fn main() {
         let out = vm.call(&execute, vm.lua().create_table().expect("table")).expect("call");
         std::hint::black_box(vm.result_json(&out).expect("json"));
     });
+}
+
+/// Loads the echo script into `vm`, calls `tool.execute{message = "hi"}` and converts the result.
+fn call_echo(vm: &Vm) {
+    let ext = vm.load_extension_from(SCRIPT.as_bytes(), "tool").expect("load");
+    let execute = vm.function(&ext, "tool", "execute").expect("execute");
+    let params = vm.lua().create_table().expect("table");
+    params.set("message", "hi").expect("set");
+    let out = vm.call(&execute, params).expect("call");
+    std::hint::black_box(vm.result_json(&out).expect("json"));
 }

@@ -5,6 +5,7 @@
 //! through [`Tools::call`], which validates, runs and maps errors once for REST and MCP alike.
 
 mod convert;
+pub mod direct;
 
 use std::sync::Arc;
 
@@ -47,6 +48,8 @@ struct Inner {
     /// Fires when the tool or prompt list changed (hot reload); every connected client is told.
     changed: broadcast::Sender<Changed>,
     page_size: usize,
+    /// Calls answered by the direct route (see `direct.rs`).
+    direct_calls: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Mcp {
@@ -56,7 +59,24 @@ impl Mcp {
 
     pub fn with_page_size(tools: Arc<Tools>, page_size: usize) -> Mcp {
         let (changed, _) = broadcast::channel(16);
-        Mcp { inner: Arc::new(Inner { tools, changed, page_size: page_size.max(1) }) }
+        Mcp { inner: Arc::new(Inner { tools, changed, page_size: page_size.max(1), direct_calls: Default::default() }) }
+    }
+
+    /// How many `tools/call` requests the direct route answered (the rest went through rmcp).
+    pub fn direct_calls(&self) -> u64 {
+        self.inner.direct_calls.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `/mcp`: rmcp's Streamable HTTP endpoint behind the direct route for plain stateless
+    /// tool calls.
+    pub fn http_route(
+        &self,
+        security: &crate::server::Security,
+        max_body_bytes: usize,
+        shutdown: CancellationToken,
+    ) -> direct::DirectRoute {
+        let limit = rmcp_body_limit(max_body_bytes);
+        direct::DirectRoute::new(self.clone(), self.http_service(security, max_body_bytes, shutdown), limit)
     }
 
     pub fn tools(&self) -> &Arc<Tools> {
@@ -90,7 +110,7 @@ impl Mcp {
         let mut config = StreamableHttpServerConfig::default()
             .with_json_response(true)
             .with_cancellation_token(shutdown)
-            .with_max_request_body_bytes(max_body_bytes.max(64 * 1024));
+            .with_max_request_body_bytes(rmcp_body_limit(max_body_bytes));
         config = if security.loopback {
             config.with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
         } else {
@@ -172,6 +192,11 @@ impl Mcp {
             Err(e) => Ok(convert::result(&e.mcp())?.into()),
         }
     }
+}
+
+/// rmcp's body limit: the server's, but never below what MCP handshakes need.
+fn rmcp_body_limit(max_body_bytes: usize) -> usize {
+    max_body_bytes.max(64 * 1024)
 }
 
 impl ServerHandler for Mcp {

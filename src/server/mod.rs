@@ -63,7 +63,7 @@ impl App {
 pub fn router(app: Arc<App>) -> Router {
     let security = Arc::clone(&app.security);
     let cors = security.cors();
-    let mcp = app.mcp.http_service(&security, app.max_body_bytes, app.shutdown.child_token());
+    let mcp = app.mcp.http_route(&security, app.max_body_bytes, app.shutdown.child_token());
     let mut router = Router::new()
         .route_service("/mcp", mcp)
         .route("/health", get(health))

@@ -295,10 +295,8 @@ fn a_registry_swap_sends_list_changed_and_the_new_tool_is_callable() {
     assert_eq!(added["result"]["content"][0]["text"], "fresh", "{added}");
 }
 
-#[test]
-fn a_closed_http_request_stops_the_script() {
-    let (addr, received) = crate::common::stub(|_| (200, "ok".into()));
-    let c = connect(50);
+/// Serves `c.mcp` over HTTP on a free port; returns the address.
+fn serve_http(c: &Raw) -> std::net::SocketAddr {
     let runtime = &c.runtime;
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let local = listener.local_addr().unwrap();
@@ -306,6 +304,67 @@ fn a_closed_http_request_stops_the_script() {
     let app = Arc::new(ctx::server::App::with_mcp(c.mcp.clone(), security, 1 << 20));
     runtime.spawn(ctx::server::run(listener, app, std::future::pending()));
     let _ = rustls::crypto::ring::default_provider().install_default();
+    local
+}
+
+/// A stateless (2026-07-28) `tools/call` POST as 2026 clients send it: status, content type and
+/// body of the reply.
+fn stateless_call(c: &Raw, local: std::net::SocketAddr, body: &Value) -> (u16, String, String) {
+    let name = body["params"]["name"].as_str().unwrap_or_default().to_string();
+    let request = reqwest::Client::new()
+        .post(format!("http://{local}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", name)
+        .json(body);
+    c.runtime.block_on(async move {
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let kind = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+        (status, kind, response.text().await.unwrap())
+    })
+}
+
+#[test]
+fn the_direct_http_route_answers_exactly_like_rmcp() {
+    let c = connect(50);
+    let local = serve_http(&c);
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    let cases = [
+        (json!(7), "echo", json!({"message": "hi"}), true),
+        (json!("call-a"), "echo", json!({"message": "with a string id"}), true),
+        (json!(12), "echo", json!({}), false),
+        (json!(8), "fails", json!({}), true),
+        (json!(9), "blocks", json!({}), true),
+        (json!(10), "nosuchtool", json!({}), false),
+        (json!(11), "echo", json!({"message": 5}), false),
+    ];
+    for (id, tool, arguments, direct) in cases {
+        let plain = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": meta}});
+        // One more `_meta` key is enough to send the same call through rmcp.
+        let mut via_rmcp = plain.clone();
+        via_rmcp["params"]["_meta"]["io.example/trace"] = json!("t");
+        let before = c.mcp.direct_calls();
+        let answered_directly = stateless_call(&c, local, &plain);
+        assert_eq!(c.mcp.direct_calls() - before, u64::from(direct), "{tool} {id}: which route answered");
+        let answered_by_rmcp = stateless_call(&c, local, &via_rmcp);
+        assert_eq!(c.mcp.direct_calls() - before, u64::from(direct), "{tool} {id}: rmcp answered the second");
+        assert_eq!(answered_directly, answered_by_rmcp, "{tool} {id}: the same status, type and bytes");
+        assert_eq!(answered_directly.0, 200, "{tool} {id}");
+        let reply: Value = serde_json::from_str(&answered_directly.2).unwrap();
+        assert_eq!(reply["id"], id);
+        assert_eq!(reply.get("error").is_some(), !direct, "{tool}: {reply}");
+    }
+}
+
+#[test]
+fn a_closed_http_request_stops_the_script() {
+    let (addr, received) = crate::common::stub(|_| (200, "ok".into()));
+    let c = connect(50);
+    let runtime = &c.runtime;
+    let local = serve_http(&c);
     // A stateless (2026-07-28) call: no session, the reply belongs to this request alone.
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "poller", "arguments": {"url": format!("http://{addr}/poll")},
