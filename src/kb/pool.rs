@@ -57,6 +57,9 @@ pub(super) fn open(path: &Path) -> Result<Connection, KbError> {
          PRAGMA cache_size = -16000;",
     )
     .map_err(wrap)?;
+    // Sync and search together use more distinct statements than rusqlite's default cache of 16
+    // holds; a statement that falls out of it is parsed again on its next use.
+    conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
 

@@ -10,25 +10,47 @@ const LEAD: usize = 8;
 
 /// The snippet of `text` for `terms` (lower-case; `true` marks a prefix term).
 pub fn snippet(text: &str, terms: &[(String, bool)]) -> String {
-    let words = words(text);
-    if words.is_empty() {
-        return String::new();
+    // Only the words of the window are collected: while looking for the first hit, keep the
+    // last LEAD words, which open the window if the next word is a hit.
+    let mut words = Words::new(text);
+    let mut window: Vec<(usize, usize)> = Vec::with_capacity(WINDOW);
+    let mut before: std::collections::VecDeque<(usize, usize)> = std::collections::VecDeque::with_capacity(LEAD + 1);
+    let mut skipped = false;
+    let mut found = false;
+    for range in words.by_ref() {
+        if hit(&text[range.0..range.1], terms) {
+            window.extend(before.drain(..));
+            window.push(range);
+            found = true;
+            break;
+        }
+        before.push_back(range);
+        if before.len() > LEAD {
+            before.pop_front();
+            skipped = true;
+        }
     }
-    let hit = |word: &str| {
-        let word = word.to_lowercase();
-        terms.iter().any(|(t, prefix)| if *prefix { word.starts_with(t.as_str()) } else { word == *t })
-    };
-    let first = words.iter().position(|&(s, e)| hit(&text[s..e])).unwrap_or(0);
-    let start = first.saturating_sub(LEAD);
-    let end = (start + WINDOW).min(words.len());
-    let mut out = String::new();
-    if start > 0 {
+    if !found {
+        // No hit in the text (the title matched): the snippet is its start.
+        words = Words::new(text);
+        skipped = false;
+    }
+    while window.len() < WINDOW {
+        match words.next() {
+            Some(range) => window.push(range),
+            None => break,
+        }
+    }
+    let Some(&(first, _)) = window.first() else { return String::new() };
+    let next = words.next();
+    let mut out = String::with_capacity(WINDOW * 8);
+    if skipped {
         out.push('…');
     }
-    let mut cursor = words[start].0;
-    for &(s, e) in &words[start..end] {
-        out.push_str(&collapse(&text[cursor..s]));
-        if hit(&text[s..e]) {
+    let mut cursor = first;
+    for &(s, e) in &window {
+        collapse_into(&mut out, &text[cursor..s]);
+        if hit(&text[s..e], terms) {
             out.push('«');
             out.push_str(&text[s..e]);
             out.push('»');
@@ -37,40 +59,60 @@ pub fn snippet(text: &str, terms: &[(String, bool)]) -> String {
         }
         cursor = e;
     }
-    let tail_end = if end < words.len() { words[end].0 } else { text.len() };
-    let tail = &text[cursor..tail_end];
     // Keep closing punctuation, drop trailing whitespace.
-    out.push_str(collapse(tail).trim_end());
-    if end < words.len() {
+    let mut tail = String::new();
+    collapse_into(&mut tail, &text[cursor..next.map_or(text.len(), |(s, _)| s)]);
+    out.push_str(tail.trim_end());
+    if next.is_some() {
         out.push('…');
     }
     out
 }
 
-/// Byte ranges of the words (letters, digits, marks) of `text`.
-fn words(text: &str) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut start = None;
-    for (i, c) in text.char_indices() {
-        let word_char = c.is_alphanumeric();
-        match (start, word_char) {
-            (None, true) => start = Some(i),
-            (Some(s), false) => {
-                out.push((s, i));
-                start = None;
+/// Whether `word` is one of the terms (case-insensitively; a prefix term matches its start).
+fn hit(word: &str, terms: &[(String, bool)]) -> bool {
+    if word.is_ascii() {
+        return terms.iter().any(|(t, prefix)| {
+            if *prefix {
+                word.len() >= t.len() && word.as_bytes()[..t.len()].eq_ignore_ascii_case(t.as_bytes())
+            } else {
+                word.eq_ignore_ascii_case(t)
             }
-            _ => {}
-        }
+        });
     }
-    if let Some(s) = start {
-        out.push((s, text.len()));
-    }
-    out
+    let word = word.to_lowercase();
+    terms.iter().any(|(t, prefix)| if *prefix { word.starts_with(t.as_str()) } else { word == *t })
 }
 
-/// Whitespace runs (newlines included) become one space, so a snippet is one line.
-fn collapse(between: &str) -> String {
-    let mut out = String::with_capacity(between.len());
+/// Byte ranges of the words (letters, digits, marks) of a text, in order.
+struct Words<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Words<'a> {
+    fn new(text: &'a str) -> Self {
+        Words { text, at: 0 }
+    }
+}
+
+impl Iterator for Words<'_> {
+    type Item = (usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        let rest = &self.text[self.at..];
+        let (offset, _) = rest.char_indices().find(|(_, c)| c.is_alphanumeric())?;
+        let start = self.at + offset;
+        let len = self.text[start..].char_indices().find(|(_, c)| !c.is_alphanumeric()).map(|(i, _)| i);
+        let end = len.map_or(self.text.len(), |l| start + l);
+        self.at = end;
+        Some((start, end))
+    }
+}
+
+/// Appends `between` with whitespace runs (newlines included) as one space, so a snippet is
+/// one line.
+fn collapse_into(out: &mut String, between: &str) {
     let mut space = false;
     for c in between.chars() {
         if c.is_whitespace() {
@@ -86,7 +128,6 @@ fn collapse(between: &str) -> String {
     if space {
         out.push(' ');
     }
-    out
 }
 
 #[cfg(test)]
@@ -110,5 +151,20 @@ mod tests {
         assert_eq!(snippet("東京 is big", &[t("東京")]), "«東京» is big");
         assert_eq!(snippet("nothing here", &[t("zzz")]), "nothing here");
         assert_eq!(snippet("", &[t("x")]), "");
+        assert_eq!(snippet("Straße und STRASSE", &[t("straße")]), "«Straße» und STRASSE");
+    }
+
+    #[test]
+    fn long_texts_are_windowed_on_both_sides() {
+        let words: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
+        let text = format!("{} Target {}", words[..50].join(" "), words[50..].join("\n"));
+        let s = snippet(&text, &[t("target")]);
+        assert!(s.starts_with("…w42 w43"), "{s}");
+        assert!(s.contains("w49 «Target» w50"), "{s}");
+        assert!(s.ends_with("w72…"), "{s}");
+        assert_eq!(s.split(' ').count(), 32);
+        // No hit at all (a title match): the start of the text, without a leading ellipsis.
+        let s = snippet(&text, &[t("absent")]);
+        assert!(s.starts_with("w0 w1") && s.ends_with("w31…"), "{s}");
     }
 }

@@ -316,15 +316,15 @@ impl Store for SqliteStore {
     }
 
     fn chunk_texts(&self, chunk_ids: &[i64]) -> Result<HashMap<i64, String>, KbError> {
-        let conn = self.pool.get()?;
-        let mut stmt = conn.prepare_cached("SELECT text FROM chunks WHERE id = ?1")?;
-        let mut out = HashMap::with_capacity(chunk_ids.len());
-        for id in chunk_ids {
-            if let Some(text) = stmt.query_row([id], |r| r.get::<_, String>(0)).optional()? {
-                out.insert(*id, text);
-            }
+        if chunk_ids.is_empty() {
+            return Ok(HashMap::new());
         }
-        Ok(out)
+        let conn = self.pool.get()?;
+        let ids = serde_json::to_string(chunk_ids).unwrap_or_default();
+        let mut stmt =
+            conn.prepare_cached("SELECT id, text FROM chunks WHERE id IN (SELECT value FROM json_each(?1))")?;
+        let rows = stmt.query_map([ids], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn document(&self, id: &str) -> Result<Option<types::Document>, KbError> {

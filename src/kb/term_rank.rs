@@ -42,9 +42,9 @@ impl TermRanker {
     /// The `limit` best chunks for one plain `term` (already in the index's folded form) as
     /// `(chunk id, score)`, best first, ties by id. Runs in one read transaction on `conn`.
     pub fn top(&self, conn: &Connection, term: &str, limit: usize) -> rusqlite::Result<Vec<(i64, f64)>> {
-        conn.execute_batch("BEGIN")?;
+        conn.prepare_cached("BEGIN")?.execute([])?;
         let result = self.top_in_transaction(conn, term, limit);
-        conn.execute_batch("COMMIT")?;
+        conn.prepare_cached("COMMIT")?.execute([])?;
         result
     }
 
