@@ -3,6 +3,7 @@
 //! [`Kb`] is the library API. The CLI, the built-in tools and the Lua context bridge all call
 //! it, so it holds no CLI or HTTP concerns.
 
+pub mod budget;
 pub mod chunk;
 mod error;
 mod pool;

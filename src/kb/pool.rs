@@ -47,7 +47,7 @@ impl Pool {
 pub(super) fn open(path: &Path) -> Result<Connection, KbError> {
     let wrap = |source| KbError::Open { path: path.display().to_string(), source };
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(wrap)?;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(wrap)?;
     conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(wrap)?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
@@ -60,6 +60,8 @@ pub(super) fn open(path: &Path) -> Result<Connection, KbError> {
     // Sync and search together use more distinct statements than rusqlite's default cache of 16
     // holds; a statement that falls out of it is parsed again on its next use.
     conn.set_prepared_statement_cache_capacity(64);
+    // Every 1000 VM steps: has a budgeted (inline) query on this thread run out of time?
+    conn.progress_handler(1000, Some(super::budget::exceeded)).map_err(wrap)?;
     Ok(conn)
 }
 

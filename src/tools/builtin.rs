@@ -43,6 +43,12 @@ impl Tool for Builtin {
         };
         Ok(Output::Value(value))
     }
+
+    /// Most knowledge-base reads take well under a millisecond: run them on the calling thread
+    /// with that budget, and leave the rest (a common word over a large corpus) to the pool.
+    fn run_inline(&self, params: &Json, env: &CallEnv<'_>) -> Option<Result<Output, CallError>> {
+        crate::kb::budget::within(super::INLINE_BUDGET, || self.run(params.clone(), env))
+    }
 }
 
 fn spec(kind: Kind) -> ToolSpec {

@@ -147,6 +147,10 @@ impl CallError {
             | KbError::UnknownTarget { .. }
             | KbError::BadDate(_)
             | KbError::BadLimit { .. } => CallError::BadRequest(err.to_string()),
+            // A budgeted inline query that ran out of time: the call runs again on the pool.
+            KbError::Sqlite(ref e) if crate::kb::budget::is_interrupt(e) => {
+                CallError::Internal("the query was interrupted".into())
+            }
             other => {
                 tracing::error!("knowledge base error: {other}");
                 CallError::Internal("the knowledge base failed to answer; the server log has the details".into())

@@ -12,12 +12,11 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use mlua::Value;
 use serde_json::{Map, Value as Json};
 
-use super::{bridge, params, CallEnv, CallError, Output, Params, Tool, ToolSpec};
+use super::{bridge, params, CallEnv, CallError, Output, Params, Tool, ToolSpec, INLINE_BUDGET};
 use crate::config::ScriptSection;
 use crate::lua::api::mcp;
 use crate::lua::reuse::{self, ScriptKey};
@@ -28,10 +27,6 @@ use crate::types;
 
 /// The most JSON a tool table's metadata may hold.
 const METADATA_BUDGET: usize = 1024 * 1024;
-
-/// How long an inline run may take before it goes to the blocking pool: far below what would
-/// hold up the other requests of an async worker.
-const INLINE_BUDGET: Duration = Duration::from_millis(1);
 
 /// After a call had to leave the async worker, this many calls of the tool go straight to the
 /// blocking pool.

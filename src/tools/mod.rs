@@ -24,6 +24,10 @@ use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};
 use crate::types::{ToolAnnotations, ToolInfo};
 
+/// How long a call may run inline on an async worker ([`Tool::run_inline`]) before it moves to
+/// the blocking pool: far below what would hold up the worker's other requests.
+pub const INLINE_BUDGET: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// Built-in tool names, in listing order. Lua tools may not take them.
 pub const BUILTINS: [&str; 3] = ["search", "get", "sources"];
 

@@ -428,3 +428,21 @@ fn one_term_scores_equal_fts5_bm25() {
     ws.ctx(&["sync"]).ok();
     compare("after a re-sync");
 }
+
+/// A budgeted (inline) search that runs out of time is interrupted and reported as not done, so
+/// the caller runs it again on the blocking pool; one within its budget answers normally.
+#[test]
+fn a_search_over_its_inline_budget_is_interrupted_not_failed() {
+    let ws = Workspace::new(FS_CONFIG);
+    write_word_corpus(&ws, 300, 3);
+    ws.ctx(&["sync"]).ok();
+    let config = ctx::config::Config::load(&ctx::config::locate(Some(&ws.path().join("ctx.toml")))).unwrap();
+    let kb = ctx::kb::Kb::open(std::sync::Arc::new(config)).unwrap();
+    let request: ctx::types::SearchRequest = serde_json::from_value(serde_json::json!({"query": "deploy"})).unwrap();
+    let out_of_time = ctx::kb::budget::within(Duration::ZERO, || kb.search(&request));
+    assert!(out_of_time.is_none(), "a zero budget interrupts the query");
+    let answered = ctx::kb::budget::within(Duration::from_secs(30), || kb.search(&request)).expect("within budget");
+    assert!(!answered.unwrap().results.is_empty());
+    // Outside `within` nothing is budgeted.
+    assert!(!kb.search(&request).unwrap().results.is_empty());
+}
