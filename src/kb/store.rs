@@ -161,7 +161,9 @@ CREATE TABLE store_meta (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
-INSERT INTO store_meta (key, value) VALUES ('generation', 0);
+-- A random start, so a database deleted and created again under a running server does not
+-- repeat a generation that server cached.
+INSERT INTO store_meta (key, value) VALUES ('generation', abs(random() % 1000000000000));
 "#,
 ];
 

@@ -44,8 +44,11 @@ impl TermRanker {
     pub fn top(&self, conn: &Connection, term: &str, limit: usize) -> rusqlite::Result<Vec<(i64, f64)>> {
         conn.prepare_cached("BEGIN")?.execute([])?;
         let result = self.top_in_transaction(conn, term, limit);
-        conn.prepare_cached("COMMIT")?.execute([])?;
-        result
+        // The query's own error matters more than the end of a read transaction.
+        let end = conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([]));
+        let top = result?;
+        end?;
+        Ok(top)
     }
 
     fn top_in_transaction(&self, conn: &Connection, term: &str, limit: usize) -> rusqlite::Result<Vec<(i64, f64)>> {

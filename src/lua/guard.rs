@@ -18,7 +18,7 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 use super::{Kill, RunState};
 
 const WRAPPERS: &str = r##"
-local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries = ...
+local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries, seed = ...
 local next, type, rawset, select, error, tostring = next, type, rawset, select, error, tostring
 -- `getmetatable("")` would hand out the shared string metatable; lock it.
 local string_mt = getmetatable("")
@@ -47,8 +47,9 @@ load = function(...)
   if mode ~= nil and mode ~= "t" then
     error("load: only text chunks are allowed (mode \"t\")", 2)
   end
-  if select("#", ...) >= 4 then return raw_load(chunk, name, "t", env) end
-  return raw_load(chunk, name, "t", run_env)
+  -- A reader function runs inside load, which catches its errors: re-raise a kill.
+  if select("#", ...) >= 4 then return guard(raw_load(chunk, name, "t", env)) end
+  return guard(raw_load(chunk, name, "t", run_env))
 end
 local allowed_gc = { collect = true, count = true, step = true, isrunning = true }
 collectgarbage = function(opt, ...)
@@ -64,13 +65,14 @@ local function wrap_coroutine(co)
   co.resume = function(thread, ...) return guard(resume(thread, ...)) end
   co.close = function(thread) return guard(close(thread)) end
 end
--- A run's globals. The functions of the sandbox are copied in; each library table (`string`,
--- `json`, ...) is copied the first time the run reads it, so whatever a run changes dies with
--- its table. The sandbox's own tables are never handed out.
+-- A run's globals. The base functions of the sandbox are copied in; each library table
+-- (`string`, `json`, ...) and host function (`print`, `sleep`, ...) arrives the first time the run
+-- reads it, library tables as copies, so whatever a run changes dies with its table, and a run
+-- cannot tell which libraries an earlier run used. The sandbox's own tables are never handed out.
 local function new_env()
   local env = {}
   for k, v in next, base do
-    if type(v) ~= "table" then env[k] = v end
+    if type(v) ~= "table" and not libraries[k] then env[k] = v end
   end
   env._G = env
   string_mt.__index = pristine_string
@@ -85,7 +87,7 @@ local function new_env()
         if k == "string" then
           string_mt.__index = copy -- so `function string.x` works as a method, as in plain Lua
         elseif k == "math" then
-          lib.randomseed() -- a run must not inherit the random sequence of the last one
+          lib.randomseed(seed()) -- a run must not inherit, or repeat, the sequence of the last one
         end
         lib = copy
       end
@@ -117,12 +119,19 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
         guard_state.check()?;
         // A memory error caught by pcall must stop the script too, or a loop could keep
         // hitting the cap. Lua reports it with this exact message.
+        // Lua reports its own with this exact message; an error from a host function arrives as
+        // mlua's error value.
         let mut iter = results.iter();
-        if let (Some(Value::Boolean(false)), Some(Value::String(msg))) = (iter.next(), iter.next()) {
-            if msg.as_bytes().as_ref() == b"not enough memory" {
-                guard_state.kill(Kill::Memory);
-                guard_state.check()?;
+        let out_of_memory = match (iter.next(), iter.next()) {
+            (Some(Value::Boolean(false) | Value::Nil), Some(Value::String(msg))) => {
+                msg.as_bytes().as_ref() == b"not enough memory"
             }
+            (Some(Value::Boolean(false) | Value::Nil), Some(Value::Error(e))) => super::is_memory_error(e),
+            _ => false,
+        };
+        if out_of_memory {
+            guard_state.kill(Kill::Memory);
+            guard_state.check()?;
         }
         Ok(results)
     })?;
@@ -141,6 +150,7 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
             table_fn(&globals, "unpack")?,
             globals.clone(),
             libraries,
+            lua.create_function(|_, ()| Ok(seed()))?,
         ))?;
     lua.set_named_registry_value(WRAP_COROUTINE, wrap_coroutine)?;
     Ok(new_env)
@@ -157,16 +167,22 @@ pub(super) fn load_std(lua: &Lua, name: &[u8]) -> mlua::Result<bool> {
     match name {
         b"math" => lua.load_std_libs(mlua::StdLib::MATH)?,
         b"utf8" => lua.load_std_libs(mlua::StdLib::UTF8)?,
+        // Both are taken out of the globals before they are curated, and put back only once
+        // curated: a failure half-way (the memory cap, the deadline) leaves no raw library behind.
         b"coroutine" => {
             lua.load_std_libs(mlua::StdLib::COROUTINE)?;
+            let co: Table = globals.raw_get("coroutine")?;
+            globals.raw_set("coroutine", Value::Nil)?;
             let wrap: mlua::Function = lua.named_registry_value(WRAP_COROUTINE)?;
-            wrap.call::<()>(globals.raw_get::<Table>("coroutine")?)?;
+            wrap.call::<()>(&co)?;
+            globals.raw_set("coroutine", co)?;
         }
         b"os" => {
             lua.load_std_libs(mlua::StdLib::OS)?;
             // Keep the clock functions only.
             let os: Table = globals.raw_get("os")?;
-            let safe_os = lua.create_table()?;
+            globals.raw_set("os", Value::Nil)?;
+            let safe_os = lua.create_table_with_capacity(0, 4)?;
             for name in ["time", "clock", "date", "difftime"] {
                 safe_os.raw_set(name, os.raw_get::<Value>(name)?)?;
             }
@@ -175,6 +191,20 @@ pub(super) fn load_std(lua: &Lua, name: &[u8]) -> mlua::Result<bool> {
         _ => return Ok(false),
     }
     Ok(true)
+}
+
+/// Two seeds for `math.randomseed`, different for every run: Lua's own seed (the time and an
+/// address) repeats for runs of a reused VM within one second.
+fn seed() -> (i64, i64) {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    hasher.write_u128(nanos);
+    let a = hasher.finish();
+    hasher.write_u64(a);
+    (a as i64, hasher.finish() as i64)
 }
 
 fn table_fn(globals: &Table, name: &str) -> mlua::Result<Value> {

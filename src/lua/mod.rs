@@ -27,6 +27,9 @@ pub use error::ScriptError;
 
 use crate::config::{ScriptKind, ScriptSection};
 
+/// The most data an inline run may hand one host function (see [`RunState::check_data`]).
+const INLINE_DATA: usize = 64 * 1024;
+
 /// How often (in VM instructions) the hook checks the deadline and the cancel flag.
 const HOOK_EVERY: u32 = 1000;
 
@@ -231,6 +234,17 @@ impl RunState {
         }
     }
 
+    /// For host functions that work on data in one go (hashing, encoding): an inline run is
+    /// escalated before it works on more than [`INLINE_DATA`] bytes, which could hold the async
+    /// worker longer than its budget with no hook to stop it.
+    pub fn check_data(&self, bytes: usize) -> mlua::Result<()> {
+        if bytes > INLINE_DATA {
+            self.check_blocking()
+        } else {
+            self.check()
+        }
+    }
+
     /// Like [`RunState::check`], for host calls that block or have effects (network, files,
     /// sleep, logs, the knowledge base): an inline run stops here and is escalated.
     pub fn check_blocking(&self) -> mlua::Result<()> {
@@ -413,7 +427,7 @@ fn build(state: &Arc<RunState>) -> mlua::Result<(Lua, Function)> {
     Ok((lua, new_env))
 }
 
-fn is_memory_error(err: &mlua::Error) -> bool {
+pub(crate) fn is_memory_error(err: &mlua::Error) -> bool {
     match err {
         mlua::Error::MemoryError(_) => true,
         mlua::Error::CallbackError { cause, .. } => is_memory_error(cause),

@@ -2,9 +2,9 @@
 //!
 //! rmcp builds a handler, a service and a task for every stateless request, which costs as much
 //! as the tool call itself. A POST that is plainly such a call (the version, method and name
-//! headers agree with the body, no session, no `Mcp-Param-*` headers, no Origin, JSON in, JSON
-//! or SSE accepted, `_meta` holding only the version, capabilities and client info, and no
-//! progress token) is answered here through [`Tools::call`], with the body rmcp would send:
+//! headers agree with the body, no session, no `Mcp-Param-*` headers, no Origin, a Host that
+//! rmcp allows, JSON in, JSON and SSE accepted, `_meta` holding only the version, capabilities
+//! and client info, and no progress token) is answered here through [`Tools::call`], with the body rmcp would send:
 //! a test sends the same calls both ways and compares the bytes. Everything else goes to rmcp
 //! unchanged, including every protocol error (unknown tool, invalid arguments): those fail
 //! before the tool runs, so answering them from rmcp runs nothing twice.
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderMap, Request, Response, StatusCode};
+use axum::http::{header, HeaderMap, Method, Request, Response, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use serde_json::{json, Map, Value as Json};
@@ -40,17 +40,25 @@ pub struct DirectRoute {
     mcp: Mcp,
     rmcp: StreamableHttpService<Mcp, LocalSessionManager>,
     max_body_bytes: usize,
+    /// A loopback bind: rmcp then allows only these Host names.
+    loopback: bool,
     answered: Arc<AtomicU64>,
 }
 
 impl DirectRoute {
-    pub fn new(mcp: Mcp, rmcp: StreamableHttpService<Mcp, LocalSessionManager>, max_body_bytes: usize) -> Self {
+    pub fn new(
+        mcp: Mcp,
+        rmcp: StreamableHttpService<Mcp, LocalSessionManager>,
+        max_body_bytes: usize,
+        loopback: bool,
+    ) -> Self {
         let answered = Arc::clone(&mcp.inner.direct_calls);
-        DirectRoute { mcp, rmcp, max_body_bytes, answered }
+        DirectRoute { mcp, rmcp, max_body_bytes, loopback, answered }
     }
 
     async fn handle(mut self, request: Request<Body>) -> Response<Body> {
-        if !plain_call_headers(request.headers(), self.max_body_bytes) {
+        let host_ok = !self.loopback || loopback_host(request.headers());
+        if request.method() != Method::POST || !host_ok || !plain_call_headers(request.headers(), self.max_body_bytes) {
             return self.forward(request).await;
         }
         let (parts, body) = request.into_parts();
@@ -123,17 +131,26 @@ fn plain_call_headers(headers: &HeaderMap, max_body_bytes: usize) -> bool {
         }
     };
     let length_ok = one("content-length").and_then(|l| l.parse::<usize>().ok()).is_some_and(|l| l <= max_body_bytes);
-    let accept = one("accept").unwrap_or_default();
+    // Media types compare exactly, parameters (`; charset=utf-8`, `; q=0.9`) aside.
+    let media = |value: &str| value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let accepted: Vec<String> = one("accept").unwrap_or_default().split(',').map(media).collect();
     length_ok
         && one("mcp-protocol-version") == Some(VERSION)
         && one("mcp-method") == Some("tools/call")
         && one("mcp-name").is_some()
-        && one("content-type").is_some_and(|t| t.starts_with("application/json"))
-        && accept.contains("application/json")
-        && accept.contains("text/event-stream")
+        && one("content-type").is_some_and(|t| media(t) == "application/json")
+        && accepted.iter().any(|m| m == "application/json")
+        && accepted.iter().any(|m| m == "text/event-stream")
         && !headers.contains_key("mcp-session-id")
         && !headers.contains_key("origin")
         && !headers.keys().any(|k| k.as_str().starts_with("mcp-param-"))
+}
+
+/// The Host is one rmcp allows on a loopback bind: localhost, 127.0.0.1 or ::1, any port.
+fn loopback_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else { return false };
+    let Ok(authority) = host.parse::<axum::http::uri::Authority>() else { return false };
+    matches!(authority.host().trim_start_matches('[').trim_end_matches(']'), "localhost" | "127.0.0.1" | "::1")
 }
 
 /// `(id, tool name, arguments)` of a body that is one plain `tools/call` request agreeing with
@@ -160,6 +177,7 @@ fn plain_call(body: &Bytes, headers: &HeaderMap) -> Option<(Json, String, Map<St
     let Json::Object(meta) = params.remove("_meta")? else { return None };
     let plain_meta = meta.keys().all(|k| META_KEYS.contains(&k.as_str()))
         && meta.get(META_KEYS[0]).and_then(Json::as_str) == Some(VERSION)
-        && meta.get(META_KEYS[1]).is_some_and(Json::is_object);
+        && meta.get(META_KEYS[1]).is_some_and(Json::is_object)
+        && meta.get(META_KEYS[2]).is_none_or(Json::is_object);
     (plain_meta && params.is_empty()).then_some((id, name, arguments))
 }

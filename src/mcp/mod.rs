@@ -76,7 +76,8 @@ impl Mcp {
         shutdown: CancellationToken,
     ) -> direct::DirectRoute {
         let limit = rmcp_body_limit(max_body_bytes);
-        direct::DirectRoute::new(self.clone(), self.http_service(security, max_body_bytes, shutdown), limit)
+        let rmcp = self.http_service(security, max_body_bytes, shutdown);
+        direct::DirectRoute::new(self.clone(), rmcp, limit, security.loopback)
     }
 
     pub fn tools(&self) -> &Arc<Tools> {

@@ -357,6 +357,19 @@ fn the_direct_http_route_answers_exactly_like_rmcp() {
         assert_eq!(reply["id"], id);
         assert_eq!(reply.get("error").is_some(), !direct, "{tool}: {reply}");
     }
+    // Only a POST is a call: the same headers and body on a PUT are rmcp's to refuse.
+    let before = c.mcp.direct_calls();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "hi"}, "_meta": meta}});
+    let put = reqwest::Client::new()
+        .put(format!("http://{local}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "echo")
+        .json(&body);
+    let status = c.runtime.block_on(async move { put.send().await.unwrap().status().as_u16() });
+    assert_eq!((status, c.mcp.direct_calls()), (405, before), "a PUT is not answered directly");
 }
 
 #[test]

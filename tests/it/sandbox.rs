@@ -368,12 +368,31 @@ fn each_run_starts_from_a_clean_state() {
 pub(crate) const POLLUTER: &str = include_str!("../fixtures/lua/polluter.lua");
 pub(crate) const POLLUTER_MODULE: &str = include_str!("../fixtures/lua/pollutermod.lua");
 
+/// Checks the probe's reports of several runs: nothing left over, the same globals at the start
+/// of every run, and no two runs drawing the same first random number.
+pub(crate) fn assert_isolated(reports: &[Value]) {
+    let mut draws = std::collections::HashSet::new();
+    let mut first_globals: Option<Vec<String>> = None;
+    for (run, report) in reports.iter().enumerate() {
+        assert_eq!(report["leftovers"], json!([]), "run {run}: {report}");
+        let mut globals: Vec<String> =
+            report["globals"].as_array().unwrap().iter().map(|g| g.as_str().unwrap().to_string()).collect();
+        globals.sort();
+        match &first_globals {
+            None => first_globals = Some(globals),
+            Some(first) => assert_eq!(&globals, first, "run {run} starts with other globals"),
+        }
+        assert!(draws.insert(report["first_draw"].to_string()), "run {run} repeats a random draw: {report}");
+    }
+}
+
 #[test]
 fn a_restarted_vm_keeps_nothing_of_the_last_run() {
     let p = probe();
     p.file("tools/probe.lua", POLLUTER).file("tools/pollutermod.lua", POLLUTER_MODULE);
     let built = ctx::lua::vms_built_on_this_thread();
     let mut vm = Vm::new(p.info(), p.limits, CancelHandle::new()).unwrap();
+    let mut reports = Vec::new();
     for run in 0..5 {
         if run > 0 {
             vm.restart(CancelHandle::new()).unwrap();
@@ -386,9 +405,10 @@ fn a_restarted_vm_keeps_nothing_of_the_last_run() {
         let context = lua.create_table().unwrap();
         context.set("config", lua.create_table().unwrap()).unwrap();
         let out = vm.call(&execute, (params, context)).unwrap();
-        assert_eq!(vm.result_json(&out).unwrap(), json!({"leftovers": []}), "run {run}");
-        assert!(vm.reusable(), "a clean run leaves the VM reusable");
+        reports.push(vm.result_json(&out).unwrap());
+        assert!(vm.reusable(), "run {run}: a clean run leaves the VM reusable");
     }
+    assert_isolated(&reports);
     assert_eq!(ctx::lua::vms_built_on_this_thread() - built, 1, "all five runs used one VM");
     // The probe is not blind: two runs in one environment do see the pollution.
     let ext = vm.load_extension("tool").unwrap();
@@ -399,6 +419,13 @@ fn a_restarted_vm_keeps_nothing_of_the_last_run() {
     let out = vm.call(&execute, (lua.create_table().unwrap(), context)).unwrap();
     let left = vm.result_json(&out).unwrap()["leftovers"].as_array().unwrap().len();
     assert!(left >= 15, "without a restart the probe sees what the last run did ({left} kinds)");
+}
+
+#[test]
+fn a_load_reader_cannot_swallow_the_deadline() {
+    // load() catches errors raised by its reader function; the kill must still get through.
+    timeout(probe().run("while true do load(function() while true do end end) end"));
+    timeout(probe().run("while true do pcall(load, function() while true do end end) end"));
 }
 
 #[test]

@@ -610,11 +610,15 @@ fn reused_vms_keep_calls_isolated_across_threads() {
             .map(|n| {
                 scope.spawn(move || {
                     let built = ctx::lua::vms_built_on_this_thread();
-                    for call in 0..40 {
-                        // Half the calls also pollute a required module.
-                        let out = registry.call("polluter", json!({"require": call % 2 == 0}), &CallOptions::default());
-                        assert_eq!(out.unwrap().value(), json!({"leftovers": []}), "thread {n}, call {call}");
-                    }
+                    let reports: Vec<Value> = (0..40)
+                        .map(|call| {
+                            // Half the calls also pollute a required module.
+                            let out =
+                                registry.call("polluter", json!({"require": call % 2 == 0}), &CallOptions::default());
+                            out.unwrap_or_else(|e| panic!("thread {n}, call {call}: {e}")).value()
+                        })
+                        .collect();
+                    crate::sandbox::assert_isolated(&reports);
                     ctx::lua::vms_built_on_this_thread() - built
                 })
             })
@@ -632,21 +636,49 @@ fn inline_and_escalated_calls_are_isolated_too() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let built = ctx::lua::vms_built_on_this_thread();
-        for call in 0..20 {
-            let out = tools.call("polluter".into(), json!({}), CallOptions::default()).await.unwrap();
-            assert_eq!(out.value(), json!({"leftovers": []}), "inline call {call}");
+        let mut reports = Vec::new();
+        for _ in 0..20 {
+            reports.push(tools.call("polluter".into(), json!({}), CallOptions::default()).await.unwrap().value());
         }
         // A pure script finishes inline, on this thread, in one reused VM.
         assert_eq!(ctx::lua::vms_built_on_this_thread() - built, 1);
         // `require` reads a file: the inline run stops there and the call runs on the pool.
-        for call in 0..10 {
-            let out = tools.call("polluter".into(), json!({"require": true}), CallOptions::default()).await.unwrap();
-            assert_eq!(out.value(), json!({"leftovers": []}), "escalated call {call}");
+        for _ in 0..10 {
+            let params = json!({"require": true});
+            reports.push(tools.call("polluter".into(), params, CallOptions::default()).await.unwrap().value());
         }
         // After an escalation the next calls skip the inline attempt, and stay isolated.
-        for call in 0..10 {
-            let out = tools.call("polluter".into(), json!({}), CallOptions::default()).await.unwrap();
-            assert_eq!(out.value(), json!({"leftovers": []}), "pool call {call}");
+        for _ in 0..10 {
+            reports.push(tools.call("polluter".into(), json!({}), CallOptions::default()).await.unwrap().value());
+        }
+        crate::sandbox::assert_isolated(&reports);
+    });
+}
+
+/// An escalated call has its effects exactly once: the inline attempt stops before the request
+/// goes out, and the run on the pool sends it.
+#[test]
+fn an_escalated_call_sends_its_request_once() {
+    let (addr, received) = stub(|_| (200, "{\"ok\": true}".into()));
+    let script = r#"
+tool = { name = "notify", description = "Posts after some work.", parameters = { { name = "url", type = "string", required = true } } }
+function tool.execute(params)
+  local words = {}
+  for i = 1, 200 do words[i] = ("w" .. i):upper() end
+  log.info("posting", #words)
+  return http.post(params.url, { words = #words }).json
+end
+"#;
+    let toml = "[tools.script.notify]\npath = \"tools/notify.lua\"\nallow_hosts = [\"127.0.0.1\"]\n";
+    let f = fixture(toml, &[("notify.lua", script)]);
+    let tools = ctx::tools::Tools::new(f.registry);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        for call in 1..=5 {
+            let params = json!({"url": format!("http://{addr}/hook")});
+            let out = tools.call("notify".into(), params, CallOptions::default()).await.unwrap();
+            assert_eq!(out.value(), json!({"ok": true}));
+            assert_eq!(received.lock().unwrap().len(), call, "one request per call");
         }
     });
 }

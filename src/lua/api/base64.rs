@@ -8,17 +8,20 @@ use mlua::Lua;
 use super::fail;
 use crate::lua::RunState;
 
-pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
+pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let b64 = lua.create_table()?;
+    let (encode_state, decode_state) = (Arc::clone(state), Arc::clone(state));
     b64.set(
         "encode",
-        lua.create_function(|_, data: mlua::LuaString| {
+        lua.create_function(move |_, data: mlua::LuaString| {
+            encode_state.check_data(data.as_bytes().len())?;
             Ok(base64::engine::general_purpose::STANDARD.encode(data.as_bytes()))
         })?,
     )?;
     b64.set(
         "decode",
-        lua.create_function(|lua, text: mlua::LuaString| {
+        lua.create_function(move |lua, text: mlua::LuaString| {
+            decode_state.check_data(text.as_bytes().len())?;
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(text.as_bytes().trim_ascii())
                 .map_err(|e| fail(format!("base64.decode: {e}")))?;

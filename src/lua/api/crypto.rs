@@ -10,12 +10,21 @@ use super::fail;
 use crate::kb::hex;
 use crate::lua::RunState;
 
-pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
+pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let crypto = lua.create_table()?;
-    crypto.set("sha256", lua.create_function(|_, data: mlua::LuaString| Ok(hex(&Sha256::digest(data.as_bytes()))))?)?;
+    let st = Arc::clone(state);
+    crypto.set(
+        "sha256",
+        lua.create_function(move |_, data: mlua::LuaString| {
+            st.check_data(data.as_bytes().len())?;
+            Ok(hex(&Sha256::digest(data.as_bytes())))
+        })?,
+    )?;
+    let st = Arc::clone(state);
     crypto.set(
         "hmac_sha256",
-        lua.create_function(|_, (key, data): (mlua::LuaString, mlua::LuaString)| {
+        lua.create_function(move |_, (key, data): (mlua::LuaString, mlua::LuaString)| {
+            st.check_data(data.as_bytes().len())?;
             let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key.as_bytes())
                 .map_err(|e| fail(format!("crypto.hmac_sha256: {e}")))?;
             mac.update(&data.as_bytes());

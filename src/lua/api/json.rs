@@ -10,9 +10,11 @@ use crate::lua::RunState;
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let json = lua.create_table()?;
+    let (parse_state, encode_state) = (Arc::clone(state), Arc::clone(state));
     json.set(
         "parse",
-        lua.create_function(|lua, text: mlua::LuaString| {
+        lua.create_function(move |lua, text: mlua::LuaString| {
+            parse_state.check_data(text.as_bytes().len())?;
             let value: serde_json::Value =
                 serde_json::from_slice(&text.as_bytes()).map_err(|e| fail(format!("json.parse: {e}")))?;
             convert::to_lua(lua, &value)
@@ -26,7 +28,9 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
                 ConvertError::TooLarge { size } => fail(format!("json.encode: the value is over {size} bytes")),
                 ConvertError::Invalid(m) => fail(format!("json.encode: {m}")),
             })?;
-            serde_json::to_string(&json).map_err(|e| fail(format!("json.encode: {e}")))
+            let text = serde_json::to_string(&json).map_err(|e| fail(format!("json.encode: {e}")))?;
+            encode_state.check_data(text.len())?;
+            Ok(text)
         })?,
     )?;
     json.set("null", Value::NULL)?;

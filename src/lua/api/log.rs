@@ -8,14 +8,17 @@ use mlua::{Lua, MultiValue};
 
 use crate::lua::RunState;
 
-fn join(args: &MultiValue) -> String {
-    args.iter()
+/// The arguments as one line. `__tostring` runs script code: its errors (a kill among them)
+/// propagate rather than being written around.
+fn join(args: &MultiValue) -> mlua::Result<String> {
+    let parts = args
+        .iter()
         .map(|v| match v {
-            mlua::Value::String(s) => s.to_string_lossy().to_string(),
-            other => other.to_string().unwrap_or_else(|_| other.type_name().to_string()),
+            mlua::Value::String(s) => Ok(s.to_string_lossy().to_string()),
+            other => other.to_string(),
         })
-        .collect::<Vec<_>>()
-        .join(" ")
+        .collect::<mlua::Result<Vec<_>>>()?;
+    Ok(parts.join(" "))
 }
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
@@ -26,7 +29,8 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             state.check_blocking()?;
             let kind = state.info.kind.as_str();
             let name = state.info.name.as_str();
-            let text = join(&args);
+            let text = join(&args)?;
+            state.check()?;
             match level {
                 "debug" => tracing::debug!(target: "ctx::script", kind, name, "{text}"),
                 "info" => tracing::info!(target: "ctx::script", kind, name, "{text}"),
