@@ -32,23 +32,7 @@ impl Vm {
     /// [`Vm::load_extension`].
     pub fn load_script(&self, script: &Script, global: &str) -> Result<Table, ScriptError> {
         let name = format!("@{}", self.state().info.display_path);
-        let returned: Value = match &script.code {
-            Some(code) => self
-                .lua()
-                .load(&code[..])
-                .set_name(name)
-                .set_environment(self.env().clone())
-                .set_mode(mlua::chunk::ChunkMode::Binary)
-                .call(()),
-            None => self
-                .lua()
-                .load(&script.source[..])
-                .set_name(name)
-                .set_environment(self.env().clone())
-                .set_mode(mlua::chunk::ChunkMode::Text)
-                .call(()),
-        }
-        .map_err(|e| self.classify(&e))?;
+        let returned = self.run_chunk(name, script.code.as_deref().map(|c| &c[..]), &script.source)?;
         self.extension(returned, global)
     }
 
@@ -62,26 +46,26 @@ impl Vm {
 
     /// Like [`Vm::load_extension`], from source text already in memory.
     pub fn load_extension_from(&self, source: &[u8], global: &str) -> Result<Table, ScriptError> {
-        let info = &self.state().info;
-        let name = format!("@{}", info.display_path);
-        let returned: Value = match compiled(self.lua(), &name, source) {
-            Some(code) => self
-                .lua()
-                .load(&code[..])
-                .set_name(name)
-                .set_environment(self.env().clone())
-                .set_mode(mlua::chunk::ChunkMode::Binary)
-                .call(()),
-            None => self
-                .lua()
-                .load(source)
-                .set_name(name)
-                .set_environment(self.env().clone())
-                .set_mode(mlua::chunk::ChunkMode::Text)
-                .call(()),
-        }
-        .map_err(|e| self.classify(&e))?;
+        let name = format!("@{}", self.state().info.display_path);
+        let code = compiled(self.lua(), &name, source);
+        let returned = self.run_chunk(name, code.as_deref().map(|c| &c[..]), source)?;
         self.extension(returned, global)
+    }
+
+    /// Runs a script's main chunk in the run's globals: its bytecode when it compiled, else its
+    /// text (which then reports the syntax error with its line).
+    fn run_chunk(&self, name: String, code: Option<&[u8]>, source: &[u8]) -> Result<Value, ScriptError> {
+        let (chunk, mode) = match code {
+            Some(code) => (code, mlua::chunk::ChunkMode::Binary),
+            None => (source, mlua::chunk::ChunkMode::Text),
+        };
+        self.lua()
+            .load(chunk)
+            .set_name(name)
+            .set_environment(self.env().clone())
+            .set_mode(mode)
+            .call(())
+            .map_err(|e| self.classify(&e))
     }
 
     /// The extension table: what the chunk returned if it is a table, else the global.

@@ -385,6 +385,13 @@ fn write_word_corpus(ws: &Workspace, count: usize, seed: u64) {
     }
 }
 
+/// Syncs the workspace with the binary, then opens its knowledge base in this process.
+fn synced_kb(ws: &Workspace) -> ctx::kb::Kb {
+    ws.ctx(&["sync"]).ok();
+    let config = ctx::config::Config::load(&ctx::config::locate(Some(&ws.path().join("ctx.toml")))).unwrap();
+    ctx::kb::Kb::open(std::sync::Arc::new(config)).unwrap()
+}
+
 /// One-term searches are scored in Rust (kb::term_rank); with a filter they go through FTS5's
 /// bm25(). A filter that keeps every chunk must give the same chunks with the same scores, also
 /// after a re-sync changed and deleted documents (the cached token counts are refreshed).
@@ -392,9 +399,7 @@ fn write_word_corpus(ws: &Workspace, count: usize, seed: u64) {
 fn one_term_scores_equal_fts5_bm25() {
     let ws = Workspace::new(FS_CONFIG);
     write_word_corpus(&ws, 300, 7);
-    ws.ctx(&["sync"]).ok();
-    let config = ctx::config::Config::load(&ctx::config::locate(Some(&ws.path().join("ctx.toml")))).unwrap();
-    let kb = ctx::kb::Kb::open(std::sync::Arc::new(config)).unwrap();
+    let kb = synced_kb(&ws);
     let everything = ctx::kb::store::SearchFilter { sources: None, since: Some("1970-01-01T00:00:00Z".into()) };
     let compare = |round: &str| {
         for word in ["deploy", "service", "rollback", "walrus", "replica", "nosuchword"] {
@@ -435,9 +440,7 @@ fn one_term_scores_equal_fts5_bm25() {
 fn a_search_over_its_inline_budget_is_interrupted_not_failed() {
     let ws = Workspace::new(FS_CONFIG);
     write_word_corpus(&ws, 300, 3);
-    ws.ctx(&["sync"]).ok();
-    let config = ctx::config::Config::load(&ctx::config::locate(Some(&ws.path().join("ctx.toml")))).unwrap();
-    let kb = ctx::kb::Kb::open(std::sync::Arc::new(config)).unwrap();
+    let kb = synced_kb(&ws);
     let request: ctx::types::SearchRequest = serde_json::from_value(serde_json::json!({"query": "deploy"})).unwrap();
     let out_of_time = ctx::kb::budget::within(Duration::ZERO, || kb.search(&request));
     assert!(out_of_time.is_none(), "a zero budget interrupts the query");

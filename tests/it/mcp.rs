@@ -307,17 +307,21 @@ fn serve_http(c: &Raw) -> std::net::SocketAddr {
     local
 }
 
-/// A stateless (2026-07-28) `tools/call` POST as 2026 clients send it: status, content type and
-/// body of the reply.
-fn stateless_call(c: &Raw, local: std::net::SocketAddr, body: &Value) -> (u16, String, String) {
+/// The headers and body of a stateless (2026-07-28) `tools/call` as 2026 clients send them.
+fn stateless_request(request: reqwest::RequestBuilder, body: &Value) -> reqwest::RequestBuilder {
     let name = body["params"]["name"].as_str().unwrap_or_default().to_string();
-    let request = reqwest::Client::new()
-        .post(format!("http://{local}/mcp"))
+    request
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
         .header("mcp-name", name)
-        .json(body);
+        .json(body)
+}
+
+/// A stateless (2026-07-28) `tools/call` POST as 2026 clients send it: status, content type and
+/// body of the reply.
+fn stateless_call(c: &Raw, local: std::net::SocketAddr, body: &Value) -> (u16, String, String) {
+    let request = stateless_request(reqwest::Client::new().post(format!("http://{local}/mcp")), body);
     c.runtime.block_on(async move {
         let response = request.send().await.unwrap();
         let status = response.status().as_u16();
@@ -361,13 +365,7 @@ fn the_direct_http_route_answers_exactly_like_rmcp() {
     let before = c.mcp.direct_calls();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"message": "hi"}, "_meta": meta}});
-    let put = reqwest::Client::new()
-        .put(format!("http://{local}/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo")
-        .json(&body);
+    let put = stateless_request(reqwest::Client::new().put(format!("http://{local}/mcp")), &body);
     let status = c.runtime.block_on(async move { put.send().await.unwrap().status().as_u16() });
     assert_eq!((status, c.mcp.direct_calls()), (405, before), "a PUT is not answered directly");
 }
