@@ -36,6 +36,12 @@ const RSS_GROWTH: f64 = 0.10;
 const MCP_RATIO: f64 = 0.70;
 const STDIO_RATE: f64 = 5_000.0;
 
+/// The `ctx` binary under test: the one cargo built for this bench, or `CTX_BENCH_BIN` (to
+/// measure another build of the same code, say with other profile settings).
+fn ctx_bin() -> PathBuf {
+    std::env::var_os("CTX_BENCH_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ctx")))
+}
+
 /// One wrk run's numbers.
 struct Load {
     rate: f64,
@@ -159,7 +165,7 @@ impl Server {
     fn start(config: &Path) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
         let bind = format!("127.0.0.1:{port}");
-        let child = Command::new(env!("CARGO_BIN_EXE_ctx"))
+        let child = Command::new(ctx_bin())
             .arg("--config")
             .arg(config)
             .args(["-q", "serve", "--bind", &bind])
@@ -252,7 +258,7 @@ fn mcp_call(id: u64) -> serde_json::Value {
 /// Sequential echo calls over `ctx serve mcp --stdio` (initialize once, then one call at a time).
 fn stdio_rate(config: &Path, calls: u64) -> f64 {
     use std::io::{BufRead, BufReader};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ctx"))
+    let mut child = Command::new(ctx_bin())
         .arg("--config")
         .arg(config)
         .args(["-q", "serve", "mcp", "--stdio", "--no-reload"])
