@@ -295,25 +295,15 @@ impl Store for SqliteStore {
              ORDER BY rank LIMIT ?4"
         };
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT c.id, c.document_id, c.idx, -f.rank, c.title, c.source, d.source_url, c.updated_at
+            "SELECT {CANDIDATE_COLUMNS}, -f.rank
              FROM ({ranked}) AS f
              JOIN chunks c ON c.id = f.id
              JOIN documents d ON d.id = c.document_id
              ORDER BY f.rank"
         ))?;
         let sources = filter.sources.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
-        let rows = stmt.query_map(params![fts_query, sources, filter.since, limit as i64], |r| {
-            Ok(Candidate {
-                chunk_id: r.get(0)?,
-                document_id: r.get(1)?,
-                chunk_index: r.get(2)?,
-                score: r.get(3)?,
-                title: r.get(4)?,
-                source: r.get(5)?,
-                source_url: r.get(6)?,
-                updated_at: r.get(7)?,
-            })
-        })?;
+        let rows =
+            stmt.query_map(params![fts_query, sources, filter.since, limit as i64], |r| candidate(r, r.get(7)?))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -416,30 +406,35 @@ impl Store for SqliteStore {
     }
 }
 
+/// The columns [`candidate`] reads, first in every candidate query (`c` = chunks, `d` = documents).
+const CANDIDATE_COLUMNS: &str = "c.id, c.document_id, c.idx, c.title, c.source, d.source_url, c.updated_at";
+
+fn candidate(r: &rusqlite::Row<'_>, score: f64) -> rusqlite::Result<Candidate> {
+    Ok(Candidate {
+        chunk_id: r.get(0)?,
+        document_id: r.get(1)?,
+        chunk_index: r.get(2)?,
+        score,
+        title: r.get(3)?,
+        source: r.get(4)?,
+        source_url: r.get(5)?,
+        updated_at: r.get(6)?,
+    })
+}
+
 /// The candidate rows of `(chunk id, score)` pairs, in the order given.
 fn candidates_by_id(conn: &rusqlite::Connection, ranked: &[(i64, f64)]) -> Result<Vec<Candidate>, KbError> {
     if ranked.is_empty() {
         return Ok(Vec::new());
     }
     let ids = serde_json::to_string(&ranked.iter().map(|(id, _)| id).collect::<Vec<_>>()).unwrap_or_default();
-    let mut stmt = conn.prepare_cached(
-        "SELECT c.id, c.document_id, c.idx, c.title, c.source, d.source_url, c.updated_at
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {CANDIDATE_COLUMNS}
          FROM chunks c JOIN documents d ON d.id = c.document_id
-         WHERE c.id IN (SELECT value FROM json_each(?1))",
-    )?;
+         WHERE c.id IN (SELECT value FROM json_each(?1))"
+    ))?;
     let mut rows: HashMap<i64, Candidate> = stmt
-        .query_map([ids], |r| {
-            Ok(Candidate {
-                chunk_id: r.get(0)?,
-                document_id: r.get(1)?,
-                chunk_index: r.get(2)?,
-                score: 0.0,
-                title: r.get(3)?,
-                source: r.get(4)?,
-                source_url: r.get(5)?,
-                updated_at: r.get(6)?,
-            })
-        })?
+        .query_map([ids], |r| candidate(r, 0.0))?
         .map(|row| row.map(|c| (c.chunk_id, c)))
         .collect::<Result<_, _>>()?;
     Ok(ranked.iter().filter_map(|&(id, score)| rows.remove(&id).map(|c| Candidate { score, ..c })).collect())

@@ -118,9 +118,8 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
     let guard = lua.create_function(move |_, results: MultiValue| {
         guard_state.check()?;
         // A memory error caught by pcall must stop the script too, or a loop could keep
-        // hitting the cap. Lua reports it with this exact message.
-        // Lua reports its own with this exact message; an error from a host function arrives as
-        // mlua's error value.
+        // hitting the cap. Lua reports its own with this exact message; one raised in a host
+        // function arrives as mlua's error value.
         let mut iter = results.iter();
         let out_of_memory = match (iter.next(), iter.next()) {
             (Some(Value::Boolean(false) | Value::Nil), Some(Value::String(msg))) => {

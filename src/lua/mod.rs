@@ -207,6 +207,11 @@ impl RunState {
         lock(&self.cancel).clone()
     }
 
+    /// Whether the caller asked for progress.
+    pub fn reports_progress(&self) -> bool {
+        lock(&self.progress).is_some()
+    }
+
     /// Passes a `progress(...)` call on, when the caller asked for progress.
     pub fn report(&self, progress: Progress) {
         if let Some(sink) = lock(&self.progress).as_ref() {
@@ -288,10 +293,7 @@ impl Vm {
         };
         let (lua, new_env) = build(&state).map_err(setup)?;
         let baseline = lua.used_memory();
-        let env: Table = new_env.call(()).map_err(setup)?;
-        lua.set_named_registry_value(RUN_ENV, &env).map_err(setup)?;
-        // The cap counts from here: the sandbox itself is not charged to the script.
-        lua.set_memory_limit(lua.used_memory() + limits.memory_bytes).map_err(setup)?;
+        let env = begin_run(&lua, &new_env, limits.memory_bytes).map_err(setup)?;
         BUILT.with(|b| b.set(b.get() + 1));
         Ok(Vm { lua, state, env, new_env, baseline })
     }
@@ -309,10 +311,7 @@ impl Vm {
             message: format!("{}: cannot reset the Lua sandbox: {e}", state.info.display_path),
             detail: e.to_string(),
         };
-        self.lua.set_memory_limit(0).map_err(fail)?;
-        self.env = self.new_env.call(()).map_err(fail)?;
-        self.lua.set_named_registry_value(RUN_ENV, &self.env).map_err(fail)?;
-        self.lua.set_memory_limit(self.lua.used_memory() + state.limits.memory_bytes).map_err(fail)?;
+        self.env = begin_run(&self.lua, &self.new_env, state.limits.memory_bytes).map_err(fail)?;
         Ok(())
     }
 
@@ -406,6 +405,17 @@ pub fn vms_built_on_this_thread() -> u64 {
 
 /// Registry key of the current run's globals (for `require`).
 pub(crate) const RUN_ENV: &str = "ctx.run_env";
+
+/// New globals for the next run, and its memory cap counted from here: neither the sandbox nor
+/// what an earlier run left for the collector is charged to the script.
+fn begin_run(lua: &Lua, new_env: &Function, memory_bytes: usize) -> mlua::Result<Table> {
+    // 0 lifts the last run's cap while the globals are built.
+    lua.set_memory_limit(0)?;
+    let env: Table = new_env.call(())?;
+    lua.set_named_registry_value(RUN_ENV, &env)?;
+    lua.set_memory_limit(lua.used_memory() + memory_bytes)?;
+    Ok(env)
+}
 
 fn build(state: &Arc<RunState>) -> mlua::Result<(Lua, Function)> {
     // math, utf8, coroutine and os load on first use (see guard::load_std).

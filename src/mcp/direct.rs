@@ -64,10 +64,8 @@ impl DirectRoute {
         let (parts, body) = request.into_parts();
         let bytes = match axum::body::to_bytes(body, self.max_body_bytes).await {
             Ok(bytes) => bytes,
-            // The declared length was within the limit; a body that breaks off is the client's.
-            Err(_) => {
-                return Response::builder().status(StatusCode::BAD_REQUEST).body(Body::empty()).unwrap_or_default()
-            }
+            // The declared length was within the limit, so the body broke off on the way.
+            Err(e) => return broken_body(&e.to_string()),
         };
         let Some((id, name, arguments)) = plain_call(&bytes, &parts.headers) else {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
@@ -119,6 +117,19 @@ impl tower_service::Service<Request<Body>> for DirectRoute {
         let this = self.clone();
         Box::pin(async move { Ok(this.handle(request).await) })
     }
+}
+
+/// A JSON-RPC parse error for a body that could not be read in full.
+fn broken_body(why: &str) -> Response<Body> {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {
+        "code": -32700,
+        "message": format!("the request body ended before its Content-Length ({why}); send the whole body again"),
+    }});
+    Response::builder()
+        .status(StatusCode::BAD_REQUEST)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap_or_default()
 }
 
 /// The headers of a plain stateless tool call with a body of known, allowed size.
