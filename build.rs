@@ -14,6 +14,7 @@ fn main() {
     let dir = manifest.join("schemas");
     println!("cargo:rerun-if-changed={}", dir.display());
     println!("cargo:rerun-if-changed=src/schema/bundle.rs");
+    startup_order(&manifest, &out);
 
     let mut names: Vec<String> = fs::read_dir(&dir)
         .expect("schemas/ is readable")
@@ -131,4 +132,56 @@ fn unwrap_nonzero_literals(code: &str, ty: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Release builds on Linux place the functions in `link/startup.syms` (the ones `ctx serve` runs
+/// while it starts, recorded by `scripts/startup-order`) together, ahead of the rest of `.text`.
+///
+/// The kernel maps a binary's code in 64 KB blocks around each page it touches. Spread over 15 MB
+/// of code, the start touched most blocks, and the idle server kept 11 MB of code resident; placed
+/// together, the same functions fill under 3 MB. The script augments the linker's default layout
+/// (`INSERT BEFORE .text`), which GNU ld and lld both support. A name that is not in the binary
+/// matches nothing, so a stale list costs memory, never correctness.
+///
+/// Names that keep their hash (instances of generic functions) stop matching when the compiler,
+/// the profile or Cargo.lock changes. A second section therefore collects every instance of those
+/// functions by name without the hash: when the hashes match it holds only the instances the
+/// start does not run, and when they do not it still keeps the ones it does run together.
+fn startup_order(manifest: &std::path::Path, out: &std::path::Path) {
+    let list = manifest.join("link/startup.syms");
+    println!("cargo:rerun-if-changed={}", list.display());
+    // scripts/startup-order profiles a build without it: valgrind names only functions in .text.
+    println!("cargo:rerun-if-env-changed=CTX_STARTUP_ORDER");
+    if env::var("CTX_STARTUP_ORDER").as_deref() == Ok("off") {
+        return;
+    }
+    let release = env::var("PROFILE").as_deref() == Ok("release");
+    if !release || env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return;
+    }
+    let names = fs::read_to_string(&list).unwrap_or_else(|e| panic!("read {}: {e}", list.display()));
+    let (mut exact, mut generic) = (String::new(), String::new());
+    let mut seen = std::collections::HashSet::new();
+    for name in names.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        // A cold function (`#[cold]`, or GCC's split-off parts) sits in `.text.unlikely.<name>`.
+        exact.push_str(&format!("    *(.text.{name} .text.unlikely.{name})\n"));
+        if let Some(glob) = without_hash(name).filter(|glob| seen.insert(glob.clone())) {
+            generic.push_str(&format!("    *(.text.{glob} .text.unlikely.{glob})\n"));
+        }
+    }
+    let script = format!(
+        "SECTIONS {{\n  .text.startup_order : {{\n{exact}  }}\n  .text.startup_generic : {{\n{generic}  }}\n}} INSERT BEFORE .text;\n"
+    );
+    let path = out.join("startup.ld");
+    fs::write(&path, script).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", path.display());
+}
+
+/// `_ZN…17h<16 hex digits>E…` with the hash and what follows it replaced by `*`.
+fn without_hash(name: &str) -> Option<String> {
+    let at = name.rfind("17h")?;
+    let hash = name.get(at + 3..at + 19)?;
+    let ends = name[at + 19..].starts_with('E');
+    (name.starts_with("_ZN") && ends && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| format!("{}17h*", &name[..at]))
 }
