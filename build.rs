@@ -134,22 +134,26 @@ fn unwrap_nonzero_literals(code: &str, ty: &str) -> String {
     out
 }
 
-/// Release builds on Linux place the functions in `link/startup.syms` (the ones `ctx serve` runs
-/// while it starts, recorded by `scripts/startup-order`) together, ahead of the rest of `.text`.
+/// Release builds on Linux place the functions the server runs at start (`link/startup.syms`),
+/// then those it runs to answer calls (`link/serve.syms`), ahead of the rest of `.text`. Both
+/// lists come from `scripts/startup-order`, which records them with valgrind's callgrind.
 ///
 /// The kernel maps a binary's code in 64 KB blocks around each page it touches. Spread over 15 MB
 /// of code, the start touched most blocks, and the idle server kept 11 MB of code resident; placed
 /// together, the same functions fill under 3 MB. The script augments the linker's default layout
-/// (`INSERT BEFORE .text`), which GNU ld and lld both support. A name that is not in the binary
-/// matches nothing, so a stale list costs memory, never correctness.
+/// (`INSERT BEFORE .text`), which GNU ld and lld both support (gold and mold do not: build with
+/// `CTX_STARTUP_ORDER=off` there). A name that is not in the binary matches nothing, so a stale
+/// list costs memory, never correctness.
 ///
 /// Names that keep their hash (instances of generic functions) stop matching when the compiler,
-/// the profile or Cargo.lock changes. A second section therefore collects every instance of those
+/// the profile or Cargo.lock changes. A last section therefore collects every instance of those
 /// functions by name without the hash: when the hashes match it holds only the instances the
-/// start does not run, and when they do not it still keeps the ones it does run together.
+/// lists do not name, and when they do not it still keeps the ones they name together.
 fn startup_order(manifest: &std::path::Path, out: &std::path::Path) {
-    let list = manifest.join("link/startup.syms");
-    println!("cargo:rerun-if-changed={}", list.display());
+    let lists = [("startup_order", "link/startup.syms"), ("serve_order", "link/serve.syms")];
+    for (_, list) in lists {
+        println!("cargo:rerun-if-changed={}", manifest.join(list).display());
+    }
     // scripts/startup-order profiles a build without it: valgrind names only functions in .text.
     println!("cargo:rerun-if-env-changed=CTX_STARTUP_ORDER");
     if env::var("CTX_STARTUP_ORDER").as_deref() == Ok("off") {
@@ -159,19 +163,22 @@ fn startup_order(manifest: &std::path::Path, out: &std::path::Path) {
     if !release || env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;
     }
-    let names = fs::read_to_string(&list).unwrap_or_else(|e| panic!("read {}: {e}", list.display()));
-    let (mut exact, mut generic) = (String::new(), String::new());
-    let mut seen = std::collections::HashSet::new();
-    for name in names.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-        // A cold function (`#[cold]`, or GCC's split-off parts) sits in `.text.unlikely.<name>`.
-        exact.push_str(&format!("    *(.text.{name} .text.unlikely.{name})\n"));
-        if let Some(glob) = without_hash(name).filter(|glob| seen.insert(glob.clone())) {
-            generic.push_str(&format!("    *(.text.{glob} .text.unlikely.{glob})\n"));
+    let mut script = String::from("SECTIONS {\n");
+    let (mut generic, mut seen) = (String::new(), std::collections::HashSet::new());
+    for (section, list) in lists {
+        let path = manifest.join(list);
+        let names = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        script.push_str(&format!("  .text.{section} : {{\n"));
+        for name in names.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            // A cold function (`#[cold]`, or GCC's split-off parts) sits in `.text.unlikely.<name>`.
+            script.push_str(&format!("    *(.text.{name} .text.unlikely.{name})\n"));
+            if let Some(glob) = without_hash(name).filter(|glob| seen.insert(glob.clone())) {
+                generic.push_str(&format!("    *(.text.{glob} .text.unlikely.{glob})\n"));
+            }
         }
+        script.push_str("  }\n");
     }
-    let script = format!(
-        "SECTIONS {{\n  .text.startup_order : {{\n{exact}  }}\n  .text.startup_generic : {{\n{generic}  }}\n}} INSERT BEFORE .text;\n"
-    );
+    script.push_str(&format!("  .text.generic_order : {{\n{generic}  }}\n}} INSERT BEFORE .text;\n"));
     let path = out.join("startup.ld");
     fs::write(&path, script).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", path.display());

@@ -63,6 +63,33 @@ fn release_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ctx"))
 }
 
+/// The sizes of the sections build.rs makes from `link/*.syms` (by `readelf`). When the lists are
+/// stale, the first two shrink, the last grows and the idle RSS rises.
+fn startup_layout(bin: &Path) -> String {
+    let Ok(out) = Command::new("readelf").args(["-SW"]).arg(bin).output() else {
+        return "startup order: readelf not found".to_string();
+    };
+    let sections = String::from_utf8_lossy(&out.stdout);
+    // "  [17] .text.startup_order PROGBITS  <addr> <offset> <size> ..."
+    let size = |name: &str| {
+        sections.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let at = fields.iter().position(|f| *f == name)?;
+            u64::from_str_radix(fields.get(at + 4)?, 16).ok()
+        })
+    };
+    match (size(".text.startup_order"), size(".text.serve_order"), size(".text.generic_order")) {
+        (Some(start), Some(serve), Some(generic)) => format!(
+            "startup order: {:.2} MB run at start, {:.2} MB run to serve, then {:.2} MB of other \
+             instances of their generics",
+            start as f64 / 1e6,
+            serve as f64 / 1e6,
+            generic as f64 / 1e6
+        ),
+        _ => "startup order: not in this binary (not a release build for Linux, or CTX_STARTUP_ORDER=off)".to_string(),
+    }
+}
+
 /// One wrk run's numbers.
 struct Load {
     rate: f64,
@@ -80,6 +107,7 @@ fn main() {
     println!("ctx HTTP benchmark ({cores} CPUs, load average {})", load_average());
     let wrk = find_wrk();
     println!("measuring {}", ctx_bin().display());
+    println!("{}", startup_layout(&ctx_bin()));
 
     let echo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/echo.lua")).expect("tools/echo.lua");
     let extra = "[tools.script.echo]\npath = \"tools/echo.lua\"\ngreeting = \"hi\"\n";
