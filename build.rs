@@ -7,6 +7,8 @@ use std::{env, fs, path::PathBuf};
 
 #[path = "src/schema/bundle.rs"]
 mod bundle;
+#[path = "link/script.rs"]
+mod link_script;
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -14,6 +16,7 @@ fn main() {
     let dir = manifest.join("schemas");
     println!("cargo:rerun-if-changed={}", dir.display());
     println!("cargo:rerun-if-changed=src/schema/bundle.rs");
+    println!("cargo:rerun-if-changed=link/script.rs");
     startup_order(&manifest, &out);
 
     let mut names: Vec<String> = fs::read_dir(&dir)
@@ -163,32 +166,16 @@ fn startup_order(manifest: &std::path::Path, out: &std::path::Path) {
     if !release || env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;
     }
-    let mut script = String::from("SECTIONS {\n");
-    let (mut generic, mut seen) = (String::new(), std::collections::HashSet::new());
-    for (section, list) in lists {
-        let path = manifest.join(list);
-        let names = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-        script.push_str(&format!("  .text.{section} : {{\n"));
-        for name in names.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-            // A cold function (`#[cold]`, or GCC's split-off parts) sits in `.text.unlikely.<name>`.
-            script.push_str(&format!("    *(.text.{name} .text.unlikely.{name})\n"));
-            if let Some(glob) = without_hash(name).filter(|glob| seen.insert(glob.clone())) {
-                generic.push_str(&format!("    *(.text.{glob} .text.unlikely.{glob})\n"));
-            }
-        }
-        script.push_str("  }\n");
-    }
-    script.push_str(&format!("  .text.generic_order : {{\n{generic}  }}\n}} INSERT BEFORE .text;\n"));
+    let texts: Vec<(&str, String)> = lists
+        .iter()
+        .map(|(section, list)| {
+            let path = manifest.join(list);
+            (*section, fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display())))
+        })
+        .collect();
+    let texts: Vec<(&str, &str)> = texts.iter().map(|(section, text)| (*section, text.as_str())).collect();
+    let script = link_script::linker_script(&texts);
     let path = out.join("startup.ld");
     fs::write(&path, script).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", path.display());
-}
-
-/// `_ZN…17h<16 hex digits>E…` with the hash and what follows it replaced by `*`.
-fn without_hash(name: &str) -> Option<String> {
-    let at = name.rfind("17h")?;
-    let hash = name.get(at + 3..at + 19)?;
-    let ends = name[at + 19..].starts_with('E');
-    (name.starts_with("_ZN") && ends && hash.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| format!("{}17h*", &name[..at]))
 }

@@ -7,6 +7,7 @@ mod clients;
 mod common;
 mod http;
 mod kb;
+mod link_order;
 mod mcp;
 mod sandbox;
 mod schemas;
