@@ -159,7 +159,7 @@ fn startup_order(manifest: &std::path::Path, out: &std::path::Path) {
     }
     // scripts/startup-order profiles a build without it: valgrind names only functions in .text.
     println!("cargo:rerun-if-env-changed=CTX_STARTUP_ORDER");
-    if env::var("CTX_STARTUP_ORDER").as_deref() == Ok("off") {
+    if matches!(env::var("CTX_STARTUP_ORDER").as_deref(), Ok("off" | "0" | "false")) {
         return;
     }
     let release = env::var("PROFILE").as_deref() == Ok("release");

@@ -121,10 +121,12 @@ def lists(binary, start, serve, out):
             instances[RUST_HASH.sub(r"\g<1>*", parts[2].split(".llvm.")[0])] += 1
 
     at_start = executed(start, binary)
-    serving = [fn for fn in executed(serve, binary) if fn not in set(at_start)]
+    started = set(at_start)
+    serving = [fn for fn in executed(serve, binary) if fn not in started]
     for name, names in (("startup.syms", at_start), ("serve.syms", serving)):
         if len(names) < 500:
-            sys.exit(f"{start if name == 'startup.syms' else serve}: only {len(names)} functions of {binary} ran; the profile is incomplete")
+            profile = start if name == "startup.syms" else serve
+            sys.exit(f"{profile}: only {len(names)} functions of {binary} ran; the profile is incomplete")
         with open(os.path.join(out, name), "w") as file:
             file.write(HEADERS[name] + "\n" + FOOTER + "\n")
             file.writelines(line + "\n" for line in normalize(names, instances))
