@@ -18,6 +18,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/schema/bundle.rs");
     println!("cargo:rerun-if-changed=link/script.rs");
     startup_order(&manifest, &out);
+    packed_relocations();
 
     let mut names: Vec<String> = fs::read_dir(&dir)
         .expect("schemas/ is readable")
@@ -138,23 +139,16 @@ fn unwrap_nonzero_literals(code: &str, ty: &str) -> String {
 }
 
 /// Release builds on Linux place the functions the server runs at start (`link/startup.syms`),
-/// then those it runs to answer calls (`link/serve.syms`), ahead of the rest of `.text`. Both
-/// lists come from `scripts/startup-order`, which records them with valgrind's callgrind.
+/// then those it runs to answer calls (`link/serve.syms`), ahead of the rest of `.text`, with the
+/// linker script of `link/script.rs`. Both lists come from `scripts/startup-order`.
 ///
 /// The kernel maps a binary's code in 64 KB blocks around each page it touches. Spread over 15 MB
 /// of code, the start touched most blocks, and the idle server kept 11 MB of code resident; placed
-/// together, the same functions fill under 3 MB. The script augments the linker's default layout
-/// (`INSERT BEFORE .text`), which GNU ld and lld both support (gold and mold do not: build with
-/// `CTX_STARTUP_ORDER=off` there). A name that is not in the binary matches nothing, so a stale
-/// list costs memory, never correctness.
-///
-/// Names that keep their hash (instances of generic functions) stop matching when the compiler,
-/// the profile or Cargo.lock changes. A last section therefore collects every instance of those
-/// functions by name without the hash: when the hashes match it holds only the instances the
-/// lists do not name, and when they do not it still keeps the ones they name together.
+/// together, the same functions fill under 3 MB. gold and mold take no such script
+/// (`CTX_STARTUP_ORDER=off` turns it off by hand for them).
 fn startup_order(manifest: &std::path::Path, out: &std::path::Path) {
-    let lists = [("startup_order", "link/startup.syms"), ("serve_order", "link/serve.syms")];
-    for (_, list) in lists {
+    const LISTS: [&str; 2] = ["link/startup.syms", "link/serve.syms"];
+    for list in LISTS {
         println!("cargo:rerun-if-changed={}", manifest.join(list).display());
     }
     // scripts/startup-order profiles a build without it: valgrind names only functions in .text.
@@ -166,16 +160,44 @@ fn startup_order(manifest: &std::path::Path, out: &std::path::Path) {
     if !release || env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;
     }
-    let texts: Vec<(&str, String)> = lists
-        .iter()
-        .map(|(section, list)| {
-            let path = manifest.join(list);
-            (*section, fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display())))
-        })
-        .collect();
-    let texts: Vec<(&str, &str)> = texts.iter().map(|(section, text)| (*section, text.as_str())).collect();
-    let script = link_script::linker_script(&texts);
+    let flags = env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    if let Some(linker) = ["mold", "gold"].into_iter().find(|ld| flags.contains(ld)) {
+        println!(
+            "cargo:warning=startup order left out: {linker} takes no linker scripts, so the idle server \
+             maps about 8 MB more of its code (see \"Idle RSS\" in the README)"
+        );
+        return;
+    }
+    let [startup, serve] = LISTS.map(|list| {
+        let path = manifest.join(list);
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+    });
+    let script = link_script::linker_script(&[("startup_order", &startup), ("serve_order", &serve)]);
     let path = out.join("startup.ld");
     fs::write(&path, script).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", path.display());
+}
+
+/// Links the binary with relative relocations in the packed RELR form: the classic table (1.2 MB
+/// for ctx) is read in full at every start and stays resident; the packed one is a few KB.
+///
+/// The loader must know the form (glibc 2.36 or newer). lld marks the binary as needing it, so
+/// on an older glibc it would not start, with a loader error that says nothing useful. A build
+/// for the machine it runs on therefore uses RELR only when that machine's glibc has it.
+fn packed_relocations() {
+    let gnu_linux = env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux")
+        && env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu");
+    if !gnu_linux || env::var("HOST") != env::var("TARGET") {
+        return;
+    }
+    // "glibc 2.36"
+    let version = std::process::Command::new("getconf").arg("GNU_LIBC_VERSION").output().ok();
+    let version = version.map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string()).unwrap_or_default();
+    let parsed = version.strip_prefix("glibc ").and_then(|v| {
+        let (major, minor) = v.split_once('.')?;
+        Some((major.parse::<u32>().ok()?, minor.split('.').next()?.parse::<u32>().ok()?))
+    });
+    if parsed.is_some_and(|v| v >= (2, 36)) {
+        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
 }

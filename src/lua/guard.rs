@@ -6,6 +6,7 @@
 //! `pcall`, `xpcall`, `coroutine.resume` and `coroutine.close` are wrapped: after the inner call
 //! returns, a killed VM (deadline, cancel, memory cap) raises again, so no handler can swallow it.
 //! `__gc` finalizers are refused, since they would run at close time, outside the deadline.
+//! `string.find`, `match`, `gmatch` and `gsub` escalate an inline run before they match.
 //!
 //! Scripts never touch the state's own globals. Each run gets new ones from `new_env`: the
 //! sandbox's functions, plus a copy of each library table made the first time the run reads it.
@@ -18,12 +19,20 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 use super::{Kill, RunState};
 
 const WRAPPERS: &str = r##"
-local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries, seed = ...
+local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries, seed, blocking = ...
 local next, type, rawset, select, error, tostring = next, type, rawset, select, error, tostring
 -- `getmetatable("")` would hand out the shared string metatable; lock it.
 local string_mt = getmetatable("")
 string_mt.__metatable = false
 local pristine_string = string
+-- A pattern match runs in C, where the deadline hook never fires, and a pattern like ".-.-.-b"
+-- can take minutes. An inline run (on an async worker) therefore hands the call to the blocking
+-- pool before it matches anything. Each function keeps its own local, so its errors name it.
+local find, match, gmatch, gsub = string.find, string.match, string.gmatch, string.gsub
+string.find = function(...) blocking() return select(1, find(...)) end
+string.match = function(...) blocking() return select(1, match(...)) end
+string.gmatch = function(...) blocking() return select(1, gmatch(...)) end
+string.gsub = function(...) blocking() return select(1, gsub(...)) end
 -- The globals of the current run: what `load` gives a chunk when the caller names no env.
 local run_env = base
 pcall = function(f, ...) return guard(raw_pcall(f, ...)) end
@@ -150,6 +159,10 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
             globals.clone(),
             libraries,
             lua.create_function(|_, ()| Ok(seed()))?,
+            {
+                let state = Arc::clone(state);
+                lua.create_function(move |_, ()| state.check_blocking())?
+            },
         ))?;
     lua.set_named_registry_value(WRAP_COROUTINE, wrap_coroutine)?;
     Ok(new_env)
@@ -218,6 +231,8 @@ fn wrappers_bytecode() -> &'static [u8] {
         #[allow(clippy::disallowed_methods)] // a bare compiler state that never runs any code
         let lua = Lua::new_with(mlua::StdLib::NONE, mlua::LuaOptions::default()).expect("a bare Lua state");
         let function = lua.load(WRAPPERS).set_name("=sandbox").into_function().expect("the wrapper chunk compiles");
-        function.dump(true)
+        // Not stripped: the pattern wrappers need their locals' names, so that an argument error
+        // names `find` rather than `?`.
+        function.dump(false)
     })
 }

@@ -250,8 +250,19 @@ impl RunState {
         }
     }
 
+    /// How much data a host function may convert in this run: `limit`, or less in an inline run,
+    /// which escalates (through [`RunState::check_blocking`]) when the work would be larger.
+    pub fn data_limit(&self, limit: usize) -> usize {
+        if self.inline.load(Ordering::Relaxed) {
+            limit.min(INLINE_DATA)
+        } else {
+            limit
+        }
+    }
+
     /// Like [`RunState::check`], for host calls that block or have effects (network, files,
-    /// sleep, logs, the knowledge base): an inline run stops here and is escalated.
+    /// sleep, logs, the knowledge base) and for Lua's pattern matching, which the deadline hook
+    /// cannot interrupt: an inline run stops here and is escalated.
     pub fn check_blocking(&self) -> mlua::Result<()> {
         if self.inline.load(Ordering::Relaxed) {
             self.kill(Kill::Escalate);

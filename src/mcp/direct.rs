@@ -79,14 +79,15 @@ impl DirectRoute {
             Ok(output) => convert::result(&output.mcp()),
             Err(e) => convert::result(&e.mcp()),
         };
-        let body = match result.and_then(|r| {
-            serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": r}))
-                .map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
-        }) {
-            Ok(body) => body,
-            // Not reachable with results built from the schema types; rmcp words the error.
-            Err(_) => return self.forward(Request::from_parts(parts, Body::from(bytes))).await,
-        };
+        // The tool has run, so a result that cannot be written is answered here, as rmcp answers
+        // it: forwarding the request would run the tool a second time.
+        let message = result
+            .and_then(|r| serde_json::to_value(r).map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None)))
+            .map_or_else(
+                |e| json!({"jsonrpc": "2.0", "id": id, "error": e}),
+                |r| json!({"jsonrpc": "2.0", "id": id, "result": r}),
+            );
+        let body = message.to_string();
         self.answered.fetch_add(1, Ordering::Relaxed);
         Response::builder()
             .status(StatusCode::OK)
@@ -173,7 +174,8 @@ fn plain_call(body: &Bytes, headers: &HeaderMap) -> Option<(Json, String, Map<St
     if message.remove("jsonrpc")? != "2.0" || message.remove("method")? != "tools/call" || !message.is_empty() {
         return None;
     }
-    if !(id.is_string() || id.is_i64() || id.is_u64()) {
+    // rmcp's ids are strings or i64: a larger number is its to refuse.
+    if !(id.is_string() || id.is_i64()) {
         return None;
     }
     let Json::String(name) = params.remove("name")? else { return None };

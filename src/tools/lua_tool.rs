@@ -152,9 +152,7 @@ impl Tool for LuaTool {
         if env.progress.is_some() {
             return None;
         }
-        let skip = self.skip_inline.load(Ordering::Relaxed);
-        if skip > 0 {
-            self.skip_inline.store(skip - 1, Ordering::Relaxed);
+        if self.skip_inline.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
             return None;
         }
         let vm = self.vm(env.cancel.clone()).ok()?;

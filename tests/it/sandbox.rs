@@ -429,6 +429,31 @@ fn a_load_reader_cannot_swallow_the_deadline() {
 }
 
 #[test]
+fn an_inline_run_hands_pattern_matching_to_the_pool() {
+    // A match runs in C, out of the deadline hook's reach: on an async worker, a pattern such as
+    // ".-.-.-b" over a long string would hold the worker for minutes.
+    let p = probe();
+    for call in ["('abc'):find('b')", "string.match('abc', 'b')", "('abc'):gsub('b', 'c')", "string.gmatch('abc', '.')"]
+    {
+        p.file(
+            "tools/probe.lua",
+            &format!("tool = {{}}\nfunction tool.execute() pcall(function() return {call} end) end\n"),
+        );
+        let vm = Vm::new(p.info(), p.limits, CancelHandle::new()).unwrap();
+        let ext = vm.load_extension("tool").unwrap();
+        let execute = vm.function(&ext, "tool", "execute").unwrap();
+        vm.make_inline(Duration::from_secs(5));
+        assert!(vm.call(&execute, ()).is_err(), "{call} ran inline");
+        assert_eq!(vm.state().killed(), ctx::lua::Kill::Escalate, "{call}");
+    }
+    // Anywhere else they behave as in plain Lua, and their errors still name them.
+    assert_eq!(p.run("return select(2, ('abc'):find('b'))").unwrap(), json!(2));
+    assert_eq!(p.run("local n = 0 for _ in ('a b c'):gmatch('%a') do n = n + 1 end return n").unwrap(), json!(3));
+    runtime_error(p.run("return string.find('abc', {})"), "bad argument #2 to 'find' (string expected, got table)");
+    runtime_error(p.run("return ('abc'):find('[')"), "malformed pattern (missing ']')");
+}
+
+#[test]
 fn a_vm_stopped_by_a_limit_is_not_reused() {
     let p = probe();
     p.file("tools/probe.lua", "tool = {}\nfunction tool.execute() while true do end end\n");

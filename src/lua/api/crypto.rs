@@ -24,7 +24,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     crypto.set(
         "hmac_sha256",
         lua.create_function(move |_, (key, data): (mlua::LuaString, mlua::LuaString)| {
-            st.check_data(data.as_bytes().len())?;
+            st.check_data(key.as_bytes().len() + data.as_bytes().len())?;
             let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key.as_bytes())
                 .map_err(|e| fail(format!("crypto.hmac_sha256: {e}")))?;
             mac.update(&data.as_bytes());

@@ -89,6 +89,8 @@ struct Body {
 }
 
 fn body_of(lua: &Lua, state: &RunState, method: &str, body: Value) -> mlua::Result<Body> {
+    // An inline run escalates before it copies or encodes the body, not after, in `perform`.
+    state.check_blocking()?;
     match body {
         Value::Nil => Ok(Body { bytes: Vec::new(), json: false }),
         Value::String(s) => Ok(Body { bytes: s.as_bytes().to_vec(), json: false }),

@@ -24,10 +24,19 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     json.set(
         "encode",
         lua.create_function(move |lua, value: Value| {
-            let json = convert::to_json(lua, &value, budget).map_err(|e| match e {
+            let wording = |e| match e {
                 ConvertError::TooLarge { size } => fail(format!("json.encode: the value is over {size} bytes")),
                 ConvertError::Invalid(m) => fail(format!("json.encode: {m}")),
-            })?;
+            };
+            // An inline run stops at its smaller limit, before the work, and escalates.
+            let limit = encode_state.data_limit(budget);
+            let json = match convert::to_json(lua, &value, limit) {
+                Err(ConvertError::TooLarge { .. }) if limit < budget => {
+                    encode_state.check_blocking()?;
+                    convert::to_json(lua, &value, budget).map_err(wording)?
+                }
+                converted => converted.map_err(wording)?,
+            };
             let text = serde_json::to_string(&json).map_err(|e| fail(format!("json.encode: {e}")))?;
             encode_state.check_data(text.len())?;
             Ok(text)
