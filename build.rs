@@ -181,9 +181,10 @@ fn startup_order(manifest: &std::path::Path, out: &std::path::Path) {
 /// Links the binary with relative relocations in the packed RELR form: the classic table (1.2 MB
 /// for ctx) is read in full at every start and stays resident; the packed one is a few KB.
 ///
-/// The loader must know the form (glibc 2.36 or newer). lld marks the binary as needing it, so
-/// on an older glibc it would not start, with a loader error that says nothing useful. A build
-/// for the machine it runs on therefore uses RELR only when that machine's glibc has it.
+/// The loader must know the form (glibc 2.36 or newer): lld marks the binary as needing the
+/// symbol version `GLIBC_ABI_DT_RELR`, so on an older glibc it would not start, with a loader
+/// error that says nothing useful. A build for the machine it runs on therefore uses RELR only
+/// when that machine's glibc has it.
 fn packed_relocations() {
     let gnu_linux = env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux")
         && env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu");

@@ -207,11 +207,6 @@ impl RunState {
         lock(&self.cancel).clone()
     }
 
-    /// Whether the caller asked for progress.
-    pub fn reports_progress(&self) -> bool {
-        lock(&self.progress).is_some()
-    }
-
     /// Passes a `progress(...)` call on, when the caller asked for progress.
     pub fn report(&self, progress: Progress) {
         if let Some(sink) = lock(&self.progress).as_ref() {

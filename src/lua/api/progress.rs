@@ -11,12 +11,9 @@ use crate::lua::{Progress, RunState};
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let state = Arc::clone(state);
     let progress = lua.create_function(move |_, (done, total, message): (f64, Option<f64>, Option<String>)| {
-        // Without a sink the call has no effect, so an inline run need not leave the worker.
-        if state.reports_progress() {
-            state.check_blocking()?;
-        } else {
-            state.check()?;
-        }
+        // Never blocks: a call that asked for progress does not run inline (lua_tool::run_inline),
+        // and without a sink this is a no-op.
+        state.check()?;
         if !done.is_finite() || total.is_some_and(|t| !t.is_finite()) {
             return Err(fail("progress: expected finite numbers (done, total?, message?)"));
         }
