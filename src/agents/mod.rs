@@ -121,7 +121,8 @@ pub fn load(
     }
     let mut scripted: Vec<AgentRef> = Vec::new();
     for section in config.scripts_of(ScriptKind::Agent) {
-        match LuaAgent::load(section) {
+        let owned = (*section).clone();
+        match crate::lua::watchdog::bounded(&section.display_path, section.timeout, move || LuaAgent::load(&owned)) {
             Ok(agent) => scripted.push(Arc::new(agent)),
             Err(message) => {
                 tracing::warn!(agent = %section.name, "{message}");

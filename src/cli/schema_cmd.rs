@@ -100,7 +100,12 @@ fn referenced_files(config: &Config) -> Vec<String> {
             problems.push(format!("{section}.{}.path: script {:?} does not exist", script.name, script.display_path));
         } else if script.kind == config::ScriptKind::Tool {
             // Checked below with the registry's own loader (metadata, names, parameters).
-        } else if let Err(e) = load_script(script) {
+        } else if let Err(e) = {
+            let owned = script.clone();
+            crate::lua::watchdog::bounded(&script.display_path, script.timeout, move || {
+                load_script(&owned).map_err(|e| e.to_string())
+            })
+        } {
             problems.push(format!("{section}.{}: {e}", script.name));
         }
     }

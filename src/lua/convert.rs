@@ -192,3 +192,111 @@ pub fn to_lua(lua: &Lua, value: &Json) -> mlua::Result<Value> {
         }
     })
 }
+
+/// Parses JSON text straight into Lua values, with no JSON tree in between: every table and
+/// string is allocated by Lua and so counted against the run's memory cap as it is built (a
+/// `serde_json::Value` of a 28 MiB array took 1.1 GiB outside the cap). `check` runs every few
+/// thousand values, so the deadline holds however large the text.
+pub fn parse_to_lua(lua: &Lua, text: &[u8], check: &dyn Fn() -> mlua::Result<()>) -> mlua::Result<Value> {
+    use serde::de::DeserializeSeed;
+    let stash = std::cell::RefCell::new(None);
+    let seed = Seed { lua, check, stash: &stash, count: &std::cell::Cell::new(0) };
+    let mut reader = serde_json::Deserializer::from_slice(text);
+    let parsed = seed.deserialize(&mut reader).and_then(|value| reader.end().map(|_| value));
+    match (parsed, stash.into_inner()) {
+        (_, Some(lua_error)) => Err(lua_error),
+        (Ok(value), None) => Ok(value),
+        (Err(e), None) => Err(mlua::Error::RuntimeError(e.to_string())),
+    }
+}
+
+/// Builds one Lua value per JSON value. A Lua error (the memory cap, the deadline) is kept in
+/// `stash` and the parse is stopped with a placeholder serde error.
+#[derive(Clone, Copy)]
+struct Seed<'a> {
+    lua: &'a Lua,
+    check: &'a dyn Fn() -> mlua::Result<()>,
+    stash: &'a std::cell::RefCell<Option<mlua::Error>>,
+    count: &'a std::cell::Cell<u32>,
+}
+
+/// Values between two calls of the check.
+const VALUES_PER_CHECK: u32 = 4096;
+
+impl Seed<'_> {
+    fn lua<T, E: serde::de::Error>(&self, result: mlua::Result<T>) -> Result<T, E> {
+        result.map_err(|e| {
+            *self.stash.borrow_mut() = Some(e);
+            E::custom("stopped")
+        })
+    }
+
+    fn tick<E: serde::de::Error>(&self) -> Result<(), E> {
+        let n = self.count.get().wrapping_add(1);
+        self.count.set(n);
+        if n.is_multiple_of(VALUES_PER_CHECK) {
+            self.lua((self.check)())?;
+        }
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Seed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Value, E> {
+        self.tick()?;
+        Ok(Value::Boolean(v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Value, E> {
+        self.tick()?;
+        Ok(Value::Integer(v))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
+        self.tick()?;
+        Ok(i64::try_from(v).map(Value::Integer).unwrap_or(Value::Number(v as f64)))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        self.tick()?;
+        Ok(Value::Number(v))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Value, E> {
+        self.tick()?;
+        self.lua(self.lua.create_string(v)).map(Value::String)
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
+        self.tick()?;
+        Ok(Value::NULL)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.tick()?;
+        let table = self.lua(self.lua.create_table())?;
+        let mut i = 0;
+        while let Some(item) = seq.next_element_seed(self)? {
+            i += 1;
+            self.lua(table.raw_set(i, item))?;
+        }
+        self.lua(array_metatable(self.lua).and_then(|mt| table.set_metatable(Some(mt))))?;
+        Ok(Value::Table(table))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.tick()?;
+        let table = self.lua(self.lua.create_table())?;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let key = self.lua(self.lua.create_string(key.as_ref()))?;
+            let item = map.next_value_seed(self)?;
+            self.lua(table.raw_set(key, item))?;
+        }
+        Ok(Value::Table(table))
+    }
+}

@@ -16,11 +16,12 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::{Kill, RunState};
+use super::RunState;
 
 const WRAPPERS: &str = r##"
-local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries, seed, blocking = ...
-local next, type, rawset, select, error, tostring = next, type, rawset, select, error, tostring
+local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries, seed, blocking, bound, run_count, big, big_args = ...
+local next, type, rawset, select, error, tostring, tonumber, getmetatable = next, type, rawset, select, error, tostring, tonumber, getmetatable
+local format = string.format
 -- `getmetatable("")` would hand out the shared string metatable; lock it.
 local string_mt = getmetatable("")
 string_mt.__metatable = false
@@ -33,6 +34,66 @@ string.find = function(...) blocking() return select(1, find(...)) end
 string.match = function(...) blocking() return select(1, match(...)) end
 string.gmatch = function(...) blocking() return select(1, gmatch(...)) end
 string.gsub = function(...) blocking() return select(1, gsub(...)) end
+-- C loops the hook cannot interrupt are bounded before they start (see bounds.rs for the audit).
+local rep = string.rep
+string.rep = function(s, n, sep)
+  if bound("rep", s, n, sep) then return "" end
+  return (rep(s, n, sep))
+end
+local move, insert, remove, concat = table.move, table.insert, table.remove, table.concat
+table.move = function(a1, f, e, ...)
+  bound("move", f, e)
+  return (move(a1, f, e, ...))
+end
+table.concat = function(t, sep, i, j)
+  -- A metatable's __index (a C function, say) can make every index exist; plain tables stop at
+  -- their first missing element.
+  if type(t) == "table" and getmetatable(t) ~= nil then bound("move", i or 1, j or #t) end
+  return (concat(t, sep, i, j))
+end
+local function position(value, arg, name)
+  local n = tonumber(value)
+  if n == nil then
+    error(format("bad argument #%d to '%s' (number expected, got %s)", arg, name, type(value)), 3)
+  elseif n % 1 ~= 0 then
+    error(format("bad argument #%d to '%s' (number has no integer representation)", arg, name), 3)
+  end
+  return n // 1
+end
+-- With a metatable, `#t` comes from __len (math.maxinteger, say) and every step may call
+-- metamethods: the same work in Lua, where the hook governs each step. Plain tables stay in C.
+table.insert = function(t, ...)
+  if type(t) ~= "table" or getmetatable(t) == nil then return select(1, insert(t, ...)) end
+  local n = select("#", ...)
+  local e = #t + 1
+  if n == 1 then
+    t[e] = ...
+    return
+  elseif n ~= 2 then
+    error("wrong number of arguments to 'insert'", 2)
+  end
+  local pos, value = ...
+  pos = position(pos, 2, "insert")
+  if pos < 1 or pos > e then error("bad argument #2 to 'insert' (position out of bounds)", 2) end
+  for i = e, pos + 1, -1 do t[i] = t[i - 1] end
+  t[pos] = value
+end
+table.remove = function(t, ...)
+  if type(t) ~= "table" or getmetatable(t) == nil then return (remove(t, ...)) end
+  local size = #t
+  local pos = size
+  if select("#", ...) > 0 and (...) ~= nil then pos = position((...), 2, "remove") end
+  if pos ~= size and (pos < 1 or pos > size + 1) then
+    error("bad argument #2 to 'remove' (position out of bounds)", 2)
+  end
+  local result = t[pos]
+  while pos < size do
+    t[pos] = t[pos + 1]
+    pos = pos + 1
+  end
+  t[pos] = nil
+  return result
+end
 -- The globals of the current run: what `load` gives a chunk when the caller names no env.
 local run_env = base
 pcall = function(f, ...) return guard(raw_pcall(f, ...)) end
@@ -56,6 +117,7 @@ load = function(...)
   if mode ~= nil and mode ~= "t" then
     error("load: only text chunks are allowed (mode \"t\")", 2)
   end
+  if type(chunk) == "string" then bound("load", chunk) end
   -- A reader function runs inside load, which catches its errors: re-raise a kill.
   if select("#", ...) >= 4 then return guard(raw_load(chunk, name, "t", env)) end
   return guard(raw_load(chunk, name, "t", run_env))
@@ -66,6 +128,9 @@ collectgarbage = function(opt, ...)
   if not allowed_gc[opt] then
     error("collectgarbage: option '" .. tostring(opt) .. "' is not allowed in the sandbox", 2)
   end
+  -- Counted from the start of the run, so a run learns nothing of what earlier runs of a
+  -- reused VM did.
+  if opt == "count" then return run_count() end
   return raw_collect(opt, ...)
 end
 -- Applied to the coroutine library when a script first touches it.
@@ -107,10 +172,16 @@ local function new_env()
   run_env = env
   return env
 end
-return wrap_coroutine, new_env
+-- Functions whose one call can do a lot of work look at the deadline first when given a lot.
+local rawlen = rawlen
+local function wrap_sized(lib, source)
+  raw_load(source, "=sandbox", "t", { lib = lib, big = big, big_args = big_args, type = type, rawlen = rawlen, select = select })()
+end
+return wrap_coroutine, new_env, wrap_sized
 "##;
 
 const WRAP_COROUTINE: &str = "ctx.guard.wrap_coroutine";
+const WRAP_SIZED: &str = "ctx.guard.wrap_sized";
 
 /// Curates the state's globals (the sandbox base, never seen by scripts) and returns the function
 /// that makes a run's globals.
@@ -138,7 +209,7 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
             _ => false,
         };
         if out_of_memory {
-            guard_state.kill(Kill::Memory);
+            guard_state.out_of_memory();
             guard_state.check()?;
         }
         Ok(results)
@@ -147,7 +218,8 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
     for name in ["string", "table"].iter().chain(LAZY_STD.iter()).chain(super::api::NAMES.iter()) {
         libraries.raw_set(*name, true)?;
     }
-    let (wrap_coroutine, new_env): (Function, Function) =
+    let (big, big_args) = super::bounds::sized_checks(lua, state)?;
+    let (wrap_coroutine, new_env, wrap_sized): (Function, Function, Function) =
         lua.load(wrappers_bytecode()).set_name("=sandbox").set_mode(mlua::chunk::ChunkMode::Binary).call((
             guard,
             globals.get::<Value>("pcall")?,
@@ -163,8 +235,20 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
                 let state = Arc::clone(state);
                 lua.create_function(move |_, ()| state.check_blocking())?
             },
+            super::bounds::checker(lua, state)?,
+            {
+                let state = Arc::clone(state);
+                lua.create_function(move |lua, ()| Ok(state.run_memory(lua) as f64 / 1024.0))?
+            },
+            big,
+            big_args,
         ))?;
     lua.set_named_registry_value(WRAP_COROUTINE, wrap_coroutine)?;
+    for library in ["string", "table", "_G"] {
+        let table: Table = if library == "_G" { globals.clone() } else { globals.get(library)? };
+        wrap_sized.call::<()>((table, super::bounds::sized_wrappers(library)))?;
+    }
+    lua.set_named_registry_value(WRAP_SIZED, wrap_sized)?;
     Ok(new_env)
 }
 
@@ -178,7 +262,14 @@ pub(super) fn load_std(lua: &Lua, name: &[u8]) -> mlua::Result<bool> {
     let globals = lua.globals();
     match name {
         b"math" => lua.load_std_libs(mlua::StdLib::MATH)?,
-        b"utf8" => lua.load_std_libs(mlua::StdLib::UTF8)?,
+        b"utf8" => {
+            lua.load_std_libs(mlua::StdLib::UTF8)?;
+            let utf8: Table = globals.raw_get("utf8")?;
+            globals.raw_set("utf8", Value::Nil)?;
+            let wrap: Function = lua.named_registry_value(WRAP_SIZED)?;
+            wrap.call::<()>((&utf8, super::bounds::sized_wrappers("utf8")))?;
+            globals.raw_set("utf8", utf8)?;
+        }
         // Both are taken out of the globals before they are curated, and put back only once
         // curated: a failure half-way (the memory cap, the deadline) leaves no raw library behind.
         b"coroutine" => {

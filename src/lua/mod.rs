@@ -8,14 +8,16 @@
 //! `coroutine.resume` re-raise. Loading a script runs under the same VM and limits as running it.
 
 pub mod api;
+mod bounds;
 pub mod convert;
 mod error;
 mod guard;
 pub mod reuse;
 pub mod script;
+pub mod watchdog;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -30,8 +32,19 @@ use crate::config::{ScriptKind, ScriptSection};
 /// The most data an inline run may hand one host function (see [`RunState::check_data`]).
 const INLINE_DATA: usize = 64 * 1024;
 
-/// How often (in VM instructions) the hook checks the deadline and the cancel flag.
-const HOOK_EVERY: u32 = 1000;
+/// How often (in VM instructions) the hook checks the deadline and the cancel flag. One
+/// instruction can cost a pass over a long string (`==` on two 32 MiB strings is ~4 ms), so this
+/// bounds how far a run can get past its deadline: 256 such instructions are about 1 s. Checking
+/// every 256 instead of 1000 instructions costs a tight arithmetic loop about 8%.
+const HOOK_EVERY: u32 = 256;
+
+/// The hook interval of an inline run: short, so that an async worker is held for at most a few
+/// such instructions past the budget. Inline runs are short, so the extra checks cost little.
+const HOOK_EVERY_INLINE: u32 = 16;
+
+/// The memory an inline run may allocate before it escalates: it bounds the data any one
+/// instruction of the run can touch while it holds an async worker.
+const INLINE_MEMORY: usize = 512 * 1024;
 
 /// Resource limits of one script run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,6 +163,11 @@ pub struct RunState {
     killed: AtomicU8,
     /// The run is an inline attempt: blocking host calls and the end of its budget escalate.
     inline: AtomicBool,
+    /// The Lua state's memory limit for this run, in bytes (the state's own figure, which
+    /// mlua does not read back).
+    memory_limit: AtomicUsize,
+    /// Memory in use when the run started: what `collectgarbage("count")` counts from.
+    run_base: AtomicUsize,
 }
 
 /// One `progress(done, total?, message?)` call from a script.
@@ -173,6 +191,8 @@ impl RunState {
             progress: Mutex::new(None),
             killed: AtomicU8::new(0),
             inline: AtomicBool::new(false),
+            memory_limit: AtomicUsize::new(0),
+            run_base: AtomicUsize::new(0),
         };
         state.set_deadline(Instant::now() + limits.timeout);
         state
@@ -255,6 +275,27 @@ impl RunState {
         }
     }
 
+    /// The bytes this run may still allocate.
+    pub fn memory_left(&self, lua: &Lua) -> usize {
+        self.memory_limit.load(Ordering::Relaxed).saturating_sub(lua.used_memory())
+    }
+
+    /// The bytes in use beyond what the VM held when this run started.
+    pub fn run_memory(&self, lua: &Lua) -> usize {
+        lua.used_memory().saturating_sub(self.run_base.load(Ordering::Relaxed))
+    }
+
+    /// Whether this run is an inline attempt on an async worker.
+    pub fn is_inline(&self) -> bool {
+        self.inline.load(Ordering::Relaxed)
+    }
+
+    /// Stops the run for running out of memory: an inline run escalates (its allowance is
+    /// smaller than the real cap), any other stops with the memory error.
+    pub fn out_of_memory(&self) {
+        self.kill(if self.is_inline() { Kill::Escalate } else { Kill::Memory });
+    }
+
     /// Like [`RunState::check`], for host calls that block or have effects (network, files,
     /// sleep, logs, the knowledge base) and for Lua's pattern matching, which the deadline hook
     /// cannot interrupt: an inline run stops here and is escalated.
@@ -284,6 +325,8 @@ pub struct Vm {
     new_env: Function,
     /// Memory in use right after the sandbox was built.
     baseline: usize,
+    /// The hook runs at the inline interval (the last run was inline).
+    inline_hook: bool,
 }
 
 /// The most memory a finished run may leave behind for its VM to be reused.
@@ -299,9 +342,9 @@ impl Vm {
         };
         let (lua, new_env) = build(&state).map_err(setup)?;
         let baseline = lua.used_memory();
-        let env = begin_run(&lua, &new_env, limits.memory_bytes).map_err(setup)?;
+        let env = begin_run(&lua, &new_env, &state).map_err(setup)?;
         BUILT.with(|b| b.set(b.get() + 1));
-        Ok(Vm { lua, state, env, new_env, baseline })
+        Ok(Vm { lua, state, env, new_env, baseline, inline_hook: false })
     }
 
     /// Readies a VM whose last run has finished for a new run of the same script: a new
@@ -317,16 +360,36 @@ impl Vm {
             message: format!("{}: cannot reset the Lua sandbox: {e}", state.info.display_path),
             detail: e.to_string(),
         };
-        self.env = begin_run(&self.lua, &self.new_env, state.limits.memory_bytes).map_err(fail)?;
+        if self.inline_hook {
+            set_hook(&self.lua, &self.state, HOOK_EVERY).map_err(fail)?;
+            self.inline_hook = false;
+        }
+        self.env = begin_run(&self.lua, &self.new_env, &self.state).map_err(fail)?;
         Ok(())
+    }
+
+    /// Collects what the last run left, so the next run of this VM starts from the same
+    /// baseline as a fresh one and cannot measure its predecessor (see [`reuse::put`]).
+    pub(crate) fn collect(&self) {
+        let _ = self.lua.set_memory_limit(0);
+        let _ = self.lua.gc_collect();
     }
 
     /// Makes this run an inline attempt of at most `budget`: the first host call that blocks or
     /// has effects, or the end of the budget, stops it with [`Kill::Escalate`].
-    pub fn make_inline(&self, budget: Duration) {
+    pub fn make_inline(&mut self, budget: Duration) {
         self.state.inline.store(true, Ordering::SeqCst);
         let at = (Instant::now() + budget).min(self.state.deadline());
         self.state.set_deadline(at);
+        // A smaller allowance and a tighter hook bound what one instruction or library call can
+        // do while the run holds an async worker; running into either escalates.
+        let limit = self.lua.used_memory() + INLINE_MEMORY.min(self.state.limits.memory_bytes);
+        if self.lua.set_memory_limit(limit).is_ok() {
+            self.state.memory_limit.store(limit, Ordering::Relaxed);
+        }
+        if set_hook(&self.lua, &self.state, HOOK_EVERY_INLINE).is_ok() {
+            self.inline_hook = true;
+        }
     }
 
     /// Whether the VM may serve another run: the last one was not stopped by a limit or a
@@ -366,7 +429,10 @@ impl Vm {
             Kill::None => {}
         }
         if is_memory_error(err) {
-            self.state.kill(Kill::Memory);
+            self.state.out_of_memory();
+            if self.state.killed() == Kill::Escalate {
+                return ScriptError::Cancelled { what };
+            }
             return ScriptError::Memory { what, limit_bytes: self.state.limits.memory_bytes };
         }
         let message = sanitize(err, &self.state.info);
@@ -414,13 +480,25 @@ pub(crate) const RUN_ENV: &str = "ctx.run_env";
 
 /// New globals for the next run, and its memory cap counted from here: neither the sandbox nor
 /// what an earlier run left for the collector is charged to the script.
-fn begin_run(lua: &Lua, new_env: &Function, memory_bytes: usize) -> mlua::Result<Table> {
+fn begin_run(lua: &Lua, new_env: &Function, state: &RunState) -> mlua::Result<Table> {
     // 0 lifts the last run's cap while the globals are built.
     lua.set_memory_limit(0)?;
     let env: Table = new_env.call(())?;
     lua.set_named_registry_value(RUN_ENV, &env)?;
-    lua.set_memory_limit(lua.used_memory() + memory_bytes)?;
+    let used = lua.used_memory();
+    let limit = used + state.limits.memory_bytes;
+    lua.set_memory_limit(limit)?;
+    state.memory_limit.store(limit, Ordering::Relaxed);
+    state.run_base.store(used, Ordering::Relaxed);
     Ok(env)
+}
+
+/// Installs the deadline hook, checking every `every` instructions (in coroutines too).
+fn set_hook(lua: &Lua, state: &Arc<RunState>, every: u32) -> mlua::Result<()> {
+    let hook_state = Arc::clone(state);
+    lua.set_global_hook(HookTriggers::new().every_nth_instruction(every), move |_, _| {
+        hook_state.check().map(|_| VmState::Continue)
+    })
 }
 
 fn build(state: &Arc<RunState>) -> mlua::Result<(Lua, Function)> {
@@ -434,10 +512,7 @@ fn build(state: &Arc<RunState>) -> mlua::Result<(Lua, Function)> {
     // VM keeps that one; the collection here runs on an empty state and costs next to nothing.
     let lua = first.weak().upgrade();
     drop(first);
-    let hook_state = Arc::clone(state);
-    lua.set_global_hook(HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |_, _| {
-        hook_state.check().map(|_| VmState::Continue)
-    })?;
+    set_hook(&lua, state, HOOK_EVERY)?;
     api::register_all(&lua, state)?;
     let new_env = guard::install(&lua, state)?;
     Ok((lua, new_env))

@@ -55,6 +55,10 @@ pub fn take(
 
 /// Keeps `vm` for the next run of `key`, if it may be reused.
 pub fn put(key: ScriptKey, vm: Vm) {
+    if !matches!(vm.state().killed(), super::Kill::None | super::Kill::Escalate) {
+        return;
+    }
+    vm.collect();
     if !vm.reusable() {
         return;
     }

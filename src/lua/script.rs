@@ -55,6 +55,7 @@ impl Vm {
     /// Runs a script's main chunk in the run's globals: its bytecode when it compiled, else its
     /// text (which then reports the syntax error with its line).
     fn run_chunk(&self, name: String, code: Option<&[u8]>, source: &[u8]) -> Result<Value, ScriptError> {
+        let _running = super::bounds::enter(self.state());
         let (chunk, mode) = match code {
             Some(code) => (code, mlua::chunk::ChunkMode::Binary),
             None => (source, mlua::chunk::ChunkMode::Text),
@@ -129,6 +130,7 @@ impl Vm {
 
     /// Calls a script function under the VM's limits.
     pub fn call(&self, function: &Function, args: impl IntoLuaMulti) -> Result<Value, ScriptError> {
+        let _running = super::bounds::enter(self.state());
         function.call::<Value>(args).map_err(|e| self.classify(&e))
     }
 }

@@ -148,6 +148,10 @@ impl Tool for LuaTool {
         result
     }
 
+    fn deadline(&self) -> Option<std::time::Duration> {
+        Some(self.limits.timeout)
+    }
+
     fn run_inline(&self, params: &Json, env: &CallEnv<'_>) -> Option<Result<Output, CallError>> {
         if env.progress.is_some() {
             return None;
@@ -155,7 +159,7 @@ impl Tool for LuaTool {
         if self.skip_inline.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
             return None;
         }
-        let vm = self.vm(env.cancel.clone()).ok()?;
+        let mut vm = self.vm(env.cancel.clone()).ok()?;
         vm.make_inline(INLINE_BUDGET);
         let result = self.execute(&vm, params.clone(), env);
         let escalated = vm.state().killed() == Kill::Escalate;

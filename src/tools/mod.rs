@@ -10,6 +10,7 @@ mod output;
 pub mod params;
 mod registry;
 pub mod reload;
+pub mod stuck;
 
 use std::sync::Arc;
 
@@ -77,6 +78,11 @@ pub trait Tool: Send + Sync {
     /// Tries the call on the calling (async) thread, where nothing may block. `None` means it
     /// could not finish there without blocking and nothing visible happened: use [`Tool::run`].
     fn run_inline(&self, _params: &Json, _env: &CallEnv<'_>) -> Option<Result<Output, CallError>> {
+        None
+    }
+    /// How long a call may run, when the tool enforces a limit: a call still running this long
+    /// plus [`stuck::GRACE`] after it started is abandoned (see [`stuck`]).
+    fn deadline(&self) -> Option<std::time::Duration> {
         None
     }
 }

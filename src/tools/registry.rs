@@ -10,11 +10,11 @@ use std::time::Instant;
 use serde_json::Value as Json;
 
 use super::lua_tool::LuaTool;
-use super::{builtin, CallEnv, CallError, Output, ToolRef, ToolSpec, BUILTINS};
+use super::{builtin, stuck, CallEnv, CallError, Output, ToolRef, ToolSpec, BUILTINS};
 use crate::agents::{self, AgentRef, AgentSpec};
 use crate::config::{Config, ScriptKind, ScriptSection};
 use crate::kb::Kb;
-use crate::lua::{CancelHandle, ProgressSink};
+use crate::lua::{watchdog, CancelHandle, ProgressSink};
 use crate::types::{AgentPrompt, AgentsList, LoadProblem, LoadProblemKind, ToolsList};
 
 /// Who is calling, and how to reach them while the tool runs.
@@ -212,7 +212,9 @@ fn load_lua(sections: &[&ScriptSection], previous: Option<&Registry>) -> (Vec<To
     for section in sections {
         let problem =
             |message: String| LoadProblem { kind: LoadProblemKind::Tool, name: section.name.clone(), message };
-        let tool: ToolRef = match LuaTool::load(section) {
+        let owned = (*section).clone();
+        let loaded = watchdog::bounded(&section.display_path, section.timeout, move || LuaTool::load(&owned));
+        let tool: ToolRef = match loaded {
             Ok(tool) => Arc::new(tool),
             Err(message) => {
                 tracing::warn!(tool = %section.name, "{message}");
@@ -285,6 +287,14 @@ impl Tools {
                 return result;
             }
         };
+        if let Some(run) = stuck::quarantined(stuck::identity(&tool)) {
+            let result = Err(CallError::Unavailable(format!(
+                "tool '{name}' is quarantined: a call {:.0} s ago overran its deadline inside a library call and is still running; ctx refuses new calls of this tool until that call ends or its script is edited (the server log has the details)",
+                run.since.elapsed().as_secs_f64()
+            )));
+            log_call(&name, &options, started, &result);
+            return result;
+        }
         let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             tool.run_inline(&params, &registry.env(&options))
         }));
@@ -292,8 +302,24 @@ impl Tools {
             Ok(Some(result)) => result,
             Ok(None) => {
                 let cancel = CancelOnDrop(Some(options.cancel.clone()));
-                let (reg, opts) = (Arc::clone(&registry), options.clone());
-                let joined = tokio::task::spawn_blocking(move || reg.run(&tool, params, &opts)).await;
+                let deadline = tool.deadline();
+                let watch = stuck::Watch::new(stuck::identity(&tool));
+                let (reg, opts, on_thread) = (Arc::clone(&registry), options.clone(), watch.clone());
+                let mut task = tokio::task::spawn_blocking(move || {
+                    let result = reg.run(&tool, params, &opts);
+                    on_thread.finished();
+                    result
+                });
+                let joined = match watch.wait(&mut task, deadline, &name).await {
+                    Some(joined) => joined,
+                    None => {
+                        // The cancel flag stops the run at its next check, if it ever gets
+                        // there; the quarantine keeps further calls off this tool meanwhile.
+                        options.cancel.cancel();
+                        let limit = deadline.unwrap_or_default();
+                        Ok(Err(CallError::Timeout { subject: format!("tool '{name}'"), limit }))
+                    }
+                };
                 cancel.disarm();
                 joined.unwrap_or_else(|e| Err(crashed(&name, &e.to_string())))
             }

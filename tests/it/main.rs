@@ -7,6 +7,7 @@ mod clients;
 mod common;
 mod http;
 mod kb;
+mod limits;
 mod link_order;
 mod mcp;
 mod sandbox;

@@ -439,7 +439,7 @@ fn an_inline_run_hands_pattern_matching_to_the_pool() {
             "tools/probe.lua",
             &format!("tool = {{}}\nfunction tool.execute() pcall(function() return {call} end) end\n"),
         );
-        let vm = Vm::new(p.info(), p.limits, CancelHandle::new()).unwrap();
+        let mut vm = Vm::new(p.info(), p.limits, CancelHandle::new()).unwrap();
         let ext = vm.load_extension("tool").unwrap();
         let execute = vm.function(&ext, "tool", "execute").unwrap();
         vm.make_inline(Duration::from_secs(5));

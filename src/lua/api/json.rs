@@ -15,9 +15,10 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
         "parse",
         lua.create_function(move |lua, text: mlua::LuaString| {
             parse_state.check_data(text.as_bytes().len())?;
-            let value: serde_json::Value =
-                serde_json::from_slice(&text.as_bytes()).map_err(|e| fail(format!("json.parse: {e}")))?;
-            convert::to_lua(lua, &value)
+            convert::parse_to_lua(lua, &text.as_bytes(), &|| parse_state.check()).map_err(|e| match e {
+                mlua::Error::RuntimeError(m) if !m.starts_with("ctx: ") => fail(format!("json.parse: {m}")),
+                other => other,
+            })
         })?,
     )?;
     let budget = state.limits.memory_bytes;

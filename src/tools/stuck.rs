@@ -1,0 +1,172 @@
+//! The last line of defence behind the sandbox's bounds: calls that outlive their deadline.
+//!
+//! Every library call a script can make is bounded before it runs (see `lua/bounds.rs`), but
+//! that is an audit, and audits miss things. A call on the blocking pool whose tool has a
+//! deadline is therefore awaited for at most that deadline plus [`GRACE`]. Past it, the caller
+//! gets a timeout and the run is abandoned: its thread keeps the run (a thread stuck in C cannot
+//! be stopped from outside), and the tool is quarantined until that run ends or the script is
+//! reloaded, so one bad tool holds at most one thread instead of one per call. `/health` counts
+//! the abandoned runs.
+//!
+//! Measured (tests/it/limits.rs): an abandoned call answers 1 s after its deadline, and other
+//! callers, `/health` included, are not slowed, since the run never held an async worker.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::ToolRef;
+
+/// How long past its deadline a call is awaited before it is abandoned.
+pub const GRACE: Duration = Duration::from_secs(1);
+
+/// A run that was abandoned and has not ended yet.
+#[derive(Clone, Debug)]
+pub struct StuckRun {
+    pub tool: String,
+    pub since: Instant,
+}
+
+/// Abandoned runs, by the identity of the tool version they belong to.
+fn runs() -> &'static Mutex<HashMap<usize, StuckRun>> {
+    static RUNS: OnceLock<Mutex<HashMap<usize, StuckRun>>> = OnceLock::new();
+    RUNS.get_or_init(Default::default)
+}
+
+fn lock() -> std::sync::MutexGuard<'static, HashMap<usize, StuckRun>> {
+    runs().lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The identity of a tool version: a reloaded script is a new `Arc`, so it starts clean.
+pub fn identity(tool: &ToolRef) -> usize {
+    Arc::as_ptr(tool) as *const () as usize
+}
+
+/// The abandoned run of the tool version with this [`identity`], if one is still going.
+pub fn quarantined(identity: usize) -> Option<StuckRun> {
+    lock().get(&identity).cloned()
+}
+
+/// Every abandoned run still going, oldest first.
+pub fn all() -> Vec<StuckRun> {
+    let mut runs: Vec<StuckRun> = lock().values().cloned().collect();
+    runs.sort_by_key(|r| r.since);
+    runs
+}
+
+/// How one call on the blocking pool ended, shared by the caller and the thread.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    Done,
+    Abandoned,
+}
+
+/// Links one call's waiting caller with the thread running it.
+#[derive(Clone)]
+pub struct Watch {
+    phase: Arc<Mutex<Phase>>,
+    key: usize,
+}
+
+impl Watch {
+    /// Watches one call of the tool version with this [`identity`].
+    pub fn new(identity: usize) -> Watch {
+        Watch { phase: Arc::new(Mutex::new(Phase::Running)), key: identity }
+    }
+
+    /// Awaits `task` for at most `limit` plus [`GRACE`] (forever without a limit). `None`: the
+    /// run was abandoned, and the tool is quarantined until it ends.
+    pub async fn wait<T>(
+        &self,
+        task: &mut tokio::task::JoinHandle<T>,
+        limit: Option<Duration>,
+        tool: &str,
+    ) -> Option<Result<T, tokio::task::JoinError>> {
+        let Some(limit) = limit else { return Some(task.await) };
+        match tokio::time::timeout(limit + GRACE, &mut *task).await {
+            Ok(joined) => Some(joined),
+            // The run ended just now: its result is on its way.
+            Err(_) if !self.abandon(tool) => Some(task.await),
+            Err(_) => None,
+        }
+    }
+
+    /// Called by the thread when the run ends, however late: lifts the quarantine it caused.
+    pub fn finished(&self) {
+        let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        if *phase == Phase::Abandoned {
+            if let Some(run) = lock().remove(&self.key) {
+                tracing::warn!(
+                    tool = %run.tool,
+                    "an abandoned call finally ended after {:.1} s; the tool takes calls again",
+                    run.since.elapsed().as_secs_f64()
+                );
+            }
+        }
+        *phase = Phase::Done;
+    }
+
+    /// Called by the caller when it stops waiting. Returns false if the run ended meanwhile (its
+    /// result is then about to arrive and should be awaited).
+    fn abandon(&self, tool: &str) -> bool {
+        let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        if *phase == Phase::Done {
+            return false;
+        }
+        *phase = Phase::Abandoned;
+        lock().insert(self.key, StuckRun { tool: tool.to_string(), since: Instant::now() });
+        tracing::error!(
+            tool,
+            "a call overran its deadline by more than {} s without stopping (stuck in a library call); the caller got a timeout and the tool is quarantined until that call ends or its script changes",
+            GRACE.as_secs()
+        );
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run that ignores its deadline (as a thread stuck in C would) is abandoned at deadline
+    /// plus grace, quarantines its tool while it runs, and lifts the quarantine when it ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_past_its_deadline_is_abandoned_and_quarantines_until_it_ends() {
+        let id = 0x5eed_0001;
+        let watch = Watch::new(id);
+        let on_thread = watch.clone();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let mut task = tokio::task::spawn_blocking(move || {
+            let _ = release_rx.recv_timeout(Duration::from_secs(30));
+            on_thread.finished();
+            "late"
+        });
+        let started = Instant::now();
+        let outcome = watch.wait(&mut task, Some(Duration::from_millis(100)), "stuck_probe").await;
+        let waited = started.elapsed();
+        assert!(outcome.is_none(), "the caller must stop waiting");
+        assert!(waited >= Duration::from_millis(1100) && waited < Duration::from_secs(10), "{waited:?}");
+        let run = quarantined(id).expect("quarantined while the run is stuck");
+        assert_eq!(run.tool, "stuck_probe");
+        assert!(all().iter().any(|r| r.tool == "stuck_probe"));
+        release_tx.send(()).unwrap();
+        assert_eq!(task.await.unwrap(), "late");
+        assert!(quarantined(id).is_none(), "the quarantine lifts when the run ends");
+    }
+
+    /// A run that ends in time is simply awaited, and leaves no trace.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_within_its_deadline_is_awaited() {
+        let id = 0x5eed_0002;
+        let watch = Watch::new(id);
+        let on_thread = watch.clone();
+        let mut task = tokio::task::spawn_blocking(move || {
+            on_thread.finished();
+            7
+        });
+        let outcome = watch.wait(&mut task, Some(Duration::from_millis(100)), "quick_probe").await;
+        assert_eq!(outcome.map(|r| r.unwrap()), Some(7));
+        assert!(quarantined(id).is_none());
+    }
+}

@@ -1,0 +1,344 @@
+//! Issue 15: no script outruns its limits. Every library function a script can reach gets its
+//! worst-case arguments under a short deadline, through a real `ctx serve`: each call must end
+//! within its deadline plus 1 s, and `/health` must keep answering while it runs.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{Workspace, BIN};
+
+/// Runs whatever Lua it is given, first inline (as every pure tool does) and, after its first
+/// blocking call or budget, on the blocking pool.
+const WORST: &str = r#"
+tool = {
+  name = "worst",
+  description = "Runs the Lua chunk it is given.",
+  parameters = { { name = "code", type = "string", required = true } },
+}
+function tool.execute(p)
+  local chunk = assert(load(p.code, "=case"))
+  return chunk()
+end
+"#;
+
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+pub struct Server {
+    child: Child,
+    pub addr: String,
+    _ws: Workspace,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `ctx serve` on 127.0.0.1:0 with the `worst` tool (and any extra config).
+pub fn serve(extra: &str, files: &[(&str, &str)]) -> Server {
+    let ws = Workspace::new(&format!(
+        "[tools.script.worst]\npath = \"tools/worst.lua\"\ntimeout = {}\nmemory_mb = 64\n{extra}",
+        TIMEOUT.as_secs()
+    ));
+    ws.write("tools/worst.lua", WORST);
+    for (path, text) in files {
+        ws.write(path, text);
+    }
+    let mut child = Command::new(BIN)
+        .current_dir(ws.path())
+        .args(["--config", "ctx.toml", "serve", "--bind", "127.0.0.1:0"])
+        .env_remove("CTX_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start ctx serve");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let addr = first
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .trim_end_matches('/')
+        .to_string();
+    Server { child, addr, _ws: ws }
+}
+
+/// One HTTP/1.1 request on a new connection; the status and the JSON body.
+pub fn request(addr: &str, method: &str, path: &str, body: Option<&Value>, timeout: Duration) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(timeout)).unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).unwrap_or_else(|e| panic!("{method} {path}: no reply within {timeout:?}: {e}"));
+    let text = String::from_utf8_lossy(&reply);
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let json = text.split_once("\r\n\r\n").and_then(|(_, b)| serde_json::from_str(b).ok()).unwrap_or(Value::Null);
+    (status, json)
+}
+
+/// Polls `/health` from its own thread and records the slowest answer.
+struct HealthWatch {
+    stop: Arc<AtomicBool>,
+    slowest: Arc<Mutex<Duration>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HealthWatch {
+    fn start(addr: &str) -> HealthWatch {
+        let (stop, slowest) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Duration::ZERO)));
+        let (s, w, addr) = (stop.clone(), slowest.clone(), addr.to_string());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let (status, _) = request(&addr, "GET", "/health", None, Duration::from_secs(10));
+                assert_eq!(status, 200, "/health must answer");
+                let took = started.elapsed();
+                let mut slowest = w.lock().unwrap();
+                *slowest = (*slowest).max(took);
+                drop(slowest);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        HealthWatch { stop, slowest, thread: Some(thread) }
+    }
+
+    /// Stops polling; the slowest `/health` answer seen.
+    fn finish(mut self) -> Duration {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().expect("the /health poller failed");
+        let slowest = *self.slowest.lock().unwrap();
+        slowest
+    }
+}
+
+/// Worst-case arguments for every curated library function whose cost is not O(1): each line is
+/// a case name and the chunk the tool runs. The sandbox's audit (src/lua/bounds.rs) lists why
+/// each one is bounded.
+const CASES: &[(&str, &str)] = &[
+    ("string.rep of an empty string, 2^63 times", r#"return #string.rep(string.rep("", 1), math.maxinteger)"#),
+    ("string.rep with an empty separator", r#"return #string.rep("", math.maxinteger, "")"#),
+    ("string.rep of a byte, 2^63 times", r#"return string.rep("x", math.maxinteger)"#),
+    ("string.rep as a method", r#"return ("ab"):rep(1 << 40)"#),
+    ("string.rep after a blocking call", r#"sleep(0) return #string.rep("", math.maxinteger)"#),
+    ("table.move over the whole integer range", r#"table.move({}, 1, math.maxinteger, 1, {}) return 1"#),
+    ("table.move after a blocking call", r#"sleep(0) table.move({}, 1, math.maxinteger, 1, {}) return 1"#),
+    ("table.move from math.mininteger", r#"table.move({}, math.mininteger, -1, 1) return 1"#),
+    (
+        "table.insert with a __len of 2^63",
+        r#"table.insert(setmetatable({}, {__len = function() return math.maxinteger - 1 end}), 1, "x")"#,
+    ),
+    (
+        "table.remove with a __len of 2^63",
+        r#"return table.remove(setmetatable({}, {__len = function() return math.maxinteger - 1 end}), 1)"#,
+    ),
+    (
+        "table.concat with a C __index and the whole range",
+        r#"return table.concat(setmetatable({}, {__index = rawlen}), "", 1, math.maxinteger)"#,
+    ),
+    (
+        "table.concat with a Lua __index and the whole range",
+        r#"return table.concat(setmetatable({}, {__index = function() return "" end}), "", 1, math.maxinteger)"#,
+    ),
+    ("table.unpack of the whole range", r##"return select("#", table.unpack({}, 1, math.maxinteger))"##),
+    (
+        "table.sort of a million references to one long NUL string",
+        r#"local s = string.rep("\0", 1 << 20) local t = {} for i = 1, 1000000 do t[i] = s end table.sort(t) return #t"#,
+    ),
+    (
+        "comparing two 16 MiB NUL strings in a loop",
+        r#"local a, b = string.rep("\0", 16 << 20), string.rep("\0", 16 << 20) while true do local _ = a < b end"#,
+    ),
+    (
+        "comparing two 16 MiB strings for equality in a loop",
+        r#"local a, b = string.rep("a", 16 << 20), string.rep("a", 16 << 20) while true do local _ = a == b end"#,
+    ),
+    ("load of a huge chunk", r#"return load(string.rep("x = 1 ", 2 << 20))"#),
+    (
+        "string.format of a huge string",
+        r#"local s = string.rep("a", 20 << 20) while true do local _ = string.format("%s%s", s, s) end"#,
+    ),
+    ("string.byte of a whole long string", r#"return string.byte(string.rep("a", 4 << 20), 1, -1)"#),
+    ("string.pack with a huge padding", r#"return string.pack("c1000000000", "")"#),
+    ("utf8.len in a loop", r#"local s = string.rep("\u{4e2d}", 8 << 20) while true do utf8.len(s) end"#),
+    ("collectgarbage step of 2^63", r#"collectgarbage("step", math.maxinteger) while true do end"#),
+    ("json.parse of a 28 MiB array", r#"local t = json.parse("[" .. string.rep("1,", 14 << 20) .. "1]") return #t"#),
+    ("a loop inside a coroutine", r#"coroutine.wrap(function() while true do end end)()"#),
+    ("pcall swallowing the timeout", r#"while true do pcall(function() while true do end end) end"#),
+    ("concatenation doubling", r#"local s = "x" while true do s = s .. s end"#),
+    ("string.find with a backtracking pattern", r#"return string.find(string.rep("a", 300000), ".-.-.-.-b")"#),
+    ("string.match with a backtracking pattern", r#"return string.match(string.rep("a", 300000), "(.-)(.-)(.-)b")"#),
+    (
+        "string.gmatch with a backtracking pattern",
+        r#"for m in string.gmatch(string.rep("a", 300000), ".-.-.-b") do end return 1"#,
+    ),
+    ("string.gsub with a backtracking pattern", r#"return string.gsub(string.rep("a", 300000), ".-.-.-b", "x")"#),
+];
+
+/// What the call answered, in one word, for the report.
+fn outcome(status: u16, body: &Value) -> String {
+    if status == 200 {
+        return "ok".into();
+    }
+    body["error"]["code"].as_str().unwrap_or("?").to_string()
+}
+
+#[test]
+fn hardening_01_every_library_call_ends_within_its_deadline_and_health_keeps_answering() {
+    let server = serve("", &[]);
+    let health = HealthWatch::start(&server.addr);
+    let mut report = Vec::new();
+    for (name, code) in CASES {
+        let started = Instant::now();
+        let (status, body) =
+            request(&server.addr, "POST", "/tools/worst", Some(&json!({ "code": code })), Duration::from_secs(30));
+        let took = started.elapsed();
+        let message = body["error"]["message"].as_str().unwrap_or_default().to_string();
+        report.push(format!("{:>6} ms  {:<14} {name}", took.as_millis(), outcome(status, &body)));
+        assert!(took < TIMEOUT + Duration::from_secs(1), "{name}: took {took:?} (deadline {TIMEOUT:?}): {body}");
+        // Ending in time by abandonment would mean the audit missed this function.
+        assert!(!message.contains("quarantined"), "{name}: {message}");
+        assert!(status == 200 || status >= 400, "{name}: {status} {body}");
+    }
+    let slowest = health.finish();
+    eprintln!("{}", report.join("\n"));
+    eprintln!("slowest /health answer: {slowest:?}");
+    assert!(slowest < Duration::from_millis(500), "/health took {slowest:?} while a case ran");
+    // No case left a run behind: /health still reports no problems.
+    let (status, body) = request(&server.addr, "GET", "/health", None, Duration::from_secs(5));
+    assert_eq!((status, body["status"].as_str()), (200, Some("ok")), "{body}");
+}
+
+#[test]
+fn hardening_01_the_issue_reproductions_are_refused_or_end_in_time() {
+    let server = serve(
+        "[tools.script.rep]\npath = \"tools/rep.lua\"\ntimeout = 2\n",
+        &[(
+            "tools/rep.lua",
+            r#"tool = { name = "rep", description = "Repeats text.", parameters = {
+                 { name = "text", type = "string", required = true }, { name = "times", type = "integer", required = true } } }
+               function tool.execute(p) return string.rep(p.text, p.times) end"#,
+        )],
+    );
+    let started = Instant::now();
+    let (status, body) = request(
+        &server.addr,
+        "POST",
+        "/tools/rep",
+        Some(&json!({"text": "", "times": i64::MAX})),
+        Duration::from_secs(10),
+    );
+    assert_eq!((status, &body["result"]), (200, &json!("")), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let (status, body) = request(
+        &server.addr,
+        "POST",
+        "/tools/rep",
+        Some(&json!({"text": "x", "times": i64::MAX})),
+        Duration::from_secs(10),
+    );
+    assert_eq!((status, &body["error"]["code"]), (500, &json!("memory_limit")), "{body}");
+    // The comparison that ran 5 s under a 2 s timeout and answered 200.
+    let compare = r#"local a, b = string.rep("\0", 16 << 20), string.rep("\0", 16 << 20)
+                     local n = 0 for i = 1, 500 do if a < b then n = n + 1 end end return n"#;
+    let started = Instant::now();
+    let (status, body) =
+        request(&server.addr, "POST", "/tools/worst", Some(&json!({ "code": compare })), Duration::from_secs(30));
+    let took = started.elapsed();
+    assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}");
+    assert_eq!(body["error"]["code"], "timeout", "{status} {body}");
+}
+
+#[test]
+fn hardening_02_a_script_that_hangs_at_load_time_does_not_stop_serve_or_check() {
+    // Top-level statements that used to spin forever in C, and one that loops in Lua.
+    let hang = r#"local _ = string.rep("", math.maxinteger) table.move({}, 1, math.maxinteger, 1, {})
+                  tool = { name = "hang", description = "x" } function tool.execute() return 1 end"#;
+    let spin = "while true do end";
+    let server = serve(
+        "[tools.script.hang]\npath = \"tools/hang.lua\"\ntimeout = 1\n[tools.script.spin]\npath = \"tools/spin.lua\"\ntimeout = 1\n",
+        &[("tools/hang.lua", hang), ("tools/spin.lua", spin)],
+    );
+    let (status, body) = request(&server.addr, "GET", "/health", None, Duration::from_secs(5));
+    assert_eq!(status, 200);
+    let problems = body["problems"].as_array().cloned().unwrap_or_default();
+    let text = serde_json::to_string(&problems).unwrap();
+    assert!(text.contains("table.move: a range of"), "{body}");
+    assert!(text.contains("spin") && text.contains("timed out"), "{body}");
+
+    let ws = Workspace::new(
+        "[tools.script.hang]\npath = \"tools/hang.lua\"\ntimeout = 1\n[tools.script.spin]\npath = \"tools/spin.lua\"\ntimeout = 1\n",
+    );
+    ws.write("tools/hang.lua", hang);
+    ws.write("tools/spin.lua", spin);
+    let started = Instant::now();
+    let run = ws.ctx(&["schema", "check"]);
+    assert_ne!(run.code(), 0, "the check must fail: {}", run.stdout());
+    assert!(started.elapsed() < Duration::from_secs(10), "schema check took {:?}", started.elapsed());
+    let out = format!("{}{}", run.stdout(), run.stderr());
+    assert!(out.contains("table.move: a range of") && out.contains("spin"), "{out}");
+}
+
+#[test]
+fn hardening_05_json_parse_counts_its_memory_against_the_cap() {
+    // A longer deadline than the other cases: a debug build takes over a second to reach the cap.
+    let server = serve(
+        "[tools.script.parse]\npath = \"tools/parse.lua\"\ntimeout = 20\n",
+        &[("tools/parse.lua", &WORST.replace("\"worst\"", "\"parse\""))],
+    );
+    let pid = server.child.id();
+    let rss = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    // A 28 MiB array: the old parser built a JSON tree outside the cap (1.1 GiB per call).
+    let code = r#"local t = json.parse("[" .. string.rep("1,", 14 << 20) .. "1]") return #t"#;
+    for _ in 0..3 {
+        let (status, body) =
+            request(&server.addr, "POST", "/tools/parse", Some(&json!({ "code": code })), Duration::from_secs(30));
+        assert_eq!(body["error"]["code"], "memory_limit", "{status} {body}");
+    }
+    let peak = rss();
+    assert!(peak < 400 << 20, "peak RSS {} MiB for three 28 MiB parses under a 64 MiB cap", peak >> 20);
+    // Within the cap, parsing works and yields real Lua values.
+    let small = r#"local t = json.parse('{"a": [1, 2.5, "x", null, true], "b": {}}')
+                   return {n = #t.a, two = t.a[2], s = t.a[3], null = t.a[4] == json.null, b = next(t.b) == nil}"#;
+    let (status, body) =
+        request(&server.addr, "POST", "/tools/worst", Some(&json!({ "code": small })), Duration::from_secs(10));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"], json!({"n": 5, "two": 2.5, "s": "x", "null": true, "b": true}));
+}
+
+#[test]
+fn hardening_14_a_reused_vm_shows_the_next_run_nothing_of_the_last() {
+    let server = serve("", &[]);
+    let count = r#"return collectgarbage("count")"#;
+    let (_, fresh) =
+        request(&server.addr, "POST", "/tools/worst", Some(&json!({ "code": count })), Duration::from_secs(10));
+    // A run that leaves a lot behind for the collector, then the same probe again (the same VM:
+    // one worker thread keeps its idle VMs).
+    for _ in 0..4 {
+        let litter = r#"local t = {} for i = 1, 20000 do t[i] = {i} end return #t"#;
+        request(&server.addr, "POST", "/tools/worst", Some(&json!({ "code": litter })), Duration::from_secs(10));
+        let (_, after) =
+            request(&server.addr, "POST", "/tools/worst", Some(&json!({ "code": count })), Duration::from_secs(10));
+        let (a, b) = (fresh["result"].as_f64().unwrap(), after["result"].as_f64().unwrap());
+        assert!((a - b).abs() < 8.0, "collectgarbage('count') was {a} KiB fresh and {b} KiB after a littering run");
+    }
+}
