@@ -394,7 +394,7 @@ fn hardening_15a_a_raised_table_reaches_rest_and_mcp_as_its_message() {
 }
 
 #[test]
-fn hardening_15a_agents_and_connectors_report_a_raised_tables_message() {
+fn hardening_15a_agents_connectors_and_the_cli_report_a_raised_tables_message() {
     let served = serve();
     let registry = served.tools.current();
     let err =
@@ -404,7 +404,16 @@ fn hardening_15a_agents_and_connectors_report_a_raised_tables_message() {
     assert_eq!(envelope["error"]["message"], "no context found", "{envelope}");
     assert_eq!(envelope["error"]["data"]["code"], "NO_CONTEXT", "{envelope}");
 
-    let ws = Workspace::new("[connectors.script.feed]\npath = \"connectors/feed.lua\"\n");
+    let ws = Workspace::new(
+        "[connectors.script.feed]\npath = \"connectors/feed.lua\"\n\n[tools.script.raise-table]\npath = \"tools/raise-table.lua\"\n",
+    );
+    let raise_table = scripts().into_iter().find(|(f, _)| *f == "raise-table.lua").unwrap().1;
+    ws.write("tools/raise-table.lua", &raise_table);
+    let run = ws.ctx(&["tool", "test", "tools/raise-table.lua", "--source", "raise-table"]);
+    assert_eq!(run.code(), 1);
+    assert_no_heap_address(&run.stderr());
+    assert!(run.stderr().contains("Jira is down"), "{}", run.stderr());
+
     ws.write(
         "connectors/feed.lua",
         "local ext = {}\nfunction ext.scan() error({ code = \"FEED_DOWN\", message = \"the feed is down\" }) end\nreturn ext\n",
