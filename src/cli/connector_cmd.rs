@@ -68,7 +68,7 @@ fn test(
     json: bool,
     globals: &Globals,
 ) -> Result<(), CliError> {
-    let (info, limits) = match source {
+    let (info, limits, max_bytes) = match source {
         Some(name) => {
             let config = Config::load(&config::locate(globals.config.as_deref()))?;
             let section = config.scripts_of(ScriptKind::Connector).find(|s| s.name == name).ok_or_else(|| {
@@ -82,12 +82,12 @@ fn test(
             let mut info = ScriptInfo::from_section(section);
             info.path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
             info.display_path = path.display().to_string();
-            (info, Limits::for_section(section))
+            (info, Limits::for_section(section), crate::connectors::lua::configured_max_bytes(&config, name))
         }
-        None => (ScriptInfo::from_path(ScriptKind::Connector, path), Limits::default_for(ScriptKind::Connector)),
+        None => (ScriptInfo::from_path(ScriptKind::Connector, path), Limits::default_for(ScriptKind::Connector), None),
     };
     let started = Instant::now();
-    let connector = LuaConnector { info, limits, cancel: CancelHandle::new() };
+    let connector = LuaConnector { info, limits, cancel: CancelHandle::new(), max_bytes };
     let mut shown = 0;
     let mut invalid = Vec::new();
     let mut sink = |event: Event| -> Result<(), String> {

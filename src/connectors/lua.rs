@@ -1,5 +1,11 @@
 //! Lua connectors: `connector.scan(config)` returns items; each is checked against
 //! `connector-item.schema.json` and streamed into sync like any other source.
+//!
+//! What `scan()` returns lives in Lua memory, under the memory cap, but a string that several
+//! items share is written once for each: 200 items sharing one 1 MiB string are 200 MiB of
+//! documents, and more in the index. So the items are first measured against the connector's
+//! `max_bytes` budget, each string counted once for every item it appears in, before anything is
+//! converted; then converting and indexing them check the script's deadline after every item.
 
 use std::sync::OnceLock;
 
@@ -7,15 +13,26 @@ use mlua::Value;
 use serde_json::Value as Json;
 
 use super::{ConnectorError, Event, Item, Sink, SkipReason};
+use crate::config::{Config, ScriptSection};
 use crate::kb::{normalize_date, unix_to_rfc3339};
-use crate::lua::{convert, CancelHandle, Limits, ScriptError, ScriptInfo, Vm};
+use crate::lua::{convert, CancelHandle, Limits, RunState, ScriptError, ScriptInfo, Vm};
 use crate::schema::{Dialect, SchemaValidator};
 
 pub struct LuaConnector {
     pub info: ScriptInfo,
     pub limits: Limits,
     pub cancel: CancelHandle,
+    /// The section's `max_bytes`; `None` for the default (see [`LuaConnector::budget`]).
+    pub max_bytes: Option<usize>,
 }
+
+/// The default `max_bytes`, in multiples of the memory cap. Items that share nothing already fit
+/// in the memory cap; twice it leaves room for the small strings items legitimately share (an
+/// author, a footer) while stopping a few large shared ones from multiplying.
+const BUDGET_PER_MEMORY_CAP: usize = 2;
+
+/// How many tables and pairs the measuring walk visits between two deadline checks.
+const CHECK_EVERY: u32 = 1024;
 
 /// What a scan produced, for `ctx connector test`.
 #[derive(Debug, Default)]
@@ -25,7 +42,23 @@ pub struct ScanCounts {
 }
 
 impl LuaConnector {
-    /// Runs `scan` and streams its items. Invalid items are skipped with a warning naming the field.
+    /// The connector of a `[connectors.script.<name>]` section, with its limits and budget.
+    pub fn for_section(config: &Config, section: &ScriptSection) -> Self {
+        LuaConnector {
+            info: ScriptInfo::from_section(section),
+            limits: Limits::for_section(section),
+            cancel: CancelHandle::new(),
+            max_bytes: configured_max_bytes(config, &section.name),
+        }
+    }
+
+    /// The most bytes of items one scan may hand to sync: `max_bytes`, or twice the memory cap.
+    pub fn budget(&self) -> usize {
+        self.max_bytes.unwrap_or(self.limits.memory_bytes.saturating_mul(BUDGET_PER_MEMORY_CAP))
+    }
+
+    /// Runs `scan` and streams its items. Invalid items are skipped with a warning naming the
+    /// field. Items over the budget fail the scan before any is streamed.
     pub fn scan(&self, sink: &mut Sink<'_>) -> Result<ScanCounts, ConnectorError> {
         let fail = |e: ScriptError| {
             tracing::info!(connector = %self.info.name, "script error detail: {}", e.detail());
@@ -44,9 +77,21 @@ impl LuaConnector {
                 returned.type_name()
             )));
         };
-        let mut counts = ScanCounts::default();
         let len = items.raw_len();
+        let deadline = |e: mlua::Error| fail(vm.classify(&e));
+        let mut meter = Meter { state: vm.state().as_ref(), budget: self.budget(), total: 0, visits: 0 };
         for i in 1..=len {
+            let value: Value = items.raw_get(i).map_err(|e| ConnectorError::Source(e.to_string()))?;
+            meter.add(&value, 0).map_err(deadline)?;
+            if meter.total > meter.budget {
+                return Err(self.over_budget(i, len));
+            }
+        }
+        let mut counts = ScanCounts::default();
+        for i in 1..=len {
+            // Converting, chunking and writing run outside Lua, where the deadline hook never
+            // fires: check it between items.
+            vm.state().check().map_err(deadline)?;
             let value: Value = items.raw_get(i).map_err(|e| ConnectorError::Source(e.to_string()))?;
             let event = match vm.result_json(&value) {
                 Ok(json) => match item_from_json(json) {
@@ -72,7 +117,74 @@ impl LuaConnector {
             };
             sink(event).map_err(ConnectorError::Sink)?;
         }
+        vm.state().check().map_err(deadline)?;
         Ok(counts)
+    }
+
+    fn over_budget(&self, item: usize, items: usize) -> ConnectorError {
+        let budget = self.budget();
+        let setting = match self.max_bytes {
+            Some(_) => format!("its max_bytes of {budget}"),
+            None => format!("its max_bytes budget of {budget} (the default: twice memory_mb)"),
+        };
+        ConnectorError::Source(format!(
+            "{}: scan() returned more than {budget} bytes of items (passed at item {item} of {items}; a string \
+             shared by several items counts once for each), over {setting}; nothing was synced. Return fewer or \
+             smaller items, or raise max_bytes in [connectors.script.{}]",
+            self.info.what(),
+            self.info.name
+        ))
+    }
+}
+
+/// The `max_bytes` of the script connector `name`, if its section sets one.
+pub fn configured_max_bytes(config: &Config, name: &str) -> Option<usize> {
+    let (_, section) = config.spec.connectors.script.iter().find(|(n, _)| n.as_str() == name)?;
+    section.max_bytes.map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Counts what items come to as JSON, charging each value as [`convert::to_json`] does, without
+/// converting anything: strings and tables count every time they are reached, so sharing
+/// multiplies them exactly as writing them would. Stops counting once past the budget.
+struct Meter<'a> {
+    state: &'a RunState,
+    budget: usize,
+    total: usize,
+    visits: u32,
+}
+
+impl Meter<'_> {
+    fn add(&mut self, value: &Value, depth: usize) -> mlua::Result<()> {
+        if self.total > self.budget {
+            return Ok(());
+        }
+        match value {
+            Value::String(s) => self.total = self.total.saturating_add(s.as_bytes().len() + 2),
+            // Deeper than conversion allows: that item is refused later, not written.
+            Value::Table(_) if depth > convert::MAX_DEPTH => {}
+            Value::Table(table) => {
+                self.total += 2;
+                for pair in table.pairs::<Value, Value>() {
+                    let (key, item) = pair?;
+                    // A shared table reached through many paths can make this walk long, with no
+                    // Lua running to fire the deadline hook.
+                    self.visits = self.visits.wrapping_add(1);
+                    if self.visits.is_multiple_of(CHECK_EVERY) {
+                        self.state.check()?;
+                    }
+                    self.add(&key, depth + 1)?;
+                    self.add(&item, depth + 1)?;
+                    if self.total > self.budget {
+                        break;
+                    }
+                }
+            }
+            Value::Integer(_) => self.total += 20,
+            Value::Number(_) => self.total += 24,
+            Value::Boolean(_) => self.total += 5,
+            _ => self.total += 4,
+        }
+        Ok(())
     }
 }
 

@@ -6,11 +6,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::{params, OptionalExtension};
 use serde_json::Value;
 
 use super::chunk::Chunk;
-use super::pool::{self, Pool};
+use super::pool::{self, Pool, Pooled};
 use super::term_rank::{self, TermRanker};
 use super::KbError;
 use crate::types;
@@ -89,6 +89,9 @@ pub trait Store: Send + Sync {
     fn known_hashes(&self, source: &str) -> Result<HashMap<String, String>, KbError>;
     /// Applies the changes in one transaction: all or nothing.
     fn apply(&self, changes: &[Change]) -> Result<(), KbError>;
+    /// Opens one transaction for many [`Writes::apply`] calls: they all land at
+    /// [`Writes::commit`], or none of them do if the session is dropped first.
+    fn begin(&self) -> Result<Box<dyn Writes + '_>, KbError>;
     /// Records the end of a sync of `source`.
     fn record_sync(&self, source: &str, error: Option<&str>) -> Result<(), KbError>;
     /// Top `limit` chunks for an FTS5 MATCH expression, filters applied before the cut.
@@ -107,6 +110,12 @@ pub trait Store: Send + Sync {
     /// Names of every source that was ever synced (cheap: one row per source).
     fn source_names(&self) -> Result<Vec<String>, KbError>;
     fn stats(&self) -> Result<Stats, KbError>;
+}
+
+/// A write session from [`Store::begin`]. It holds the database's write lock until it ends.
+pub trait Writes {
+    fn apply(&mut self, changes: &[Change]) -> Result<(), KbError>;
+    fn commit(self: Box<Self>) -> Result<(), KbError>;
 }
 
 /// Schema migrations; `PRAGMA user_version` is the number applied.
@@ -219,37 +228,17 @@ impl Store for SqliteStore {
     fn apply(&self, changes: &[Change]) -> Result<(), KbError> {
         let mut conn = self.pool.get()?;
         let tx = conn.transaction()?;
-        let mut first_new_chunk: Option<i64> = None;
-        for change in changes {
-            match change {
-                Change::Upsert(doc) => {
-                    if let Some(id) = upsert(&tx, doc)? {
-                        first_new_chunk.get_or_insert(id);
-                    }
-                }
-                Change::Delete { source, source_id } => {
-                    tx.prepare_cached(
-                        "INSERT INTO chunks_fts (chunks_fts, rowid, text, title)
-                         SELECT 'delete', c.id, c.text, c.title FROM chunks c JOIN documents d ON d.id = c.document_id
-                         WHERE d.source = ?1 AND d.source_id = ?2",
-                    )?
-                    .execute(params![source, source_id])?;
-                    tx.prepare_cached("DELETE FROM documents WHERE source = ?1 AND source_id = ?2")?
-                        .execute(params![source, source_id])?;
-                }
-            }
-        }
-        // Every chunk inserted by this transaction has an id at or above the first one (ids are
-        // max + 1 and no chunk inserted here is deleted here), so one statement indexes them all.
-        if let Some(first) = first_new_chunk {
-            tx.prepare_cached(
-                "INSERT INTO chunks_fts (rowid, text, title) SELECT id, text, title FROM chunks WHERE id >= ?1",
-            )?
-            .execute([first])?;
-        }
-        tx.prepare_cached("UPDATE store_meta SET value = value + 1 WHERE key = 'generation'")?.execute([])?;
+        write(&tx, changes)?;
         tx.commit()?;
         Ok(())
+    }
+
+    fn begin(&self) -> Result<Box<dyn Writes + '_>, KbError> {
+        let conn = self.pool.get()?;
+        // IMMEDIATE takes the write lock now, so a second writer waits here (busy_timeout)
+        // instead of failing half-way through the session.
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(Box::new(Session { conn, open: true }))
     }
 
     fn record_sync(&self, source: &str, error: Option<&str>) -> Result<(), KbError> {
@@ -440,9 +429,74 @@ fn candidates_by_id(conn: &rusqlite::Connection, ranked: &[(i64, f64)]) -> Resul
     Ok(ranked.iter().filter_map(|&(id, score)| rows.remove(&id).map(|c| Candidate { score, ..c })).collect())
 }
 
+/// The statements of one batch of changes, inside whatever transaction `tx` is in.
+fn write(tx: &rusqlite::Connection, changes: &[Change]) -> Result<(), KbError> {
+    let mut first_new_chunk: Option<i64> = None;
+    for change in changes {
+        match change {
+            Change::Upsert(doc) => {
+                if let Some(id) = upsert(tx, doc)? {
+                    first_new_chunk.get_or_insert(id);
+                }
+            }
+            Change::Delete { source, source_id } => {
+                tx.prepare_cached(
+                    "INSERT INTO chunks_fts (chunks_fts, rowid, text, title)
+                     SELECT 'delete', c.id, c.text, c.title FROM chunks c JOIN documents d ON d.id = c.document_id
+                     WHERE d.source = ?1 AND d.source_id = ?2",
+                )?
+                .execute(params![source, source_id])?;
+                tx.prepare_cached("DELETE FROM documents WHERE source = ?1 AND source_id = ?2")?
+                    .execute(params![source, source_id])?;
+            }
+        }
+    }
+    // Every chunk inserted by this call has an id at or above the first one (ids are max + 1
+    // and no chunk inserted here is deleted here), so one statement indexes them all.
+    if let Some(first) = first_new_chunk {
+        tx.prepare_cached(
+            "INSERT INTO chunks_fts (rowid, text, title) SELECT id, text, title FROM chunks WHERE id >= ?1",
+        )?
+        .execute([first])?;
+    }
+    tx.prepare_cached("UPDATE store_meta SET value = value + 1 WHERE key = 'generation'")?.execute([])?;
+    Ok(())
+}
+
+/// The SQLite [`Writes`]: a pooled connection inside `BEGIN IMMEDIATE`.
+struct Session<'a> {
+    conn: Pooled<'a>,
+    /// The transaction has not ended yet; dropping the session then rolls it back.
+    open: bool,
+}
+
+impl Writes for Session<'_> {
+    fn apply(&mut self, changes: &[Change]) -> Result<(), KbError> {
+        write(&self.conn, changes)
+    }
+
+    fn commit(mut self: Box<Self>) -> Result<(), KbError> {
+        self.conn.execute_batch("COMMIT")?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            // A failed rollback leaves the connection in its transaction; the pool then drops
+            // it instead of reusing it, and closing it rolls back.
+            if let Err(e) = self.conn.execute_batch("ROLLBACK") {
+                tracing::warn!("rolling back a sync's writes failed: {e}");
+            }
+        }
+    }
+}
+
 /// Writes a document and its chunks; returns the id of its first new chunk. The caller indexes
 /// the new chunks in FTS.
-fn upsert(tx: &Transaction<'_>, doc: &NewDocument) -> Result<Option<i64>, KbError> {
+fn upsert(tx: &rusqlite::Connection, doc: &NewDocument) -> Result<Option<i64>, KbError> {
     let existing: i64 =
         tx.prepare_cached("SELECT COUNT(*) FROM chunks WHERE document_id = ?1")?.query_row([&doc.id], |r| r.get(0))?;
     if existing > 0 {

@@ -1,9 +1,12 @@
 //! Sync: stream a connector's items into the store, incrementally, deleting what disappeared.
 //!
-//! Unchanged items (same content hash) are skipped; changed ones are re-chunked. Writes go in
-//! batches, each its own transaction, so a killed sync leaves a consistent database and the next
-//! run picks up where it stopped. Deletions happen only after a scan completed: a source that
-//! fails half-way never loses documents it did not get to see.
+//! Unchanged items (same content hash) are skipped; changed ones are re-chunked. Folders and git
+//! repositories write in batches, each its own transaction, so a killed sync leaves a consistent
+//! database and the next run picks up where it stopped. A script source writes in one
+//! transaction ([`Commit::Whole`]): its items all come from one `scan()` return, bounded by its
+//! `max_bytes`, and a script stopped half-way (its deadline, its budget) leaves the source as it
+//! was. Deletions happen only after a scan completed: a source that fails half-way never loses
+//! documents it did not get to see.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -12,7 +15,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::chunk::{chunk, ChunkSpec};
-use super::store::{Change, NewDocument, Store};
+use super::store::{Change, NewDocument, Store, Writes};
 use super::{document_id, normalize_date};
 use crate::connectors::{ConnectorError, Event, Item, Sink, SkipReason};
 
@@ -25,6 +28,44 @@ pub struct SyncOptions {
     pub full: bool,
     /// Scan and count, write nothing.
     pub dry_run: bool,
+}
+
+/// When a source's writes become visible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// Batch by batch: a sync killed half-way keeps what it wrote, and the next one resumes.
+    Batches,
+    /// All at the end of a successful sync, or nothing.
+    Whole,
+}
+
+/// Where a sync's batches go, per [`Commit`].
+struct Writer<'s> {
+    store: &'s dyn Store,
+    commit: Commit,
+    /// The open transaction of a [`Commit::Whole`] sync, begun at its first write so that the
+    /// write lock is not held while the connector scans.
+    session: Option<Box<dyn Writes + 's>>,
+}
+
+impl Writer<'_> {
+    fn apply(&mut self, changes: &[Change]) -> Result<(), super::KbError> {
+        match self.commit {
+            Commit::Batches => self.store.apply(changes),
+            Commit::Whole => {
+                if self.session.is_none() {
+                    self.session = Some(self.store.begin()?);
+                }
+                self.session.as_mut().map_or(Ok(()), |session| session.apply(changes))
+            }
+        }
+    }
+
+    /// Makes a [`Commit::Whole`] sync's writes visible (a no-op for batches). A writer dropped
+    /// without it rolls them back.
+    fn finish(&mut self) -> Result<(), super::KbError> {
+        self.session.take().map_or(Ok(()), |session| session.commit())
+    }
 }
 
 /// What one source's sync did.
@@ -55,6 +96,7 @@ pub fn sync_source(
     source: &str,
     spec: ChunkSpec,
     options: SyncOptions,
+    commit: Commit,
     scan: &mut dyn FnMut(&mut Sink<'_>) -> Result<(), ConnectorError>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> SourceSummary {
@@ -71,6 +113,7 @@ pub fn sync_source(
     let mut seen: HashSet<String> = HashSet::with_capacity(known.len());
     let mut batch: Vec<Change> = Vec::with_capacity(BATCH);
     let mut write_error: Option<String> = None;
+    let mut writer = Writer { store, commit, session: None };
 
     let scanned = {
         let mut sink = |event: Event| -> Result<(), String> {
@@ -96,7 +139,7 @@ pub fn sync_source(
                     if !options.dry_run {
                         batch.push(Change::Upsert(Box::new(to_document(source, item, hash, spec))));
                         if batch.len() >= BATCH {
-                            store.apply(&batch).map_err(|e| e.to_string())?;
+                            writer.apply(&batch).map_err(|e| e.to_string())?;
                             batch.clear();
                         }
                     }
@@ -113,8 +156,9 @@ pub fn sync_source(
         };
         scan(&mut sink)
     };
-    if !options.dry_run && !batch.is_empty() {
-        if let Err(e) = store.apply(&batch) {
+    // A failed batched sync keeps what it saw; a failed whole one keeps nothing.
+    if !options.dry_run && !batch.is_empty() && (scanned.is_ok() || commit == Commit::Batches) {
+        if let Err(e) = writer.apply(&batch) {
             write_error = Some(e.to_string());
         }
     }
@@ -128,10 +172,15 @@ pub fn sync_source(
             summary.deleted = gone.len();
             if !options.dry_run {
                 for part in gone.chunks(BATCH * 4) {
-                    if let Err(e) = store.apply(part) {
+                    if let Err(e) = writer.apply(part) {
                         write_error = Some(e.to_string());
                         break;
                     }
+                }
+            }
+            if write_error.is_none() {
+                if let Err(e) = writer.finish() {
+                    write_error = Some(e.to_string());
                 }
             }
         }
@@ -141,8 +190,16 @@ pub fn sync_source(
     if let Some(e) = write_error {
         summary.error = Some(format!("writing to the database failed: {e}"));
     }
+    // Ends an uncommitted transaction before anything else writes.
+    drop(writer);
     if summary.error.is_some() {
         summary.errors += 1;
+        if commit == Commit::Whole {
+            // The writer was dropped uncommitted: nothing of this sync was kept.
+            summary.added = 0;
+            summary.updated = 0;
+            summary.deleted = 0;
+        }
     }
     if !options.dry_run {
         if let Err(e) = store.record_sync(source, summary.error.as_deref()) {
@@ -243,18 +300,13 @@ pub fn sync_target(
                         .scripts_of(crate::config::ScriptKind::Connector)
                         .find(|s| s.name == name)
                         .ok_or_else(|| ConnectorError::Source(format!("{source} is not configured")))?;
-                    crate::connectors::lua::LuaConnector {
-                        info: crate::lua::ScriptInfo::from_section(section),
-                        limits: crate::lua::Limits::for_section(section),
-                        cancel: crate::lua::CancelHandle::new(),
-                    }
-                    .scan(sink)
-                    .map(|_| ())
+                    crate::connectors::lua::LuaConnector::for_section(&config, section).scan(sink).map(|_| ())
                 }
                 other => Err(ConnectorError::Source(format!("unknown connector type {other:?}"))),
             }
         };
-        summaries.push(sync_source(kb.store(), source, spec, options, &mut scan, progress));
+        let commit = if kind == "script" { Commit::Whole } else { Commit::Batches };
+        summaries.push(sync_source(kb.store(), source, spec, options, commit, &mut scan, progress));
     }
     Ok(summaries)
 }

@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use mlua::{Function, IntoLuaMulti, Lua, Table, Value};
+use mlua::{Function, IntoLuaMulti, Lua, MultiValue, Table, Value};
+use serde_json::Value as Json;
 
 use super::{ScriptError, Vm};
 
@@ -60,13 +61,15 @@ impl Vm {
             Some(code) => (code, mlua::chunk::ChunkMode::Binary),
             None => (source, mlua::chunk::ChunkMode::Text),
         };
-        self.lua()
+        let main = self
+            .lua()
             .load(chunk)
             .set_name(name)
             .set_environment(self.env().clone())
             .set_mode(mode)
-            .call(())
-            .map_err(|e| self.classify(&e))
+            .into_function()
+            .map_err(|e| self.classify(&e))?;
+        self.call(&main, ())
     }
 
     /// The extension table: what the chunk returned if it is a table, else the global.
@@ -129,9 +132,73 @@ impl Vm {
     }
 
     /// Calls a script function under the VM's limits.
+    ///
+    /// The call goes through the sandbox's `pcall`, so whatever the script raised arrives here as
+    /// the value it was: mlua would hand over an error table as its `tostring`, a heap address.
+    /// Every message is cut to [`ScriptError::MESSAGE_CAP`] (or `max_result_bytes`, if smaller).
     pub fn call(&self, function: &Function, args: impl IntoLuaMulti) -> Result<Value, ScriptError> {
         let _running = super::bounds::enter(self.state());
-        function.call::<Value>(args).map_err(|e| self.classify(&e))
+        let lua = self.lua();
+        let cap = ScriptError::MESSAGE_CAP.min(self.state().limits.max_result_bytes);
+        let protected = || -> mlua::Result<MultiValue> {
+            let pcall: Function = lua.globals().raw_get("pcall")?;
+            let mut call = args.into_lua_multi(lua)?;
+            call.push_front(Value::Function(function.clone()));
+            pcall.call::<MultiValue>(call)
+        };
+        // The sandbox's pcall raises again once the VM is killed, so a limit arrives as an error.
+        let mut results = protected().map_err(|e| self.classify(&e).bounded(cap))?.into_iter();
+        match (results.next(), results.next()) {
+            (Some(Value::Boolean(true)), first) => Ok(first.unwrap_or(Value::Nil)),
+            (_, raised) => Err(self.raised(raised.unwrap_or(Value::Nil), cap).bounded(cap)),
+        }
+    }
+
+    /// What `error(value)` raised, as a [`ScriptError`].
+    fn raised(&self, value: Value, cap: usize) -> ScriptError {
+        let text = match value {
+            // A host function's error, or the sandbox's own.
+            Value::Error(e) => return self.classify(&e),
+            Value::Table(table) => return self.raised_table(&table, cap),
+            // Cut before it is copied out of Lua: a script may raise a string of many MiB.
+            Value::String(s) => ScriptError::bounded_bytes(&s.as_bytes(), cap),
+            Value::Nil => String::new(),
+            Value::Boolean(b) => b.to_string(),
+            Value::Integer(i) => i.to_string(),
+            Value::Number(n) => n.to_string(),
+            other => format!("the script raised a {} as its error", other.type_name()),
+        };
+        self.classify(&mlua::Error::RuntimeError(text))
+    }
+
+    /// `error({code = "...", message = "..."})`: the message and code the table names, and the
+    /// table itself as JSON, never its address.
+    fn raised_table(&self, table: &Table, cap: usize) -> ScriptError {
+        let state = self.state();
+        let text = |key: &str| match table.raw_get::<Value>(key) {
+            Ok(Value::String(s)) => Some(s),
+            _ => None,
+        };
+        let message = match text("message") {
+            Some(s) => {
+                super::sanitize(&mlua::Error::RuntimeError(ScriptError::bounded_bytes(&s.as_bytes(), cap)), &state.info)
+            }
+            None => format!("{}: the script raised a table without a 'message' field", state.info.display_path),
+        };
+        let code = text("code").map(|s| ScriptError::bounded_bytes(&s.as_bytes(), ScriptError::CODE_CAP));
+        // The message and code count against the result limit too.
+        let used = message.len() + code.as_ref().map_or(0, String::len);
+        let budget = ScriptError::RAISED_DATA_CAP.min(state.limits.max_result_bytes.saturating_sub(used));
+        let data = match super::convert::to_json(self.lua(), &Value::Table(table.clone()), budget) {
+            Ok(json) => json,
+            Err(super::convert::ConvertError::TooLarge { .. }) => Json::String(format!(
+                "(the raised table is over the {budget} bytes of JSON that max_result_bytes leaves it; left out)"
+            )),
+            Err(super::convert::ConvertError::Invalid(why)) => {
+                Json::String(format!("(the raised table cannot be shown as JSON: {why})"))
+            }
+        };
+        ScriptError::Raised { message, code, data }
     }
 }
 

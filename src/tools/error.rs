@@ -74,9 +74,12 @@ impl CallError {
             _ => Vec::new(),
         };
         let data = match self {
-            CallError::ToolFailed { tool_code: Some(code), data, .. } => {
+            // `MCP.error(code, ...)` always has a code; a raised table may have only its data.
+            CallError::ToolFailed { tool_code, data, .. } if tool_code.is_some() || data.is_some() => {
                 let mut m = Map::new();
-                m.insert("code".into(), Json::String(code.clone()));
+                if let Some(code) = tool_code {
+                    m.insert("code".into(), Json::String(code.clone()));
+                }
                 m.insert("data".into(), data.clone().unwrap_or(Json::Null));
                 m
             }
@@ -133,7 +136,16 @@ impl CallError {
             ScriptError::Memory { limit_bytes, .. } => CallError::MemoryLimit { subject, limit_bytes },
             ScriptError::Cancelled { .. } => CallError::Cancelled { subject },
             e @ ScriptError::ResultTooLarge { .. } => CallError::ResultTooLarge(e.to_string()),
-            other => CallError::ToolFailed { message: other.to_string(), tool_code: None, data: None },
+            ScriptError::Raised { message, code, data } => {
+                CallError::ToolFailed { message, tool_code: code, data: Some(data) }
+            }
+            // Script errors arrive bounded from the Lua layer; this bounds the rest (a contract
+            // message quoting a script's text) before it reaches a client or a log line.
+            other => CallError::ToolFailed {
+                message: ScriptError::bounded_text(&other.to_string(), ScriptError::MESSAGE_CAP),
+                tool_code: None,
+                data: None,
+            },
         }
     }
 

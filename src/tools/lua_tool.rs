@@ -21,7 +21,7 @@ use crate::config::ScriptSection;
 use crate::lua::api::mcp;
 use crate::lua::reuse::{self, ScriptKey};
 use crate::lua::script::Script;
-use crate::lua::{convert, CancelHandle, Kill, Limits, ScriptInfo, Vm};
+use crate::lua::{convert, CancelHandle, Kill, Limits, ScriptError, ScriptInfo, Vm};
 use crate::schema::{Dialect, SchemaValidator};
 use crate::types;
 
@@ -173,7 +173,7 @@ impl Tool for LuaTool {
 }
 
 /// Reads what `execute` returned: an `MCP.*` helper result, a handled `{error=...}` table, or a
-/// plain value.
+/// plain value. Every text in it counts against `max_result_bytes`, like any returned value.
 fn output(vm: &Vm, tool: &str, returned: Value) -> Result<Output, CallError> {
     let fail = |e| CallError::from_script(tool, e);
     let Some(helper) = mcp::helper_result(vm.lua(), &returned) else {
@@ -182,24 +182,56 @@ fn output(vm: &Vm, tool: &str, returned: Value) -> Result<Output, CallError> {
         return Ok(if handled { Output::HandledError(value) } else { Output::Value(value) });
     };
     let field = |key: &str| helper.raw_get::<Value>(key).unwrap_or(Value::Nil);
-    let text = |key: &str| match field(key) {
+    let kind = match field("kind") {
         Value::String(s) => s.to_string_lossy(),
         _ => String::new(),
     };
-    match text("kind").as_str() {
-        "text" => Ok(Output::Text(text("text"))),
+    match kind.as_str() {
+        "text" => match vm.result_json(&field("text")).map_err(fail)? {
+            Json::String(text) => Ok(Output::Text(text)),
+            other => Ok(Output::Text(other.to_string())),
+        },
         "content" => content_blocks(vm.result_json(&field("data")).map_err(fail)?).map_err(|problem| {
             CallError::ToolFailed { message: format!("MCP.content: {problem}"), tool_code: None, data: None }
         }),
-        "error" => {
-            let data = match field("data") {
-                Value::Nil => None,
-                value => Some(vm.result_json(&value).map_err(fail)?),
-            };
-            Err(CallError::ToolFailed { message: text("message"), tool_code: Some(text("code")), data })
-        }
+        "error" => Err(helper_error(vm, tool, &field("code"), &field("message"), &field("data"))),
         _ => Ok(Output::Value(vm.result_json(&field("data")).map_err(fail)?)),
     }
+}
+
+/// `MCP.error(code, message, data)`: the code and message are cut to a bounded size (saying how
+/// long they were), and what is left of `max_result_bytes` bounds the data.
+fn helper_error(vm: &Vm, tool: &str, code: &Value, message: &Value, data: &Value) -> CallError {
+    let limit = vm.state().limits.max_result_bytes;
+    let text = |value: &Value, cap: usize| match value {
+        Value::String(s) => ScriptError::bounded_bytes(&s.as_bytes(), cap.min(limit)),
+        _ => String::new(),
+    };
+    let code = text(code, ScriptError::CODE_CAP);
+    let message = text(message, ScriptError::MESSAGE_CAP);
+    let data = match data {
+        Value::Nil => None,
+        value => {
+            let budget = limit.saturating_sub(code.len() + message.len());
+            let too_large = |size: usize| {
+                let what = format!("tool '{tool}'");
+                let size = size + code.len() + message.len();
+                CallError::from_script(tool, ScriptError::ResultTooLarge { what, size, limit })
+            };
+            match convert::to_json(vm.lua(), value, budget) {
+                Ok(json) => match serde_json::to_vec(&json).map(|v| v.len()).unwrap_or(0) {
+                    size if size > budget => return too_large(size),
+                    _ => Some(json),
+                },
+                Err(convert::ConvertError::TooLarge { size }) => return too_large(size),
+                Err(convert::ConvertError::Invalid(message)) => {
+                    let what = format!("tool '{tool}'");
+                    return CallError::from_script(tool, ScriptError::BadResult { what, message });
+                }
+            }
+        }
+    };
+    CallError::ToolFailed { message, tool_code: Some(code), data }
 }
 
 /// `MCP.content(blocks)`: an array of content blocks, each valid against `ContentBlock`.

@@ -48,10 +48,9 @@ pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
     mcp.raw_set(
         "text",
         lua.create_function(move |lua, value: Value| {
-            let s = match &value {
-                Value::String(s) => Value::String(s.clone()),
+            let s = match value {
                 Value::Nil => return Err(fail("MCP.text: expected the text to show, got nil")),
-                other => Value::String(lua.create_string(other.to_string()?)?),
+                other => scalar_text(lua, other, "MCP.text: the text")?,
             };
             text(lua, vec![("text", s)])
         })?,
@@ -61,19 +60,32 @@ pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
         "error",
         lua.create_function(move |lua, (code, message, data): (Value, Value, Value)| {
             let code = match code {
-                Value::String(s) => Value::String(s),
                 Value::Nil => return Err(fail("MCP.error: expected (code, message, data?), got no code")),
-                other => Value::String(lua.create_string(other.to_string()?)?),
+                other => scalar_text(lua, other, "MCP.error: the code")?,
             };
             let message = match message {
-                Value::String(s) => Value::String(s),
                 Value::Nil => code.clone(),
-                other => Value::String(lua.create_string(other.to_string()?)?),
+                other => scalar_text(lua, other, "MCP.error: the message")?,
             };
             error(lua, vec![("code", code), ("message", message), ("data", data)])
         })?,
     )?;
     lua.globals().set("MCP", mcp)
+}
+
+/// A string, number or boolean as text. Anything else is refused: its `tostring` would show the
+/// client a heap address ("table: 0x5557...").
+fn scalar_text(lua: &Lua, value: Value, what: &str) -> mlua::Result<Value> {
+    match value {
+        Value::String(s) => Ok(Value::String(s)),
+        Value::Integer(_) | Value::Number(_) | Value::Boolean(_) => {
+            Ok(Value::String(lua.create_string(value.to_string()?)?))
+        }
+        other => Err(fail(format!(
+            "{what} must be a string, got a {}; pass tables as data (MCP.json, or MCP.error's third argument)",
+            other.type_name()
+        ))),
+    }
 }
 
 /// The helper result `value` is, if an `MCP.*` helper built it.
