@@ -29,12 +29,14 @@ pub enum ScriptError {
 }
 
 impl ScriptError {
-    /// The full technical detail (stack traceback, absolute paths) for `--verbose` output and logs.
+    /// The full technical detail (stack traceback, absolute paths) for `--verbose` output and
+    /// logs; secrets stay out of it too (see [`crate::config::redact`]).
     pub fn detail(&self) -> String {
-        match self {
+        let detail = match self {
             ScriptError::Load { detail, .. } | ScriptError::Runtime { detail, .. } => detail.clone(),
             other => other.to_string(),
-        }
+        };
+        crate::config::redact::string(detail)
     }
 }
 
