@@ -455,6 +455,36 @@ mod tests {
     }
 
     #[test]
+    fn variables_used_outside_a_section_are_reserved_from_it() {
+        let env = |name: &str| Some(format!("value-of-{name}"));
+        let text = "[server]\nauth_token = \"${TOKEN}-and-more\"\n\n[tools.script.a]\npath = \"a.lua\"\nmine = \"${MINE}\"\nalso = \"${TOKEN}\"\n\n[tools.script.b]\npath = \"b.lua\"\nkey = \"${B_KEY}\"\n";
+        let config = Config::from_text(text, Path::new("ctx.toml"), Path::new("/w/ctx.toml"), &env).unwrap();
+        let reserved = |name: &str| -> Vec<(String, String)> {
+            let section = config.scripts.iter().find(|s| s.name == name).unwrap();
+            section.reserved_env.iter().map(|r| (r.var.clone(), r.key.clone())).collect()
+        };
+        // The token stays reserved even where the section uses it too; a section's own variable
+        // is not reserved from it.
+        assert_eq!(
+            reserved("a"),
+            [("B_KEY".to_string(), "tools.script.b.key".to_string()), ("TOKEN".into(), "server.auth_token".into())]
+        );
+        assert_eq!(
+            reserved("b"),
+            [("MINE".to_string(), "tools.script.a.mine".to_string()), ("TOKEN".into(), "server.auth_token".into())]
+        );
+    }
+
+    #[test]
+    fn hide_value_covers_whole_and_cut_renderings() {
+        assert_eq!(hide_value("got \"ab\"", "ab", "${X}"), "got \"[redacted ${X}]\"");
+        let long = "x".repeat(80);
+        let cut = format!("got \"{}...", "x".repeat(56));
+        assert_eq!(hide_value(&cut, &long, "${X}"), "got \"[redacted ${X}]\"");
+        assert_eq!(hide_value("unrelated", &long, "${X}"), "unrelated");
+    }
+
+    #[test]
     fn reports_every_problem_with_key_and_line() {
         let err =
             load("[db]\npth = 1\n\n[tools.script.jira]\npath = \"j.lua\"\ntimeout = \"30s\"\nkey = \"${NOPE}\"\n")
