@@ -126,6 +126,7 @@ pub fn load(
             Ok(agent) => scripted.push(Arc::new(agent)),
             Err(message) => {
                 tracing::warn!(agent = %section.name, "{message}");
+                let message = crate::config::redact::string(message);
                 problems.push(LoadProblem { kind: LoadProblemKind::Agent, name: section.name.clone(), message });
                 let old =
                     previous.iter().find(|a| a.spec().source == AgentSource::Lua && a.spec().section == section.name);

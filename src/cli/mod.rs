@@ -124,7 +124,7 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             if !matches!(err, CliError::Problems(_)) {
-                eprintln!("error: {}", render(&err));
+                eprintln!("error: {}", crate::config::redact::text(&render(&err)));
             }
             ExitCode::from(err.exit_code())
         }
@@ -173,7 +173,11 @@ fn init_logging(verbose: u8, quiet: bool) {
     let rmcp = if verbose > 0 { level } else { "error" };
     let filter =
         EnvFilter::try_from_env("CTX_LOG").unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},rmcp={rmcp},warn")));
-    // Logs go to stderr so stdout stays clean for --json output and the MCP stdio transport.
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    // Logs go to stderr so stdout stays clean for --json output and the MCP stdio transport,
+    // without the config's secrets (a script can log anything).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(crate::config::redact::Stderr)
+        .with_target(false)
+        .try_init();
 }

@@ -11,46 +11,66 @@ pub struct MissingVar {
     pub var: String,
 }
 
-/// Expands `${VAR}` in every string under `value`, in place. `$${` stays a literal `${`.
-///
-/// Returns the dotted keys of the values that were expanded (so messages can avoid echoing
-/// secrets) and every missing variable.
-pub fn expand_all(value: &mut Value, lookup: &dyn Fn(&str) -> Option<String>) -> (Vec<String>, Vec<MissingVar>) {
-    let mut expanded = Vec::new();
-    let mut missing = Vec::new();
-    walk(value, &mut Vec::new(), lookup, &mut expanded, &mut missing);
-    (expanded, missing)
+/// One `${VAR}` that was expanded: where, which variable, and its value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct VarRef {
+    /// Dotted key of the value that references it.
+    pub key: String,
+    pub var: String,
+    /// The variable's value: a secret, see [`super::redact`].
+    pub value: String,
 }
 
-fn walk(
-    value: &mut Value,
-    path: &mut Vec<String>,
-    lookup: &dyn Fn(&str) -> Option<String>,
-    expanded: &mut Vec<String>,
-    missing: &mut Vec<MissingVar>,
-) {
+impl std::fmt::Debug for VarRef {
+    // The value is a secret: a Debug dump must not show it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VarRef({} = ${{{}}})", self.key, self.var)
+    }
+}
+
+/// What [`expand_all`] did.
+#[derive(Debug, Default)]
+pub struct Expansion {
+    /// Every variable that was expanded, with the key that uses it.
+    pub refs: Vec<VarRef>,
+    /// Every variable that the environment does not define.
+    pub missing: Vec<MissingVar>,
+    /// The expanded string values by dotted key, so messages about them can hide them whole.
+    pub values: Vec<(String, String)>,
+}
+
+/// Expands `${VAR}` in every string under `value`, in place. `$${` stays a literal `${`.
+pub fn expand_all(value: &mut Value, lookup: &dyn Fn(&str) -> Option<String>) -> Expansion {
+    let mut expansion = Expansion::default();
+    walk(value, &mut Vec::new(), lookup, &mut expansion);
+    expansion
+}
+
+fn walk(value: &mut Value, path: &mut Vec<String>, lookup: &dyn Fn(&str) -> Option<String>, out: &mut Expansion) {
     match value {
         Value::String(text) if text.contains('$') => {
             let key = path.join(".");
             let mut unresolved = Vec::new();
-            let out = expand(text, lookup, &mut unresolved);
-            if out != *text {
-                expanded.push(key.clone());
-                *text = out;
+            let mut found = Vec::new();
+            let expanded = expand_with(text, lookup, &mut unresolved, &mut found);
+            out.refs.extend(found.into_iter().map(|(var, value)| VarRef { key: key.clone(), var, value }));
+            if expanded != *text {
+                out.values.push((key.clone(), expanded.clone()));
+                *text = expanded;
             }
-            missing.extend(unresolved.into_iter().map(|var| MissingVar { key: key.clone(), var }));
+            out.missing.extend(unresolved.into_iter().map(|var| MissingVar { key: key.clone(), var }));
         }
         Value::Object(map) => {
             for (k, child) in map.iter_mut() {
                 path.push(k.clone());
-                walk(child, path, lookup, expanded, missing);
+                walk(child, path, lookup, out);
                 path.pop();
             }
         }
         Value::Array(items) => {
             for (i, child) in items.iter_mut().enumerate() {
                 path.push(i.to_string());
-                walk(child, path, lookup, expanded, missing);
+                walk(child, path, lookup, out);
                 path.pop();
             }
         }
@@ -60,6 +80,16 @@ fn walk(
 
 /// Expands one string. Unknown variables are left as written and reported in `missing`.
 pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>, missing: &mut Vec<String>) -> String {
+    expand_with(text, lookup, missing, &mut Vec::new())
+}
+
+/// [`expand`], also reporting each variable it expanded with its value.
+fn expand_with(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    missing: &mut Vec<String>,
+    found: &mut Vec<(String, String)>,
+) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(pos) = rest.find('$') {
@@ -73,7 +103,10 @@ pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>, missing: &mut
                 Some(end) if is_var_name(&after[..end]) => {
                     let name = &after[..end];
                     match lookup(name) {
-                        Some(v) => out.push_str(&v),
+                        Some(v) => {
+                            out.push_str(&v);
+                            found.push((name.to_string(), v));
+                        }
                         None => {
                             missing.push(name.to_string());
                             out.push_str(&tail[..end + 3]);
@@ -121,9 +154,14 @@ mod tests {
     #[test]
     fn walks_nested_values_with_keys() {
         let mut value = serde_json::json!({"tools": {"script": {"jira": {"token": "${TOKEN}", "url": "${JIRA_URL}"}}}});
-        let (expanded, missing) = expand_all(&mut value, &env);
+        let expansion = expand_all(&mut value, &env);
         assert_eq!(value["tools"]["script"]["jira"]["token"], "s3cret");
-        assert_eq!(expanded, vec!["tools.script.jira.token"]);
-        assert_eq!(missing, vec![MissingVar { key: "tools.script.jira.url".into(), var: "JIRA_URL".into() }]);
+        assert_eq!(
+            expansion.refs,
+            vec![VarRef { key: "tools.script.jira.token".into(), var: "TOKEN".into(), value: "s3cret".into() }]
+        );
+        assert_eq!(expansion.values, vec![("tools.script.jira.token".to_string(), "s3cret".to_string())]);
+        assert_eq!(expansion.missing, vec![MissingVar { key: "tools.script.jira.url".into(), var: "JIRA_URL".into() }]);
+        assert_eq!(format!("{:?}", expansion.refs[0]), "VarRef(tools.script.jira.token = ${TOKEN})");
     }
 }

@@ -5,6 +5,8 @@
 
 mod error;
 mod expand;
+pub mod hosts;
+pub mod redact;
 mod toml_source;
 
 use std::collections::BTreeMap;
@@ -92,8 +94,20 @@ pub struct ScriptSection {
     pub max_result_bytes: usize,
     pub allow_hosts: Option<Vec<String>>,
     pub allow_env: Option<Vec<String>>,
+    /// `http.*` may reach private, loopback and link-local addresses.
+    pub allow_private: bool,
+    /// Variables ctx itself uses for a secret elsewhere in the config: `env.get` never reads
+    /// them, whatever `allow_env` says.
+    pub reserved_env: Vec<ReservedVar>,
     /// The free keys of the section, `${VAR}` expanded: the script's `config` table.
     pub config: Map<String, Value>,
+}
+
+/// An environment variable another part of the config uses, and the first key that uses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReservedVar {
+    pub var: String,
+    pub key: String,
 }
 
 impl ScriptSection {
@@ -111,6 +125,8 @@ impl ScriptSection {
             max_result_bytes: limits.max_result_bytes,
             allow_hosts: None,
             allow_env: None,
+            allow_private: false,
+            reserved_env: Vec::new(),
             config: Map::new(),
         }
     }
@@ -157,9 +173,13 @@ impl Config {
             column: e.column,
             message: e.message,
         })?;
-        let (_expanded, missing) = expand::expand_all(&mut value, env);
-        let mut problems: Vec<ConfigProblem> = missing
-            .into_iter()
+        let expansion = expand::expand_all(&mut value, env);
+        let secrets = secrets_of(&expansion, &value);
+        redact::register(&secrets);
+        let mut problems: Vec<ConfigProblem> = expansion
+            .missing
+            .iter()
+            .cloned()
             .map(|m| ConfigProblem {
                 line: toml_source::line_of(text, &split(&m.key)),
                 message: format!("environment variable {} is not set (referenced as ${{{}}})", m.var, m.var),
@@ -173,8 +193,12 @@ impl Config {
                 message: problem.message,
             });
         }
+        problems.extend(host_rule_problems(&value, text));
         problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
-        let invalid = |problems: Vec<ConfigProblem>| ConfigError::Invalid { path: shown.to_path_buf(), problems };
+        let invalid = |problems: Vec<ConfigProblem>| ConfigError::Invalid {
+            path: shown.to_path_buf(),
+            problems: problems.into_iter().map(|p| hide_secrets(p, &expansion, &secrets)).collect(),
+        };
         if !problems.is_empty() {
             return Err(invalid(problems));
         }
@@ -195,7 +219,7 @@ impl Config {
         if !problems.is_empty() {
             return Err(invalid(problems));
         }
-        let scripts = script_sections(&value, &spec, &base_dir);
+        let scripts = script_sections(&value, &spec, &base_dir, &expansion.refs);
         Ok(Config { file: file.to_path_buf(), base_dir, spec, scripts })
     }
 
@@ -240,7 +264,120 @@ pub fn reserved_script_keys() -> &'static [String] {
     })
 }
 
-fn script_sections(value: &Value, spec: &types::Config, base_dir: &Path) -> Vec<ScriptSection> {
+/// The secrets of a config (see [`redact`]): every expanded variable, then the literal values of
+/// the secret settings and of script keys named like a secret.
+fn secrets_of(expansion: &expand::Expansion, value: &Value) -> redact::Redactor {
+    let mut secrets = redact::Redactor::default();
+    for r in &expansion.refs {
+        secrets.add(&r.value, &format!("${{{}}}", r.var));
+    }
+    let mut literal = |key: String, v: Option<&Value>| {
+        // A value still holding an unset `${VAR}` is the text of the file, not a secret.
+        if expansion.missing.iter().any(|m| m.key == key) {
+            return;
+        }
+        if let Some(text) = v.and_then(Value::as_str) {
+            secrets.add(text, &key);
+        }
+    };
+    literal("server.auth_token".into(), value.pointer("/server/auth_token"));
+    literal("embedding.api_key".into(), value.pointer("/embedding/api_key"));
+    for kind in [ScriptKind::Connector, ScriptKind::Tool, ScriptKind::Agent] {
+        let sections =
+            split(kind.section()).iter().try_fold(value, |node, key| node.get(key)).and_then(Value::as_object);
+        for (name, section) in sections.into_iter().flatten() {
+            for (key, v) in section.as_object().into_iter().flatten() {
+                if redact::is_secret_key(key) && !reserved_script_keys().contains(key) {
+                    literal(format!("{}.{name}.{key}", kind.section()), Some(v));
+                }
+            }
+        }
+    }
+    secrets
+}
+
+/// A config problem that shows no secret: the value of an expanded key is never echoed, however
+/// short (a schema message quotes it, or a cut of it), and longer secrets go wherever they are.
+fn hide_secrets(
+    mut problem: ConfigProblem,
+    expansion: &expand::Expansion,
+    secrets: &redact::Redactor,
+) -> ConfigProblem {
+    for (key, value) in &expansion.values {
+        let about = problem.key == *key || problem.key.starts_with(&format!("{key}.")) || problem.key.starts_with('(');
+        if !about {
+            continue;
+        }
+        let vars: Vec<&str> = expansion.refs.iter().filter(|r| r.key == *key).map(|r| r.var.as_str()).collect();
+        let label = match vars.as_slice() {
+            [var] => format!("${{{var}}}"),
+            _ => key.clone(),
+        };
+        problem.message = hide_value(&problem.message, value, &label);
+    }
+    problem.message = secrets.apply(&problem.message).into_owned();
+    problem
+}
+
+/// `message` without `value` as a schema message renders it: JSON-quoted, whole or cut short
+/// and followed by `...`.
+fn hide_value(message: &str, value: &str, label: &str) -> String {
+    let replacement = format!("\"[redacted {label}]\"");
+    let quoted = serde_json::to_string(value).unwrap_or_default();
+    if message.contains(&quoted) {
+        return message.replace(&quoted, &replacement);
+    }
+    let chars: Vec<char> = quoted.chars().collect();
+    // A cut keeps the opening quote and at least a few characters; messages cut values at
+    // about 60 characters, so longer prefixes are not worth trying.
+    for n in (5..chars.len().min(200)).rev() {
+        let cut = format!("{}...", chars[..n].iter().collect::<String>());
+        if message.contains(&cut) {
+            return message.replace(&cut, &replacement);
+        }
+    }
+    message.to_string()
+}
+
+/// `allow_hosts` entries that look like a CIDR range and are not one.
+fn host_rule_problems(value: &Value, text: &str) -> Vec<ConfigProblem> {
+    let mut problems = Vec::new();
+    for kind in [ScriptKind::Connector, ScriptKind::Tool, ScriptKind::Agent] {
+        let sections =
+            split(kind.section()).iter().try_fold(value, |node, key| node.get(key)).and_then(Value::as_object);
+        for (name, section) in sections.into_iter().flatten() {
+            let entries = section.get("allow_hosts").and_then(Value::as_array);
+            for (i, entry) in entries.into_iter().flatten().enumerate() {
+                let Some(entry) = entry.as_str() else { continue };
+                if let Err(message) = hosts::HostRule::parse(entry) {
+                    let key = format!("{}.{name}.allow_hosts.{i}", kind.section());
+                    problems.push(ConfigProblem { line: toml_source::line_of(text, &split(&key)), message, key });
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// The variables used outside the section at `prefix` (`tools.script.jira.`), each with the
+/// first key that uses it.
+fn reserved_for(prefix: &str, refs: &[expand::VarRef]) -> Vec<ReservedVar> {
+    let mut out: Vec<ReservedVar> = Vec::new();
+    for r in refs.iter().filter(|r| !r.key.starts_with(prefix)) {
+        if !out.iter().any(|o| o.var == r.var) {
+            out.push(ReservedVar { var: r.var.clone(), key: r.key.clone() });
+        }
+    }
+    out.sort_by(|a, b| a.var.cmp(&b.var));
+    out
+}
+
+fn script_sections(
+    value: &Value,
+    spec: &types::Config,
+    base_dir: &Path,
+    refs: &[expand::VarRef],
+) -> Vec<ScriptSection> {
     let groups: [(ScriptKind, &BTreeMap<types::ExtensionName, types::ScriptSectionConfig>); 3] = [
         (ScriptKind::Connector, &spec.connectors.script),
         (ScriptKind::Tool, &spec.tools.script),
@@ -273,6 +410,8 @@ fn script_sections(value: &Value, spec: &types::Config, base_dir: &Path) -> Vec<
                 max_result_bytes: section.max_result_bytes.max(0) as usize,
                 allow_hosts: non_empty(section.allow_hosts.iter().map(|s| s.to_string())),
                 allow_env: non_empty(section.allow_env.iter().map(|s| s.to_string())),
+                allow_private: section.allow_private,
+                reserved_env: reserved_for(&format!("{}.{}.", kind.section(), name.as_str()), refs),
                 config,
             });
         }
@@ -313,6 +452,36 @@ mod tests {
         assert_eq!(jira.config.get("token").unwrap(), "tok");
         assert!(!jira.config.contains_key("path"));
         assert!(!jira.config.contains_key("timeout"));
+    }
+
+    #[test]
+    fn variables_used_outside_a_section_are_reserved_from_it() {
+        let env = |name: &str| Some(format!("value-of-{name}"));
+        let text = "[server]\nauth_token = \"${TOKEN}-and-more\"\n\n[tools.script.a]\npath = \"a.lua\"\nmine = \"${MINE}\"\nalso = \"${TOKEN}\"\n\n[tools.script.b]\npath = \"b.lua\"\nkey = \"${B_KEY}\"\n";
+        let config = Config::from_text(text, Path::new("ctx.toml"), Path::new("/w/ctx.toml"), &env).unwrap();
+        let reserved = |name: &str| -> Vec<(String, String)> {
+            let section = config.scripts.iter().find(|s| s.name == name).unwrap();
+            section.reserved_env.iter().map(|r| (r.var.clone(), r.key.clone())).collect()
+        };
+        // The token stays reserved even where the section uses it too; a section's own variable
+        // is not reserved from it.
+        assert_eq!(
+            reserved("a"),
+            [("B_KEY".to_string(), "tools.script.b.key".to_string()), ("TOKEN".into(), "server.auth_token".into())]
+        );
+        assert_eq!(
+            reserved("b"),
+            [("MINE".to_string(), "tools.script.a.mine".to_string()), ("TOKEN".into(), "server.auth_token".into())]
+        );
+    }
+
+    #[test]
+    fn hide_value_covers_whole_and_cut_renderings() {
+        assert_eq!(hide_value("got \"ab\"", "ab", "${X}"), "got \"[redacted ${X}]\"");
+        let long = "x".repeat(80);
+        let cut = format!("got \"{}...", "x".repeat(56));
+        assert_eq!(hide_value(&cut, &long, "${X}"), "got \"[redacted ${X}]\"");
+        assert_eq!(hide_value("unrelated", &long, "${X}"), "unrelated");
     }
 
     #[test]

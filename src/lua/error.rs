@@ -42,13 +42,15 @@ impl ScriptError {
     /// The most bytes of JSON kept from a table a script raised as its error.
     pub const RAISED_DATA_CAP: usize = 16 * 1024;
 
-    /// The full technical detail (stack traceback, absolute paths) for `--verbose` output and logs.
+    /// The full technical detail (stack traceback, absolute paths) for `--verbose` output and
+    /// logs; secrets stay out of it too (see [`crate::config::redact`]).
     pub fn detail(&self) -> String {
-        match self {
+        let detail = match self {
             ScriptError::Load { detail, .. } | ScriptError::Runtime { detail, .. } => detail.clone(),
             ScriptError::Raised { message, data, .. } => format!("{message} (raised table: {data})"),
             other => other.to_string(),
-        }
+        };
+        crate::config::redact::string(detail)
     }
 
     /// `text` cut to at most `cap` bytes at a character boundary, followed by how long it was:

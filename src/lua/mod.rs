@@ -81,6 +81,10 @@ pub struct ScriptInfo {
     pub display_path: String,
     pub allow_hosts: Option<Vec<String>>,
     pub allow_env: Option<Vec<String>>,
+    /// `http.*` may reach private, loopback and link-local addresses.
+    pub allow_private: bool,
+    /// Variables `env.get` never reads: ctx uses them for a secret elsewhere.
+    pub reserved_env: Vec<crate::config::ReservedVar>,
     /// The free keys of the config section: the script's `config` table.
     pub config: Map<String, Json>,
 }
@@ -94,6 +98,8 @@ impl ScriptInfo {
             display_path: section.display_path.clone(),
             allow_hosts: section.allow_hosts.clone(),
             allow_env: section.allow_env.clone(),
+            allow_private: section.allow_private,
+            reserved_env: section.reserved_env.clone(),
             config: section.config.clone(),
         }
     }
@@ -528,7 +534,8 @@ pub(crate) fn is_memory_error(err: &mlua::Error) -> bool {
     }
 }
 
-/// The Lua message without stack traces, Rust error chains or absolute paths.
+/// The Lua message without stack traces, Rust error chains, absolute paths or secrets (see
+/// [`crate::config::redact`]).
 pub fn sanitize(err: &mlua::Error, info: &ScriptInfo) -> String {
     let raw = innermost(err);
     let first: Vec<&str> = raw.lines().take_while(|l| !l.trim_start().starts_with("stack traceback:")).collect();
@@ -545,7 +552,7 @@ pub fn sanitize(err: &mlua::Error, info: &ScriptInfo) -> String {
     if message.is_empty() {
         format!("{}: the script raised an error without a message", info.display_path)
     } else {
-        message
+        crate::config::redact::string(message)
     }
 }
 

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value as Json};
 
+use crate::config::redact;
 use crate::kb::KbError;
 use crate::lua::{seconds, ScriptError};
 use crate::types::{ErrorBody, ErrorCode, ErrorDetail};
@@ -14,23 +15,24 @@ pub enum CallError {
     #[error("{0}")]
     UnknownTool(String),
     /// What the tool looked up does not exist (a document, for `get`).
-    #[error("{0}")]
+    #[error("{}", redact::text(.0))]
     NotFound(String),
     /// The parameters failed the tool's schema: every problem, with its JSON pointer.
     #[error("invalid parameters for tool '{tool}': {}", summary(problems))]
     InvalidParams { tool: String, problems: Vec<ErrorDetail> },
     /// The request made sense structurally but not otherwise (an unknown source, a bad date).
-    #[error("{0}")]
+    #[error("{}", redact::text(.0))]
     BadRequest(String),
     /// `subject` reads "tool 'x'" or "agent 'x'".
     #[error("{subject} timed out after {}", seconds(limit))]
     Timeout { subject: String, limit: Duration },
     #[error("{subject} exceeded its memory limit of {} MiB; raise memory_mb in its script section of ctx.toml or return less data", limit_bytes / (1024 * 1024))]
     MemoryLimit { subject: String, limit_bytes: usize },
-    #[error("{0}")]
+    #[error("{}", redact::text(.0))]
     ResultTooLarge(String),
-    /// The script raised an error or called `MCP.error`. `message` is sanitised.
-    #[error("{message}")]
+    /// The script raised an error or called `MCP.error`. `message` is sanitised; secrets are
+    /// redacted wherever it is shown (REST, MCP, logs), since a script builds it freely.
+    #[error("{}", redact::text(.message))]
     ToolFailed { message: String, tool_code: Option<String>, data: Option<Json> },
     #[error("{subject} was cancelled: the caller went away")]
     Cancelled { subject: String },
@@ -41,10 +43,10 @@ pub enum CallError {
     #[error("invalid arguments for agent '{agent}': {}", summary(problems))]
     InvalidArguments { agent: String, problems: Vec<ErrorDetail> },
     /// A capability is not configured (semantic search without an embedding provider).
-    #[error("{0}")]
+    #[error("{}", redact::text(.0))]
     Unavailable(String),
     /// A bug in ctx. The message never holds internals; the log has them.
-    #[error("{0}")]
+    #[error("{}", redact::text(.0))]
     Internal(String),
 }
 
@@ -78,9 +80,11 @@ impl CallError {
             CallError::ToolFailed { tool_code, data, .. } if tool_code.is_some() || data.is_some() => {
                 let mut m = Map::new();
                 if let Some(code) = tool_code {
-                    m.insert("code".into(), Json::String(code.clone()));
+                    m.insert("code".into(), Json::String(redact::string(code.clone())));
                 }
-                m.insert("data".into(), data.clone().unwrap_or(Json::Null));
+                let mut data = data.clone().unwrap_or(Json::Null);
+                redact::current().apply_json(&mut data);
+                m.insert("data".into(), data);
                 m
             }
             _ => Map::new(),

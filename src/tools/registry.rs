@@ -210,8 +210,13 @@ fn load_lua(sections: &[&ScriptSection], previous: Option<&Registry>) -> (Vec<To
     let mut lua: Vec<ToolRef> = Vec::new();
     let mut taken: HashMap<String, (String, String)> = HashMap::new();
     for section in sections {
-        let problem =
-            |message: String| LoadProblem { kind: LoadProblemKind::Tool, name: section.name.clone(), message };
+        // A load message can quote what the script computed from its config: no secrets in it,
+        // since /health and `ctx schema check` show it.
+        let problem = |message: String| LoadProblem {
+            kind: LoadProblemKind::Tool,
+            name: section.name.clone(),
+            message: crate::config::redact::string(message),
+        };
         let owned = (*section).clone();
         let loaded = watchdog::bounded(&section.display_path, section.timeout, move || LuaTool::load(&owned));
         let tool: ToolRef = match loaded {

@@ -5,6 +5,7 @@ mod agents;
 mod cli;
 mod clients;
 mod common;
+mod hardening_egress;
 mod hardening_scripts;
 mod http;
 mod kb;

@@ -195,7 +195,9 @@ fn http_to_a_server_that_never_answers_is_bounded() {
             held.push(stream);
         }
     });
-    let p = probe();
+    let mut p = probe();
+    // The stub is on loopback, which scripts reach only when the operator allows it.
+    p.info_edit = Box::new(|info| info.allow_private = true);
     let started = Instant::now();
     timeout(p.run(&format!("return http.get('http://{addr}/slow')")));
     timeout(p.run(&format!("local ok, err = pcall(http.get, 'http://{addr}/slow') return 'survived'")));
@@ -487,6 +489,11 @@ fn json_round_trips_predictably() {
 fn env_base64_crypto_log() {
     std::env::set_var("CTX_SANDBOX_TEST_VAR", "visible");
     let mut p = probe();
+    // Without allow_env, env.get reads nothing.
+    runtime_error(p.run("return env.get('CTX_SANDBOX_TEST_VAR')"), "may not read environment variables");
+    p.info_edit = Box::new(|info| {
+        info.allow_env = Some(vec!["CTX_SANDBOX_TEST_VAR".into(), "CTX_SANDBOX_TEST_SURELY_UNSET".into()])
+    });
     assert_eq!(p.run("return env.get('CTX_SANDBOX_TEST_VAR')").unwrap(), json!("visible"));
     assert_eq!(p.run("return env.get('CTX_SANDBOX_TEST_SURELY_UNSET') == nil").unwrap(), json!(true));
     p.info_edit = Box::new(|info| info.allow_env = Some(vec!["OTHER".into()]));
@@ -568,7 +575,8 @@ fn echo_server() -> std::net::SocketAddr {
 #[test]
 fn http_methods_headers_params_and_bodies() {
     let addr = echo_server();
-    let p = probe();
+    let mut p = probe();
+    p.info_edit = Box::new(|info| info.allow_private = true);
     let out = p
         .run(&format!(
             "local r = http.get('http://{addr}/items', {{ params = {{ q = 'a b', n = 2 }}, headers = {{ Authorization = 'Bearer t' }} }})

@@ -57,10 +57,13 @@
 ---starts with `{` or `[`; nil otherwise. JSON null appears as `json.null`.
 ---@field json? any
 
----HTTP client. One pooled HTTPS client serves every script. When the script's section sets
----`allow_hosts`, only those hosts (exact names or `*.example.com`) may be reached. Raises an error
----for an invalid URL, a scheme other than http/https, a host not allowed, a connection failure, a
----timeout, or a body larger than the script's memory limit; never for an HTTP status.
+---HTTP client. When the script's section sets `allow_hosts`, only those hosts (exact names,
+---`*.example.com`, IP addresses or CIDR ranges) may be reached, on every redirect too; headers the
+---script set are not sent to another origin after a redirect. Private, loopback and link-local
+---addresses are refused unless an exact `allow_hosts` entry or range names them or the section
+---sets `allow_private = true`. Raises an error for an invalid URL, a scheme other than
+---http/https, a host or address not allowed, a connection failure, a timeout, more than 10
+---redirects, or a body larger than the script's memory limit; never for an HTTP status.
 http = {}
 
 ---@param url string
@@ -160,8 +163,9 @@ function print(...) end
 ---section as `"${VAR}"`, which reaches the script as `config` / `context.config`.
 env = {}
 
----The value of an environment variable, or nil when it is not set. Raises an error when the
----script's section sets `allow_env` and `name` is not in it.
+---The value of an environment variable, or nil when it is not set. Raises an error unless the
+---script's section lists `name` in `allow_env`, and always for a variable ctx itself uses for a
+---secret (the `${VAR}` of server.auth_token or of another section).
 ---@param name string
 ---@return string?
 function env.get(name) end

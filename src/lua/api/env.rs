@@ -1,4 +1,9 @@
-//! `env.get(name)`: read-only environment access, limited by the script's `allow_env`.
+//! `env.get(name)`: read-only environment access, only to the variables the script's
+//! `allow_env` lists, and never to one ctx uses for a secret elsewhere in its config.
+//!
+//! Deny by default: the server's environment holds its own token and whatever else the operator
+//! exported, and a script (perhaps written by a language model) should see none of it unless
+//! the operator names it.
 
 use std::sync::Arc;
 
@@ -13,15 +18,28 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     env.set(
         "get",
         lua.create_function(move |_, name: String| {
-            if let Some(allowed) = &state.info.allow_env {
-                if !allowed.contains(&name) {
-                    return Err(fail(format!(
-                        "env.get: {name:?} is not in this script's allow_env list ({})",
-                        allowed.join(", ")
-                    )));
-                }
+            let info = &state.info;
+            let section = format!("[{}.{}]", info.kind.section(), info.name);
+            if let Some(reserved) = info.reserved_env.iter().find(|r| r.var == name) {
+                return Err(fail(format!(
+                    "env.get: {name} holds a secret ctx itself uses ({} in ctx.toml), so no script may read it, whatever allow_env says; \
+                     give {} a key of its own in {section} instead",
+                    reserved.key,
+                    info.what()
+                )));
             }
-            Ok(std::env::var(&name).ok())
+            match &info.allow_env {
+                Some(allowed) if allowed.contains(&name) => Ok(std::env::var(&name).ok()),
+                Some(allowed) => Err(fail(format!(
+                    "env.get: {name:?} is not in this script's allow_env list ({}); add it to allow_env in {section} of ctx.toml",
+                    allowed.join(", ")
+                ))),
+                None => Err(fail(format!(
+                    "env.get: {} may not read environment variables; list the ones it needs in {section} of ctx.toml, \
+                     for example allow_env = [{name:?}]",
+                    info.what()
+                ))),
+            }
         })?,
     )?;
     lua.globals().set("env", env)

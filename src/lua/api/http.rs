@@ -1,9 +1,15 @@
-//! `http.get/post/put/patch/delete/request`: one pooled client, bounded by the script's deadline.
+//! `http.get/post/put/patch/delete/request`: pooled clients, bounded by the script's deadline
+//! and by where the script may connect ([`egress`]).
 //!
 //! Every request gets a timeout of at most the time the script has left, and is abandoned as
 //! soon as the caller cancels. If the deadline is what cut the request short, the script is
 //! killed (a timeout a script could catch would let it outrun its limit). A script's own
-//! `opts.timeout`, shorter than the deadline, is an ordinary catchable error.
+//! `opts.timeout`, shorter than the deadline, is an ordinary catchable error. Redirects are
+//! followed hop by hop ([`redirect`]), each hop checked like the first request. Messages never
+//! show a secret of the config (a script may have put one in the URL).
+
+mod egress;
+mod redirect;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -11,7 +17,10 @@ use std::time::Duration;
 use mlua::{Lua, Table, Value};
 
 use super::fail;
+use crate::config::hosts::HostRule;
+use crate::config::redact;
 use crate::lua::{convert, Kill, RunState};
+use redirect::{Failure, Outgoing, Payload};
 
 /// The default per-request timeout when a script gives none (still capped by the deadline).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -26,19 +35,6 @@ pub fn io_runtime() -> &'static tokio::runtime::Runtime {
             .enable_all()
             .build()
             .expect("the Lua I/O runtime starts")
-    })
-}
-
-/// The one shared, pooled HTTP client (rustls with the ring provider).
-pub fn client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        reqwest::Client::builder()
-            .user_agent(concat!("ctx/", env!("CARGO_PKG_VERSION")))
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()
-            .expect("the HTTP client builds")
     })
 }
 
@@ -150,35 +146,27 @@ fn scalar(v: &Value, what: &str) -> mlua::Result<String> {
     }
 }
 
-/// True when `host` is allowed by `allow` (exact names or `*.example.com`).
+/// True when `host` is allowed by `allow` (exact names, `*.example.com`, addresses, CIDR ranges).
 pub fn host_allowed(host: &str, allow: &[String]) -> bool {
-    let host = host.to_ascii_lowercase();
-    allow.iter().any(|pattern| {
-        let pattern = pattern.to_ascii_lowercase();
-        match pattern.strip_prefix("*.") {
-            Some(suffix) => host.ends_with(&format!(".{suffix}")),
-            None => host == pattern,
-        }
-    })
+    allow.iter().filter_map(|entry| HostRule::parse(entry).ok()).any(|rule| rule.matches_host(host))
+}
+
+/// A message for the script, without the config's secrets.
+fn failure(message: String) -> mlua::Error {
+    fail(redact::string(message))
 }
 
 fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> {
     let name = format!("http.{}", spec.method);
     state.check_blocking()?;
     let mut url =
-        reqwest::Url::parse(&spec.url).map_err(|e| fail(format!("{name}: invalid URL {:?}: {e}", spec.url)))?;
+        reqwest::Url::parse(&spec.url).map_err(|e| failure(format!("{name}: invalid URL {:?}: {e}", spec.url)))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(fail(format!("{name}: only http and https URLs are allowed, not {}", url.scheme())));
     }
     let host = url.host_str().unwrap_or_default().to_string();
-    if let Some(allow) = &state.info.allow_hosts {
-        if !host_allowed(&host, allow) {
-            return Err(fail(format!(
-                "{name}: host {host:?} is not in this script's allow_hosts ({})",
-                allow.join(", ")
-            )));
-        }
-    }
+    let policy = egress::Policy::of(&state.info);
+    policy.check_url(&url).map_err(|refusal| failure(format!("{name}: {}", refusal.explain(&state.info))))?;
     if !spec.params.is_empty() {
         url.query_pairs_mut().extend_pairs(spec.params.iter());
     }
@@ -189,38 +177,21 @@ fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> 
     let own = spec.timeout.unwrap_or(DEFAULT_TIMEOUT);
     let deadline_bound = remaining <= own;
     let timeout = own.min(remaining);
-    let mut request = client().request(method, url).timeout(timeout);
-    let mut has_content_type = false;
-    for (k, v) in &spec.headers {
-        has_content_type |= k.eq_ignore_ascii_case("content-type");
-        request = request.header(k.as_str(), v.as_str());
-    }
-    if let Some(body) = spec.body {
-        if body.json && !has_content_type {
-            request = request.header("content-type", "application/json");
-        }
-        request = request.body(body.bytes);
-    }
+    let client = egress::client(&policy);
+    let request = Outgoing {
+        method,
+        url,
+        headers: spec.headers,
+        body: spec.body.map(|b| Payload { bytes: b.bytes.into(), json: b.json }),
+    };
     let max_body = state.limits.memory_bytes;
     let cancel = state.cancel();
     let outcome = io_runtime().block_on(async move {
+        // One timeout for the whole request, redirects included.
         let work = async {
-            let response = request.send().await?;
-            let status = response.status().as_u16();
-            let headers: Vec<(String, String)> = response
-                .headers()
-                .iter()
-                .map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-                .collect();
-            let mut response = response;
-            let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await? {
-                body.extend_from_slice(&chunk);
-                if body.len() > max_body {
-                    return Ok(Err(body.len()));
-                }
-            }
-            Ok::<_, reqwest::Error>(Ok((status, headers, body)))
+            tokio::time::timeout(timeout, redirect::fetch(&client, &policy, request, max_body))
+                .await
+                .unwrap_or(Err(Failure::TimedOut))
         };
         tokio::select! {
             result = work => Some(result),
@@ -243,14 +214,29 @@ fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> 
                 "{name}: the response body is over {size} bytes, more than the script's memory limit"
             )))
         }
-        Err(e) if e.is_timeout() => {
+        Err(Failure::TimedOut) => {
             if deadline_bound {
                 state.kill(Kill::Timeout);
                 state.check()?;
             }
-            return Err(fail(format!("{name}: {host}: timed out after {:.1} s", timeout.as_secs_f64())));
+            return Err(failure(format!("{name}: {host}: timed out after {:.1} s", timeout.as_secs_f64())));
         }
-        Err(e) => return Err(fail(format!("{name}: {host}: {}", describe(&e)))),
+        Err(Failure::Http(e)) => return Err(failure(format!("{name}: {host}: {}", describe(&e)))),
+        Err(Failure::Refused { from: None, refusal }) => {
+            return Err(failure(format!("{name}: {}", refusal.explain(&state.info))))
+        }
+        Err(Failure::Refused { from: Some(from), refusal }) => {
+            return Err(failure(format!(
+                "{name}: {host}: a redirect from {from:?} was refused: {}",
+                refusal.explain(&state.info)
+            )))
+        }
+        Err(Failure::TooManyRedirects) => {
+            return Err(failure(format!("{name}: {host}: more than {} redirects", redirect::MAX_REDIRECTS)))
+        }
+        Err(Failure::BadLocation { from, reason }) => {
+            return Err(failure(format!("{name}: {host}: a redirect from {from:?} was not followed: {reason}")))
+        }
     };
     let out = lua.create_table()?;
     out.set("status", status)?;
