@@ -342,3 +342,24 @@ fn hardening_14_a_reused_vm_shows_the_next_run_nothing_of_the_last() {
         assert!((a - b).abs() < 8.0, "collectgarbage('count') was {a} KiB fresh and {b} KiB after a littering run");
     }
 }
+
+#[test]
+fn hardening_05_an_http_response_is_parsed_within_the_cap() {
+    // 24 MiB of JSON array: the old `.json` built the whole tree in Rust first.
+    let big = format!("[{}1]", "1,".repeat(12 << 20));
+    let (addr, _) = crate::common::stub(move |_| (200, big.clone()));
+    let server = serve(
+        "[tools.script.fetch]\npath = \"tools/fetch.lua\"\ntimeout = 20\nallow_hosts = [\"127.0.0.1\"]\n",
+        &[("tools/fetch.lua", &WORST.replace("\"worst\"", "\"fetch\""))],
+    );
+    let code = format!("local r = http.get('http://{addr}/big') return r.json and #r.json or -1");
+    for _ in 0..3 {
+        let (status, body) =
+            request(&server.addr, "POST", "/tools/fetch", Some(&json!({ "code": code })), Duration::from_secs(60));
+        assert_eq!(body["error"]["code"], "memory_limit", "{status} {body}");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+    let peak: u64 =
+        status.lines().find(|l| l.starts_with("VmHWM:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(peak < 400 << 10, "peak RSS {} MiB for three 24 MiB responses under a 64 MiB cap", peak >> 10);
+}

@@ -184,7 +184,9 @@ fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> 
         headers: spec.headers,
         body: spec.body.map(|b| Payload { bytes: b.bytes.into(), json: b.json }),
     };
-    let max_body = state.limits.memory_bytes;
+    // The body becomes a Lua string (and maybe tables), so it may be no larger than what the
+    // run can still allocate; reading stops as soon as it grows past that.
+    let max_body = state.memory_left(lua).min(state.limits.memory_bytes);
     let cancel = state.cancel();
     let outcome = io_runtime().block_on(async move {
         // One timeout for the whole request, redirects included.
@@ -252,8 +254,12 @@ fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> 
     out.set("headers", header_table)?;
     let looks_json = is_json || matches!(body.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{') | Some(b'['));
     if looks_json {
-        if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body) {
-            out.set("json", convert::to_lua(lua, &value)?)?;
+        // Straight into Lua values, counted against the cap as they are built. Text that is not
+        // JSON simply has no `.json`; the cap and the deadline still stop the script.
+        match convert::parse_to_lua(lua, &body, &|| state.check()) {
+            Ok(value) => out.set("json", value)?,
+            Err(mlua::Error::RuntimeError(m)) if !m.starts_with("ctx: ") => {}
+            Err(e) => return Err(e),
         }
     }
     out.set("body", lua.create_string(body)?)?;
