@@ -11,6 +11,7 @@ pub mod api;
 pub mod convert;
 mod error;
 mod guard;
+mod pattern;
 pub mod reuse;
 pub mod script;
 
