@@ -17,10 +17,14 @@
 //! `error(error, level)`.
 //!
 //! Known differences from C Lua, all in error texts: when the call is a tail call
-//! (`return s:find(p)`), an error names the function `string.find` and carries the position of
-//! the caller's caller (Lua drops the caller's frame for a tail call to a Lua function, not to a
-//! C one). A replacement buffer that would pass the memory cap raises the string
-//! `"not enough memory"` as a runtime error rather than Lua's memory-error status.
+//! (`return s:find(p)`), an error names the function where `package.loaded` holds it
+//! (`string.find`, else `?`) and carries the position of the caller's caller, because Lua drops
+//! the caller's frame for a tail call to a Lua function (not to a C one). A replacement buffer
+//! that would pass the memory cap raises the string `"not enough memory"` as a runtime error
+//! rather than with Lua's memory-error status.
+//!
+//! Not chunked: copying a result into a Lua string (a capture, the output of `gsub`), one copy
+//! as large as the result, which the memory cap bounds.
 
 use std::borrow::Cow;
 use std::sync::Arc;
