@@ -12,6 +12,7 @@ mod bounds;
 pub mod convert;
 mod error;
 mod guard;
+mod pattern;
 pub mod reuse;
 pub mod script;
 pub mod watchdog;
