@@ -212,7 +212,8 @@ pub(super) fn checker(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<mlua::Fu
                 state.check_data(total as usize)?;
                 Ok(false)
             }
-            b"move" => {
+            b"move" | b"concat" => {
+                let name = if what.as_bytes().as_ref() == b"move" { "table.move" } else { "table.concat" };
                 let (Some(first), Some(last)) = (integer(&a), integer(&b)) else { return Ok(false) };
                 if last < first {
                     return Ok(false);
@@ -221,7 +222,7 @@ pub(super) fn checker(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<mlua::Fu
                 let most = (state.limits.memory_bytes / BYTES_PER_ELEMENT) as i128;
                 if count > most {
                     return Err(super::api::fail(format!(
-                        "table.move: a range of {count} elements is more than this script's memory limit could hold (at most {most})"
+                        "{name}: a range of {count} elements is more than this script's memory limit could hold (at most {most})"
                     )));
                 }
                 if count > i128::from(INLINE_ELEMENTS) {

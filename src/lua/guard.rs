@@ -6,7 +6,8 @@
 //! `pcall`, `xpcall`, `coroutine.resume` and `coroutine.close` are wrapped: after the inner call
 //! returns, a killed VM (deadline, cancel, memory cap) raises again, so no handler can swallow it.
 //! `__gc` finalizers are refused, since they would run at close time, outside the deadline.
-//! `string.find`, `match`, `gmatch` and `gsub` escalate an inline run before they match.
+//! `string.find`, `match`, `gmatch` and `gsub` are ctx's own matcher (`pattern.rs`), which checks
+//! the deadline as it goes; other C loops are bounded before they start (`bounds.rs`).
 //!
 //! Scripts never touch the state's own globals. Each run gets new ones from `new_env`: the
 //! sandbox's functions, plus a copy of each library table made the first time the run reads it.
@@ -19,21 +20,13 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 use super::RunState;
 
 const WRAPPERS: &str = r##"
-local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries, seed, blocking, bound, run_count, big, big_args = ...
+local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries, seed, bound, run_count, big, big_args = ...
 local next, type, rawset, select, error, tostring, tonumber, getmetatable = next, type, rawset, select, error, tostring, tonumber, getmetatable
 local format = string.format
 -- `getmetatable("")` would hand out the shared string metatable; lock it.
 local string_mt = getmetatable("")
 string_mt.__metatable = false
 local pristine_string = string
--- A pattern match runs in C, where the deadline hook never fires, and a pattern like ".-.-.-b"
--- can take minutes. An inline run (on an async worker) therefore hands the call to the blocking
--- pool before it matches anything. Each function keeps its own local, so its errors name it.
-local find, match, gmatch, gsub = string.find, string.match, string.gmatch, string.gsub
-string.find = function(...) blocking() return select(1, find(...)) end
-string.match = function(...) blocking() return select(1, match(...)) end
-string.gmatch = function(...) blocking() return select(1, gmatch(...)) end
-string.gsub = function(...) blocking() return select(1, gsub(...)) end
 -- C loops the hook cannot interrupt are bounded before they start (see bounds.rs for the audit).
 local rep = string.rep
 string.rep = function(s, n, sep)
@@ -48,7 +41,7 @@ end
 table.concat = function(t, sep, i, j)
   -- A metatable's __index (a C function, say) can make every index exist; plain tables stop at
   -- their first missing element.
-  if type(t) == "table" and getmetatable(t) ~= nil then bound("move", i or 1, j or #t) end
+  if type(t) == "table" and getmetatable(t) ~= nil then bound("concat", i or 1, j or #t) end
   return (concat(t, sep, i, j))
 end
 local function position(value, arg, name)
@@ -193,6 +186,11 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
     }
     let string: Table = globals.get("string")?;
     string.raw_set("dump", Value::Nil)?;
+    // Lua's matcher runs in C, where the deadline hook never fires, and a pattern like
+    // ".-.-.-b" can take minutes: the port checks the deadline as it goes (an inline run thus
+    // escalates once its budget is spent).
+    let check_state = Arc::clone(state);
+    super::pattern::install(lua, &string, Arc::new(move || check_state.check()))?;
 
     let guard_state = Arc::clone(state);
     let guard = lua.create_function(move |_, results: MultiValue| {
@@ -231,10 +229,6 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
             globals.clone(),
             libraries,
             lua.create_function(|_, ()| Ok(seed()))?,
-            {
-                let state = Arc::clone(state);
-                lua.create_function(move |_, ()| state.check_blocking())?
-            },
             super::bounds::checker(lua, state)?,
             {
                 let state = Arc::clone(state);

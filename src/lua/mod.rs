@@ -546,6 +546,15 @@ pub fn sanitize(err: &mlua::Error, info: &ScriptInfo) -> String {
             message = rest.to_string();
         }
     }
+    // An error raised by a library function through one of the sandbox's wrappers is placed at
+    // the wrapper ("sandbox:2: too many results to unpack"): that place means nothing to a user.
+    while let Some(at) = message.find("sandbox:") {
+        let digits = message[at + 8..].bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || !message[at + 8 + digits..].starts_with(": ") {
+            break;
+        }
+        message.replace_range(at..at + 8 + digits + 2, "");
+    }
     let dir = info.dir().display().to_string();
     if !dir.is_empty() && dir != "/" {
         message = message.replace(&format!("{dir}/"), "").replace(&dir, ".");

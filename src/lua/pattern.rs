@@ -73,8 +73,6 @@ return find, match, gmatch, gsub
 /// A function replacement of `gsub` is called through the `pcall` of the globals at install
 /// time, so its error reaches the script unchanged (the sandbox's `pcall`, which re-raises a
 /// killed run, serves as well as Lua's).
-// TODO(hardening): remove the allow once guard.rs installs these functions.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn install(lua: &Lua, string: &Table, check: Check) -> mlua::Result<()> {
     let pcall: Function = lua.globals().raw_get("pcall")?;
     // Indexing a table with a metatable may run `__index`; through `pcall`, its error stays the

@@ -431,27 +431,48 @@ fn a_load_reader_cannot_swallow_the_deadline() {
 }
 
 #[test]
-fn an_inline_run_hands_pattern_matching_to_the_pool() {
-    // A match runs in C, out of the deadline hook's reach: on an async worker, a pattern such as
-    // ".-.-.-b" over a long string would hold the worker for minutes.
+fn an_inline_run_matches_patterns_until_its_budget_ends() {
+    // Matching is ctx's own port of Lua's matcher, which checks the deadline as it goes: a short
+    // match stays inline, and a pattern such as ".-.-.-b" over a long string escalates when the
+    // inline budget ends instead of holding the async worker for minutes.
     let p = probe();
-    for call in ["('abc'):find('b')", "string.match('abc', 'b')", "('abc'):gsub('b', 'c')", "string.gmatch('abc', '.')"]
-    {
-        p.file(
-            "tools/probe.lua",
-            &format!("tool = {{}}\nfunction tool.execute() pcall(function() return {call} end) end\n"),
-        );
+    let run_inline = |body: &str| {
+        p.file("tools/probe.lua", &format!("tool = {{}}\nfunction tool.execute() {body} end\n"));
         let mut vm = Vm::new(p.info(), p.limits, CancelHandle::new()).unwrap();
         let ext = vm.load_extension("tool").unwrap();
         let execute = vm.function(&ext, "tool", "execute").unwrap();
-        vm.make_inline(Duration::from_secs(5));
-        assert!(vm.call(&execute, ()).is_err(), "{call} ran inline");
-        assert_eq!(vm.state().killed(), ctx::lua::Kill::Escalate, "{call}");
+        vm.make_inline(Duration::from_millis(20));
+        let started = Instant::now();
+        let result = vm.call(&execute, ()).and_then(|v| vm.result_json(&v));
+        (result, vm.state().killed(), started.elapsed())
+    };
+    for call in
+        ["('abc'):find('b')", "string.match('abc', 'b')", "('abc'):gsub('b', 'c')", "string.gmatch('abc', '.')()"]
+    {
+        let (result, killed, _) = run_inline(&format!("return (select(1, {call}))"));
+        assert!(result.is_ok(), "{call}: {result:?}");
+        assert_eq!(killed, ctx::lua::Kill::None, "{call}");
+    }
+    for call in
+        ["string.find(s, '.-.-.-b')", "string.match(s, '(.-)(.-)b')", "s:gsub('.-.-b', '')", "s:gmatch('.-.-b')()"]
+    {
+        let (result, killed, took) =
+            run_inline(&format!("local s = string.rep('a', 4000) pcall(function() return {call} end) return 1"));
+        assert!(result.is_err(), "{call} finished inline");
+        assert_eq!(killed, ctx::lua::Kill::Escalate, "{call}");
+        assert!(took < Duration::from_millis(500), "{call} held the inline run for {took:?}");
     }
     // Anywhere else they behave as in plain Lua, and their errors still name them.
     assert_eq!(p.run("return select(2, ('abc'):find('b'))").unwrap(), json!(2));
     assert_eq!(p.run("local n = 0 for _ in ('a b c'):gmatch('%a') do n = n + 1 end return n").unwrap(), json!(3));
-    runtime_error(p.run("return string.find('abc', {})"), "bad argument #2 to 'find' (string expected, got table)");
+    runtime_error(
+        p.run("return string.find('abc', {})"),
+        "bad argument #2 to 'string.find' (string expected, got table)",
+    );
+    runtime_error(
+        p.run("local i = string.find('abc', {}) return i"),
+        "bad argument #2 to 'find' (string expected, got table)",
+    );
     runtime_error(p.run("return ('abc'):find('[')"), "malformed pattern (missing ']')");
 }
 
