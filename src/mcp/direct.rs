@@ -72,7 +72,10 @@ impl DirectRoute {
         if batch::is_batch(&bytes) {
             return json_response(StatusCode::BAD_REQUEST, &batch::refusal());
         }
-        if !parts.headers.contains_key("mcp-session-id") && self.sessions.full().await {
+        // Only a request without a session can open one; 2026-era clients name the method.
+        let may_open_session = !parts.headers.contains_key("mcp-session-id")
+            && parts.headers.get("mcp-method").is_none_or(|m| m.as_bytes() == b"initialize");
+        if may_open_session && self.sessions.full().await {
             if let Some(id) = initialize_id(&bytes) {
                 return sessions_full(id, self.sessions.max_sessions());
             }

@@ -5,6 +5,7 @@ mod agents;
 mod cli;
 mod clients;
 mod common;
+mod hardening_server;
 mod http;
 mod kb;
 mod link_order;
