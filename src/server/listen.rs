@@ -12,6 +12,9 @@
 //!   [`WAIT_FOR_SLOT`], then is closed.
 //!
 //! A request in flight (a long tool call, an SSE stream) is never timed out or evicted here.
+//! TODO(hardening): nor is a request whose body stalls after its headers; the bearer token is
+//! checked before any body is read, so only a caller with the token (or any local process on a
+//! token-less loopback bind) can do that.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -351,7 +354,8 @@ async fn serve_connection(
                 }
                 return;
             }
-            why = conn.expired(&limits), if !draining => {
+            // Still on while draining: a half-sent request must not hold shutdown up.
+            why = conn.expired(&limits) => {
                 tracing::debug!("closing a connection: {why}");
                 return;
             }
@@ -360,6 +364,12 @@ async fn serve_connection(
                 return;
             }
             _ = stopping.cancelled(), if !draining => {
+                // hyper's graceful shutdown waits for a request head already begun, which a
+                // half-sent request would stretch to the header timeout: with nothing in flight,
+                // close at once.
+                if conn.in_flight.load(Ordering::Acquire) == 0 {
+                    return;
+                }
                 connection.as_mut().graceful_shutdown();
                 draining = true;
             }
