@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value as Json};
 
-pub use guard::{is_loopback_host, Security};
+pub use guard::Security;
 pub use listen::{ConnectionLimits, Connections};
 use respond::{call_error, json_body, ok, ApiError};
 
