@@ -45,6 +45,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     let (addr, security) = server::settings(&config).map_err(CliError::Usage)?;
     let max_body_bytes = config.spec.server.max_body_bytes as usize;
     let page_size = config.spec.server.mcp_page_size as usize;
+    let limits = server::Limits::from_config(&config.spec.server);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = Registry::build(kb.clone(), None);
     let runtime =
@@ -88,7 +89,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             say!("  broken [tools.script.{}]: {}", problem.name, problem.message);
         }
         say!("  MCP (Streamable HTTP) at http://{local}/mcp");
-        let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes));
+        let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes).with_limits(limits));
         server::run(listener, app, shutdown_signal()).await.context("the server failed")?;
         say!("ctx stopped");
         Ok::<(), anyhow::Error>(())

@@ -2,12 +2,15 @@
 //!
 //! rmcp builds a handler, a service and a task for every stateless request, which costs as much
 //! as the tool call itself. A POST that is plainly such a call (the version, method and name
-//! headers agree with the body, no session, no `Mcp-Param-*` headers, no Origin, a Host that
-//! rmcp allows, JSON in, JSON and SSE accepted, `_meta` holding only the version, capabilities
-//! and client info, and no progress token) is answered here through [`Tools::call`], with the body rmcp would send:
-//! a test sends the same calls both ways and compares the bytes. Everything else goes to rmcp
+//! headers agree with the body, no session, no `Mcp-Param-*` headers, no Origin, JSON in, JSON
+//! and SSE accepted, `_meta` holding only the version, capabilities and client info, and no
+//! progress token) is answered here through [`Tools::call`], with the body rmcp would send: a
+//! test sends the same calls both ways and compares the bytes. Everything else goes to rmcp
 //! unchanged, including every protocol error (unknown tool, invalid arguments): those fail
 //! before the tool runs, so answering them from rmcp runs nothing twice.
+//!
+//! The route also answers two refusals rmcp cannot word well: a JSON-RPC batch (see `batch.rs`)
+//! and an `initialize` over the session cap (see `sessions.rs`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,11 +21,11 @@ use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, Method, Request, Response, StatusCode};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use serde_json::{json, Map, Value as Json};
 
-use super::{convert, Mcp};
+use super::sessions::{Sessions, SessionsError, SharedSessions};
+use super::{batch, convert, Mcp};
 use crate::lua::CancelHandle;
 use crate::tools::CallOptions;
 
@@ -38,35 +41,48 @@ const META_KEYS: [&str; 3] = [
 #[derive(Clone)]
 pub struct DirectRoute {
     mcp: Mcp,
-    rmcp: StreamableHttpService<Mcp, LocalSessionManager>,
+    rmcp: StreamableHttpService<Mcp, Sessions>,
     max_body_bytes: usize,
-    /// A loopback bind: rmcp then allows only these Host names.
-    loopback: bool,
+    sessions: SharedSessions,
     answered: Arc<AtomicU64>,
 }
 
 impl DirectRoute {
     pub fn new(
         mcp: Mcp,
-        rmcp: StreamableHttpService<Mcp, LocalSessionManager>,
+        rmcp: StreamableHttpService<Mcp, Sessions>,
         max_body_bytes: usize,
-        loopback: bool,
+        sessions: SharedSessions,
     ) -> Self {
         let answered = Arc::clone(&mcp.inner.direct_calls);
-        DirectRoute { mcp, rmcp, max_body_bytes, loopback, answered }
+        DirectRoute { mcp, rmcp, max_body_bytes, sessions, answered }
     }
 
     async fn handle(mut self, request: Request<Body>) -> Response<Body> {
-        let host_ok = !self.loopback || loopback_host(request.headers());
-        if request.method() != Method::POST || !host_ok || !plain_call_headers(request.headers(), self.max_body_bytes) {
+        if request.method() != Method::POST {
             return self.forward(request).await;
         }
+        // rmcp reads the whole body too: reading it here first costs no more memory.
         let (parts, body) = request.into_parts();
-        let bytes = match axum::body::to_bytes(body, self.max_body_bytes).await {
+        let bytes = match read_body(body, self.max_body_bytes).await {
             Ok(bytes) => bytes,
-            // The declared length was within the limit, so the body broke off on the way.
-            Err(e) => return broken_body(&e.to_string()),
+            Err(BodyError::TooLarge) => return too_large(self.max_body_bytes),
+            Err(BodyError::Broken(why)) => return broken_body(&why),
         };
+        if batch::is_batch(&bytes) {
+            return json_response(StatusCode::BAD_REQUEST, &batch::refusal());
+        }
+        // Only a request without a session can open one; 2026-era clients name the method.
+        let may_open_session = !parts.headers.contains_key("mcp-session-id")
+            && parts.headers.get("mcp-method").is_none_or(|m| m.as_bytes() == b"initialize");
+        if may_open_session && self.sessions.full().await {
+            if let Some(id) = initialize_id(&bytes) {
+                return sessions_full(id, self.sessions.max_sessions());
+            }
+        }
+        if !plain_call_headers(&parts.headers, self.max_body_bytes) {
+            return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
+        }
         let Some((id, name, arguments)) = plain_call(&bytes, &parts.headers) else {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
         };
@@ -87,13 +103,8 @@ impl DirectRoute {
                 |e| json!({"jsonrpc": "2.0", "id": id, "error": e}),
                 |r| json!({"jsonrpc": "2.0", "id": id, "result": r}),
             );
-        let body = message.to_string();
         self.answered.fetch_add(1, Ordering::Relaxed);
-        Response::builder()
-            .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from(body))
-            .unwrap_or_default()
+        json_response(StatusCode::OK, &message)
     }
 
     async fn forward(&mut self, request: Request<Body>) -> Response<Body> {
@@ -120,17 +131,78 @@ impl tower_service::Service<Request<Body>> for DirectRoute {
     }
 }
 
+enum BodyError {
+    TooLarge,
+    Broken(String),
+}
+
+/// The whole body, refused past `limit` bytes (declared or sent).
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
+    use http_body::Body as _;
+    if body.size_hint().lower() > limit as u64 {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = std::pin::pin!(body);
+    let mut collected = Vec::new();
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.map_err(|e| BodyError::Broken(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if data.len() > limit.saturating_sub(collected.len()) {
+                return Err(BodyError::TooLarge);
+            }
+            if collected.is_empty() && body.is_end_stream() {
+                // One frame is the whole body: keep it without a copy.
+                return Ok(data);
+            }
+            collected.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(collected))
+}
+
+fn json_response(status: StatusCode, body: &Json) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap_or_default()
+}
+
+/// rmcp's answer to a body over the limit, word for word.
+fn too_large(limit: usize) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::PAYLOAD_TOO_LARGE)
+        .body(Body::from(format!("Payload Too Large: request body exceeds {limit} bytes")))
+        .unwrap_or_default()
+}
+
+/// The id of an `initialize` request (which opens a session), if the body is one.
+fn initialize_id(body: &[u8]) -> Option<Json> {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        method: String,
+        id: Option<Json>,
+    }
+    let probe: Probe = serde_json::from_slice(body).ok()?;
+    (probe.method == "initialize").then(|| probe.id.unwrap_or(Json::Null))
+}
+
+/// 503 with a JSON-RPC error: rmcp would turn the refusal into a bare 500.
+fn sessions_full(id: Json, max: usize) -> Response<Body> {
+    let message = SessionsError::Full(max).to_string();
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": message}});
+    let mut response = json_response(StatusCode::SERVICE_UNAVAILABLE, &body);
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+    response
+}
+
 /// A JSON-RPC parse error for a body that could not be read in full.
 fn broken_body(why: &str) -> Response<Body> {
     let body = json!({"jsonrpc": "2.0", "id": null, "error": {
         "code": -32700,
         "message": format!("the request body ended before its Content-Length ({why}); send the whole body again"),
     }});
-    Response::builder()
-        .status(StatusCode::BAD_REQUEST)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap_or_default()
+    json_response(StatusCode::BAD_REQUEST, &body)
 }
 
 /// The headers of a plain stateless tool call with a body of known, allowed size.
@@ -156,13 +228,6 @@ fn plain_call_headers(headers: &HeaderMap, max_body_bytes: usize) -> bool {
         && !headers.contains_key("mcp-session-id")
         && !headers.contains_key("origin")
         && !headers.keys().any(|k| k.as_str().starts_with("mcp-param-"))
-}
-
-/// The Host is one rmcp allows on a loopback bind: localhost, 127.0.0.1 or ::1, any port.
-fn loopback_host(headers: &HeaderMap) -> bool {
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else { return false };
-    let Ok(authority) = host.parse::<axum::http::uri::Authority>() else { return false };
-    matches!(authority.host().trim_start_matches('[').trim_end_matches(']'), "localhost" | "127.0.0.1" | "::1")
 }
 
 /// `(id, tool name, arguments)` of a body that is one plain `tools/call` request agreeing with

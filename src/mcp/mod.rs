@@ -4,8 +4,12 @@
 //! from [`ToolSpec`], results from [`Output::mcp`] and [`CallError::mcp`], and every call goes
 //! through [`Tools::call`], which validates, runs and maps errors once for REST and MCP alike.
 
+pub mod batch;
 mod convert;
 pub mod direct;
+mod notify;
+pub mod progress;
+pub mod sessions;
 
 use std::sync::Arc;
 
@@ -17,15 +21,15 @@ use rmcp::model::{
     ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value as Json};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::lua::{CancelHandle, Progress, ProgressSink};
+use crate::lua::{CancelHandle, Progress};
 use crate::tools::{CallError, CallOptions, Tools};
+use sessions::SharedSessions;
 
 /// Tools per `tools/list` page.
 pub const PAGE_SIZE: usize = 50;
@@ -50,6 +54,8 @@ struct Inner {
     page_size: usize,
     /// Calls answered by the direct route (see `direct.rs`).
     direct_calls: Arc<std::sync::atomic::AtomicU64>,
+    /// Session-era clients to tell about list changes.
+    session_peers: Arc<notify::SessionPeers>,
 }
 
 impl Mcp {
@@ -59,7 +65,15 @@ impl Mcp {
 
     pub fn with_page_size(tools: Arc<Tools>, page_size: usize) -> Mcp {
         let (changed, _) = broadcast::channel(16);
-        Mcp { inner: Arc::new(Inner { tools, changed, page_size: page_size.max(1), direct_calls: Default::default() }) }
+        Mcp {
+            inner: Arc::new(Inner {
+                tools,
+                changed,
+                page_size: page_size.max(1),
+                direct_calls: Default::default(),
+                session_peers: Default::default(),
+            }),
+        }
     }
 
     /// How many `tools/call` requests the direct route answered (the rest went through rmcp).
@@ -68,16 +82,17 @@ impl Mcp {
     }
 
     /// `/mcp`: rmcp's Streamable HTTP endpoint behind the direct route for plain stateless
-    /// tool calls.
+    /// tool calls (and the refusals rmcp cannot word well: batches, too many sessions).
     pub fn http_route(
         &self,
         security: &crate::server::Security,
         max_body_bytes: usize,
+        sessions: SharedSessions,
         shutdown: CancellationToken,
     ) -> direct::DirectRoute {
         let limit = rmcp_body_limit(max_body_bytes);
-        let rmcp = self.http_service(security, max_body_bytes, shutdown);
-        direct::DirectRoute::new(self.clone(), rmcp, limit, security.loopback)
+        let rmcp = self.http_service(security, max_body_bytes, Arc::clone(&sessions), shutdown);
+        direct::DirectRoute::new(self.clone(), rmcp, limit, sessions)
     }
 
     pub fn tools(&self) -> &Arc<Tools> {
@@ -98,13 +113,14 @@ impl Mcp {
     }
 
     /// The Streamable HTTP endpoint (mounted at `/mcp`). The server's guard has already checked
-    /// the token, Host and Origin; rmcp checks Host and Origin again with the same settings.
+    /// the token, Host and Origin; rmcp checks Origin again with the same settings.
     pub fn http_service(
         &self,
         security: &crate::server::Security,
         max_body_bytes: usize,
+        sessions: SharedSessions,
         shutdown: CancellationToken,
-    ) -> StreamableHttpService<Mcp, LocalSessionManager> {
+    ) -> StreamableHttpService<Mcp, sessions::Sessions> {
         // Plain JSON replies on the stateless (2026) path: a call that reports no progress gets
         // one JSON body, and a client that hangs up cancels the call at once (an SSE reply would
         // only notice at its next keep-alive write). Progress still switches the reply to SSE.
@@ -112,12 +128,9 @@ impl Mcp {
             .with_json_response(true)
             .with_cancellation_token(shutdown)
             .with_max_request_body_bytes(rmcp_body_limit(max_body_bytes));
-        config = if security.loopback {
-            config.with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
-        } else {
-            // A public bind is reached under its real host name; the token guards it.
-            config.disable_allowed_hosts()
-        };
+        // The guard is the one Host check (`server::guard::is_loopback_host`): a second list
+        // here would disagree with it (rmcp allows 127.0.0.1 but not the rest of 127.0.0.0/8).
+        config = config.disable_allowed_hosts();
         if !security.allowed_origins.is_empty() {
             let mut origins = security.allowed_origins.clone();
             // Same-origin pages (served by ctx itself) pass the guard; let them through here too.
@@ -125,14 +138,21 @@ impl Mcp {
             config = config.with_allowed_origins(origins);
         }
         let handler = self.clone();
-        StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config)
+        StreamableHttpService::new(move || Ok(handler.clone()), sessions, config)
     }
 
     /// Serves MCP on stdin/stdout until the client closes the stream.
     pub async fn serve_stdio(self) -> Result<(), String> {
         // Pipes (how MCP clients launch servers) are driven by the IO reactor; a terminal or file
         // falls back to tokio's blocking stdio, which hands every read and write to a thread.
-        let running = self.serve(rmcp::transport::stdio_pipes()).await.map_err(|e| format!("MCP over stdio: {e}"))?;
+        let (stdin, stdout) = rmcp::transport::stdio_pipes();
+        let seen = Arc::new(batch::Seen::default());
+        let lines = rmcp::transport::async_rw::AsyncRwTransport::new_server(
+            batch::BatchFilter::new(stdin, Arc::clone(&seen)),
+            stdout,
+        );
+        let transport = batch::Answering::new(lines, seen);
+        let running = self.serve(transport).await.map_err(|e| format!("MCP over stdio: {e}"))?;
         running.waiting().await.map_err(|e| format!("MCP over stdio: {e}"))?;
         Ok(())
     }
@@ -145,14 +165,9 @@ impl Mcp {
         let name = request.name.to_string();
         let params = Json::Object(request.arguments.unwrap_or_default());
         let token = cx.meta.get_progress_token();
-        let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
-        let progress: Option<ProgressSink> = token.is_some().then(|| {
-            let tx = progress_tx.clone();
-            Arc::new(move |p: Progress| {
-                let _ = tx.send(p);
-            }) as ProgressSink
-        });
-        drop(progress_tx);
+        let (sink, mut progress_rx) = progress::queue();
+        // Without a token the sink is dropped here, and the queue ends at once.
+        let progress = token.is_some().then_some(sink);
         let options = CallOptions { cancel: CancelHandle::new(), progress, caller: "mcp" };
         // Dropping the call future cancels the script (Tools::call), so leaving the loop on
         // `notifications/cancelled` or a closed transport stops it.
@@ -184,8 +199,15 @@ impl Mcp {
             }
         };
         // Progress reported just before the end goes out before the result.
-        while let Ok(p) = progress_rx.try_recv() {
+        while let Some(p) = progress_rx.try_recv() {
             send(p).await;
+        }
+        let dropped = progress_rx.dropped();
+        if dropped > 0 {
+            tracing::warn!(
+                "tool {name}: dropped {dropped} progress reports the client did not read in time (at most {} wait)",
+                progress::QUEUE_LEN
+            );
         }
         match result {
             Ok(output) => Ok(convert::result(&output.mcp())?.into()),
@@ -323,27 +345,7 @@ impl ServerHandler for Mcp {
 
     /// Session-era clients (2025-11-25) get `list_changed` on their session's stream.
     async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {
-        let peer = cx.peer.clone();
-        let mut changed = self.inner.changed.subscribe();
-        tokio::spawn(async move {
-            use broadcast::error::RecvError;
-            loop {
-                let lists = match changed.recv().await {
-                    Ok(lists) => lists,
-                    Err(RecvError::Lagged(_)) => Changed { tools: true, prompts: true },
-                    Err(RecvError::Closed) => break,
-                };
-                if peer.is_transport_closed() {
-                    break;
-                }
-                if lists.tools && peer.notify_tool_list_changed().await.is_err() {
-                    break;
-                }
-                if lists.prompts && peer.notify_prompt_list_changed().await.is_err() {
-                    break;
-                }
-            }
-        });
+        self.inner.session_peers.add(cx.peer, &self.inner.changed);
     }
 
     /// Stateless-era clients (2026-07-28) subscribe with `subscriptions/listen`.

@@ -50,21 +50,30 @@ impl Security {
     }
 }
 
+/// Marks a request that carried the right bearer token, or needed none (no token is set).
+/// `/health` is open to everyone and reads this to decide how much it says.
+#[derive(Clone, Copy, Debug)]
+pub struct Authorized(pub bool);
+
 /// Runs before every route.
-pub async fn check(State(security): State<Arc<Security>>, request: Request, next: Next) -> Response {
+pub async fn check(State(security): State<Arc<Security>>, mut request: Request, next: Next) -> Response {
     match verdict(&security, &request) {
-        Ok(()) => next.run(request).await,
+        Ok(authorized) => {
+            request.extensions_mut().insert(Authorized(authorized));
+            next.run(request).await
+        }
         Err(e) => e.into_response(),
     }
 }
 
-fn verdict(security: &Security, request: &Request) -> Result<(), ApiError> {
+/// `Ok(true)` when the request may see everything, `Ok(false)` for an anonymous `/health`.
+fn verdict(security: &Security, request: &Request) -> Result<bool, ApiError> {
     let headers = request.headers();
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
     if security.loopback && !is_loopback_host(host) {
         return Err(ApiError::new(
             ErrorCode::Forbidden,
-            format!("Host {host:?} is not allowed: this server listens on loopback and only answers localhost, 127.0.0.1 or [::1]"),
+            format!("Host {host:?} is not allowed: this server listens on loopback and only answers localhost, 127.x.x.x or [::1]"),
         ));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
@@ -77,31 +86,51 @@ fn verdict(security: &Security, request: &Request) -> Result<(), ApiError> {
             ));
         }
     }
-    if let Some(token) = &security.token {
-        if request.uri().path() != "/health" {
-            let given = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .unwrap_or("");
-            if !constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
-                return Err(ApiError::new(
-                    ErrorCode::Unauthorized,
-                    "missing or wrong bearer token: send Authorization: Bearer <server.auth_token>",
-                ));
-            }
-        }
+    let Some(token) = &security.token else { return Ok(true) };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
+        return Ok(true);
     }
-    Ok(())
+    if request.uri().path() == "/health" {
+        return Ok(false);
+    }
+    Err(ApiError::new(
+        ErrorCode::Unauthorized,
+        "missing or wrong bearer token: send Authorization: Bearer <server.auth_token>",
+    ))
 }
 
-fn is_loopback_host(host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
+/// The one Host check of the server (`/mcp` included: rmcp's own check is off, see
+/// `Mcp::http_service`). A loopback server answers only names that can only mean this machine:
+/// `localhost`, an IPv4 address in 127.0.0.0/8 or `[::1]`, each with an optional port. The
+/// address must parse as an IP, so `127.0.0.1.attacker.example` (a name an attacker's DNS can
+/// point anywhere, the DNS rebinding trick) is refused.
+pub fn is_loopback_host(host: &str) -> bool {
+    let Some((name, port)) = split_host(host) else { return false };
+    let port_ok = port.is_none_or(|p| (1..=5).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit()));
+    let name_ok = if host.starts_with('[') {
+        name.parse::<std::net::Ipv6Addr>().is_ok_and(|ip| ip.is_loopback())
     } else {
-        host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
+        name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
     };
-    matches!(name.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "::1") || name.starts_with("127.")
+    port_ok && name_ok
+}
+
+/// `name[:port]` or `[ipv6][:port]` into the name and the port text.
+fn split_host(host: &str) -> Option<(&str, Option<&str>)> {
+    if let Some(rest) = host.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        let port = if after.is_empty() { None } else { Some(after.strip_prefix(':')?) };
+        return Some((inside, port));
+    }
+    Some(match host.split_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    })
 }
 
 /// Compares without an early exit, so the time taken does not reveal how much of a guess matched.
@@ -120,10 +149,35 @@ mod tests {
 
     #[test]
     fn loopback_hosts() {
-        for ok in ["localhost:7391", "127.0.0.1:80", "[::1]:7391", "LOCALHOST", "127.0.0.1"] {
+        for ok in [
+            "localhost:7391",
+            "127.0.0.1:80",
+            "[::1]:7391",
+            "[::1]",
+            "LOCALHOST",
+            "127.0.0.1",
+            "127.8.9.10:1",
+            "localhost",
+        ] {
             assert!(is_loopback_host(ok), "{ok}");
         }
-        for bad in ["evil.example:7391", "10.0.0.1:7391", "", "localhost.evil.example"] {
+        for bad in [
+            "evil.example:7391",
+            "10.0.0.1:7391",
+            "",
+            "localhost.evil.example",
+            "127.0.0.1.attacker.example",
+            "127.0.0.1.attacker.example:7391",
+            "127.evil.example",
+            "127.0.0.1:",
+            "127.0.0.1:80x",
+            "localhost:7391:1",
+            "[::2]:7391",
+            "[::1]x",
+            "[::1",
+            "user@localhost",
+            "0.0.0.0:7391",
+        ] {
             assert!(!is_loopback_host(bad), "{bad}");
         }
     }

@@ -4,6 +4,7 @@
 //! validates, runs and maps errors. Nothing here validates parameters on its own.
 
 mod guard;
+mod listen;
 pub mod openapi;
 mod respond;
 
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Extension, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -21,16 +22,42 @@ use axum::Router;
 use serde_json::{json, Value as Json};
 
 pub use guard::Security;
+pub use listen::{ConnectionLimits, Connections};
 use respond::{call_error, json_body, ok, ApiError};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::mcp::sessions::{SessionLimits, Sessions, SharedSessions};
 use crate::mcp::Mcp;
 use crate::tools::{CallOptions, Output, Tools};
-use crate::types::{ErrorCode, Health, HealthStatus};
+use crate::types::{ErrorCode, Health, HealthStatus, LoadProblem, LoadProblemKind, ServerLoad};
 
 /// How long in-flight requests may take to finish after a shutdown signal.
 pub const GRACE: Duration = Duration::from_secs(10);
+
+/// The limits of a running server (`[server]` in the config).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Limits {
+    pub connections: ConnectionLimits,
+    pub sessions: SessionLimits,
+}
+
+impl Limits {
+    pub fn from_config(server: &crate::types::ServerConfig) -> Limits {
+        let secs = Duration::from_secs;
+        Limits {
+            connections: ConnectionLimits {
+                max_connections: server.max_connections as usize,
+                header_timeout: secs(server.header_timeout_secs),
+                idle_timeout: secs(server.idle_timeout_secs),
+            },
+            sessions: SessionLimits {
+                max_sessions: server.max_mcp_sessions as usize,
+                idle: secs(server.mcp_session_idle_secs),
+            },
+        }
+    }
+}
 
 /// Everything a running server shares.
 pub struct App {
@@ -41,6 +68,11 @@ pub struct App {
     pub mcp: Mcp,
     /// Cancelled when shutdown begins, so MCP streams close and in-flight calls can finish.
     pub shutdown: CancellationToken,
+    pub limits: Limits,
+    /// MCP sessions of `/mcp`.
+    pub sessions: SharedSessions,
+    /// Open connections (filled by [`run`]).
+    pub connections: Arc<Connections>,
 }
 
 impl App {
@@ -49,13 +81,24 @@ impl App {
     }
 
     pub fn with_mcp(mcp: Mcp, security: Security, max_body_bytes: usize) -> App {
+        let limits = Limits::default();
         App {
             tools: Arc::clone(mcp.tools()),
             security: Arc::new(security),
             max_body_bytes,
             mcp,
             shutdown: CancellationToken::new(),
+            limits,
+            sessions: Arc::new(Sessions::new(limits.sessions)),
+            connections: Default::default(),
         }
+    }
+
+    /// Replaces the default limits.
+    pub fn with_limits(mut self, limits: Limits) -> App {
+        self.limits = limits;
+        self.sessions = Arc::new(Sessions::new(limits.sessions));
+        self
     }
 }
 
@@ -63,7 +106,7 @@ impl App {
 pub fn router(app: Arc<App>) -> Router {
     let security = Arc::clone(&app.security);
     let cors = security.cors();
-    let mcp = app.mcp.http_route(&security, app.max_body_bytes, app.shutdown.child_token());
+    let mcp = app.mcp.http_route(&security, app.max_body_bytes, Arc::clone(&app.sessions), app.shutdown.child_token());
     let mut router = Router::new()
         .route_service("/mcp", mcp)
         .route("/health", get(health))
@@ -93,29 +136,25 @@ pub async fn run(
     app: Arc<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut grace_rx = stop_rx.clone();
-    let streams = app.shutdown.clone();
-    // Streamed replies (MCP's SSE) go out in several writes; without TCP_NODELAY, Nagle's
-    // algorithm and the client's delayed ACK hold each reply back by about 40 ms.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
-    });
-    let serve = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
-        shutdown.await;
-        // Open MCP streams (GET /mcp, listen) would hold graceful shutdown forever.
-        streams.cancel();
-        let _ = stop_tx.send(true);
-    });
-    let serve = tokio::spawn(async move { serve.await });
+    let stopping = CancellationToken::new();
+    let serving = listen::serve(
+        listener,
+        router(Arc::clone(&app)),
+        app.limits.connections,
+        Arc::clone(&app.connections),
+        stopping.clone(),
+    );
+    let mut serving = tokio::spawn(serving);
     tokio::select! {
-        result = serve => result.unwrap_or_else(|e| Err(std::io::Error::other(e))),
-        _ = async move {
-            let _ = grace_rx.wait_for(|stopped| *stopped).await;
-            tokio::time::sleep(GRACE).await;
-        } => {
+        ended = &mut serving => return ended.map_err(std::io::Error::other),
+        _ = shutdown => {}
+    }
+    // Open MCP streams (GET /mcp, listen) would hold graceful shutdown forever.
+    app.shutdown.cancel();
+    stopping.cancel();
+    match tokio::time::timeout(GRACE, serving).await {
+        Ok(ended) => ended.map_err(std::io::Error::other),
+        Err(_) => {
             tracing::warn!("requests still running {} s after shutdown began; stopping anyway", GRACE.as_secs());
             Ok(())
         }
@@ -134,15 +173,44 @@ pub fn settings(config: &crate::config::Config) -> Result<(SocketAddr, Security)
     Ok((addr, Security::new(addr, token, origins)?))
 }
 
-async fn health(State(app): State<Arc<App>>) -> Response {
+/// Anyone may ask whether the server is up. With `server.auth_token` set, only a caller with
+/// the token learns more than the status and how many scripts failed: load errors can quote
+/// script source.
+async fn health(State(app): State<Arc<App>>, authorized: Option<Extension<guard::Authorized>>) -> Response {
     let registry = app.tools.current();
-    let problems = registry.problems().to_vec();
-    let body = Health {
-        status: if problems.is_empty() { HealthStatus::Ok } else { HealthStatus::Degraded },
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        tools: Some(registry.specs().count() as u64),
-        agents: Some(registry.agents().count() as u64),
-        problems,
+    let mut problems = registry.problems().to_vec();
+    // Calls abandoned past their deadline (the sandbox's last line of defence) hold a thread and
+    // keep their tool quarantined until they end.
+    for run in crate::tools::stuck::all() {
+        problems.push(LoadProblem {
+            kind: LoadProblemKind::Tool,
+            name: run.tool.clone(),
+            message: format!(
+                "a call of tool '{}' overran its deadline inside a library call {:.0} s ago and is still running; the tool is quarantined until it ends or its script is edited",
+                run.tool,
+                run.since.elapsed().as_secs_f64()
+            ),
+        });
+    }
+    let status = if problems.is_empty() { HealthStatus::Ok } else { HealthStatus::Degraded };
+    let problem_count = problems.len() as u64;
+    let full = authorized.is_some_and(|Extension(guard::Authorized(yes))| yes);
+    let body = if full {
+        Health {
+            status,
+            problem_count,
+            version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            tools: Some(registry.specs().count() as u64),
+            agents: Some(registry.agents().count() as u64),
+            problems,
+            load: Some(ServerLoad {
+                connections: app.connections.count() as u64,
+                mcp_sessions: app.sessions.count().await as u64,
+                tasks: tokio::runtime::Handle::current().metrics().num_alive_tasks() as u64,
+            }),
+        }
+    } else {
+        Health { status, problem_count, version: None, tools: None, agents: None, problems: Vec::new(), load: None }
     };
     ok(&serde_json::to_value(body).unwrap_or(Json::Null))
 }

@@ -7,6 +7,7 @@ mod clients;
 mod common;
 mod hardening_egress;
 mod hardening_scripts;
+mod hardening_server;
 mod http;
 mod kb;
 mod limits;
