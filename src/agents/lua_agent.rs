@@ -76,6 +76,10 @@ impl Agent for LuaAgent {
         &self.spec
     }
 
+    fn deadline(&self) -> Option<std::time::Duration> {
+        Some(self.limits.timeout)
+    }
+
     fn resolve(&self, args: &Map<String, Json>, env: &CallEnv<'_>) -> Result<ResolvedAgent, CallError> {
         let name = &self.spec.name;
         let fail = |e| CallError::from_script_of(format!("agent '{name}'"), e);

@@ -101,6 +101,10 @@ pub trait Agent: Send + Sync {
     fn spec(&self) -> &AgentSpec;
     /// Resolves the prompt for checked `args`. May block while a script runs.
     fn resolve(&self, args: &Map<String, Json>, env: &CallEnv<'_>) -> Result<ResolvedAgent, CallError>;
+    /// How long resolving may run, when the agent enforces a limit (see `tools::stuck`).
+    fn deadline(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 pub type AgentRef = Arc<dyn Agent>;

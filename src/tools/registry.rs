@@ -339,9 +339,33 @@ impl Tools {
     /// Runs [`Registry::prompt`] on the blocking pool, like [`Tools::call`].
     pub async fn prompt(&self, name: String, args: Json, options: CallOptions) -> Result<AgentPrompt, CallError> {
         let registry = self.current();
+        // A Lua agent is watched like a tool call (see `stuck`): past its deadline plus grace
+        // the caller gets a timeout, and the agent is quarantined while its run goes on.
+        let found = registry.agents.iter().find(|a| a.spec().name == name).cloned();
+        let identity = found.as_ref().map(|a| Arc::as_ptr(a) as *const () as usize).unwrap_or(0);
+        if let Some(run) = found.as_ref().and_then(|_| stuck::quarantined(identity)) {
+            return Err(CallError::Unavailable(format!(
+                "agent '{name}' is quarantined: a call {:.0} s ago overran its deadline inside a library call and is still running; ctx refuses new calls of this agent until that call ends or its script is edited",
+                run.since.elapsed().as_secs_f64()
+            )));
+        }
+        let deadline = found.as_ref().and_then(|a| a.deadline());
         let cancel = CancelOnDrop(Some(options.cancel.clone()));
         let agent = name.clone();
-        let joined = tokio::task::spawn_blocking(move || registry.prompt(&name, args, &options)).await;
+        let watch = stuck::Watch::new(identity);
+        let (on_thread, stop) = (watch.clone(), options.cancel.clone());
+        let mut task = tokio::task::spawn_blocking(move || {
+            let result = registry.prompt(&name, args, &options);
+            on_thread.finished();
+            result
+        });
+        let joined = match watch.wait(&mut task, deadline, &agent).await {
+            Some(joined) => joined,
+            None => {
+                stop.cancel();
+                Ok(Err(CallError::Timeout { subject: format!("agent '{agent}'"), limit: deadline.unwrap_or_default() }))
+            }
+        };
         cancel.disarm();
         joined.unwrap_or_else(|e| {
             tracing::error!(agent = %agent, "agent panicked: {e}");
