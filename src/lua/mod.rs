@@ -175,6 +175,9 @@ pub struct RunState {
     memory_limit: AtomicUsize,
     /// Memory in use when the run started: what `collectgarbage("count")` counts from.
     run_base: AtomicUsize,
+    /// Log lines this run wrote, and those it dropped past the per-run limit.
+    log_lines: std::sync::atomic::AtomicU32,
+    log_dropped: std::sync::atomic::AtomicU32,
 }
 
 /// One `progress(done, total?, message?)` call from a script.
@@ -200,6 +203,8 @@ impl RunState {
             inline: AtomicBool::new(false),
             memory_limit: AtomicUsize::new(0),
             run_base: AtomicUsize::new(0),
+            log_lines: Default::default(),
+            log_dropped: Default::default(),
         };
         state.set_deadline(Instant::now() + limits.timeout);
         state
@@ -282,6 +287,32 @@ impl RunState {
         }
     }
 
+    /// Counts one log line of the run: false once the run has written its share, and the line
+    /// is then dropped (counted, and reported when the run ends).
+    pub fn note_log_line(&self) -> bool {
+        let n = self.log_lines.fetch_add(1, Ordering::Relaxed);
+        if n < api::log::LINES_PER_RUN {
+            return true;
+        }
+        if self.log_dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                "{}: more than {} log lines in one run; the rest of this run's lines are dropped",
+                self.info.what(),
+                api::log::LINES_PER_RUN
+            );
+        }
+        false
+    }
+
+    /// Reports what the ending run dropped, and readies the counters for the next one.
+    pub(crate) fn end_run(&self) {
+        let dropped = self.log_dropped.swap(0, Ordering::Relaxed);
+        self.log_lines.store(0, Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::warn!("{}: {dropped} log line(s) of one run were dropped", self.info.what());
+        }
+    }
+
     /// The bytes this run may still allocate.
     pub fn memory_left(&self, lua: &Lua) -> usize {
         self.memory_limit.load(Ordering::Relaxed).saturating_sub(lua.used_memory())
@@ -358,6 +389,7 @@ impl Vm {
     /// deadline, cancel handle and memory cap, no progress sink, and new globals.
     pub fn restart(&mut self, cancel: CancelHandle) -> Result<(), ScriptError> {
         let state = &self.state;
+        state.end_run();
         state.killed.store(0, Ordering::SeqCst);
         state.inline.store(false, Ordering::SeqCst);
         *lock(&state.cancel) = cancel;
@@ -470,6 +502,7 @@ impl Drop for Vm {
         // Pending `__gc` finalizers run when the state closes; a killed state makes the hook
         // abort them at once instead of letting one loop forever.
         self.state.kill(Kill::Cancelled);
+        self.state.end_run();
     }
 }
 

@@ -372,3 +372,20 @@ fn hardening_05_an_http_response_is_parsed_within_the_cap() {
         status.lines().find(|l| l.starts_with("VmHWM:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(peak < 400 << 10, "peak RSS {} MiB for three 24 MiB responses under a 64 MiB cap", peak >> 10);
 }
+
+#[test]
+fn hardening_06_a_scripts_log_lines_are_capped_and_counted() {
+    let server = serve("", &[]);
+    // 2,000 lines of 1 MiB each: 2 GiB of log before the cap.
+    let code = r#"local s = string.rep("x", 1 << 20) for i = 1, 2000 do log.warn(s) end return 1"#;
+    let (status, body) =
+        request(&server.addr, "POST", "/tools/worst", Some(&json!({ "code": code })), Duration::from_secs(30));
+    assert_eq!(status, 200, "{body}");
+    // The run's report of what it dropped is written when its sandbox is next used or dropped.
+    request(&server.addr, "POST", "/tools/worst", Some(&json!({ "code": "return 1" })), Duration::from_secs(30));
+    let log = std::fs::read_to_string(server._ws.path().join("serve.log")).unwrap();
+    assert!(log.len() < 8 << 20, "the log grew to {} bytes", log.len());
+    assert!(log.contains("(truncated, 1048576 bytes)"), "no truncation note");
+    assert!(log.contains("more than 1000 log lines in one run"), "no drop warning");
+    assert!(log.contains("1000 log line(s) of one run were dropped"), "no drop count");
+}

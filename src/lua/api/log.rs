@@ -8,17 +8,52 @@ use mlua::{Lua, MultiValue};
 
 use crate::lua::RunState;
 
-/// The arguments as one line. `__tostring` runs script code: its errors (a kill among them)
-/// propagate rather than being written around.
+/// The most bytes one log line of a script keeps; the rest is cut, and the line says so.
+const LINE_CAP: usize = 4096;
+
+/// The most log lines one run writes; later ones are dropped and counted (see
+/// [`RunState::note_log_line`]).
+pub(crate) const LINES_PER_RUN: u32 = 1000;
+
+/// The arguments as one line, at most [`LINE_CAP`] bytes of it copied out of Lua. `__tostring`
+/// runs script code: its errors (a kill among them) propagate rather than being written around.
 fn join(args: &MultiValue) -> mlua::Result<String> {
-    let parts = args
-        .iter()
-        .map(|v| match v {
-            mlua::Value::String(s) => Ok(s.to_string_lossy().to_string()),
-            other => other.to_string(),
-        })
-        .collect::<mlua::Result<Vec<_>>>()?;
-    Ok(parts.join(" "))
+    let mut line = Vec::new();
+    let mut total = 0usize;
+    for (i, value) in args.iter().enumerate() {
+        let text = match value {
+            mlua::Value::String(s) => s.as_bytes().to_vec_capped(LINE_CAP),
+            other => other.to_string()?.into_bytes(),
+        };
+        if i > 0 {
+            total += 1;
+            if line.len() < LINE_CAP {
+                line.push(b' ');
+            }
+        }
+        total += text.len();
+        let room = LINE_CAP.saturating_sub(line.len());
+        line.extend_from_slice(&text[..text.len().min(room)]);
+        if let mlua::Value::String(s) = value {
+            total += s.as_bytes().len().saturating_sub(text.len());
+        }
+    }
+    let mut out = String::from_utf8_lossy(&line).into_owned();
+    if total > line.len() {
+        out.push_str(&format!(" … (truncated, {total} bytes)"));
+    }
+    Ok(out)
+}
+
+/// Copies at most `cap` bytes.
+trait CappedCopy {
+    fn to_vec_capped(&self, cap: usize) -> Vec<u8>;
+}
+
+impl CappedCopy for [u8] {
+    fn to_vec_capped(&self, cap: usize) -> Vec<u8> {
+        self[..self.len().min(cap)].to_vec()
+    }
 }
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
@@ -27,6 +62,9 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
         let state = Arc::clone(state);
         let f = lua.create_function(move |_, args: MultiValue| {
             state.check_blocking()?;
+            if !state.note_log_line() {
+                return Ok(());
+            }
             let kind = state.info.kind.as_str();
             let name = state.info.name.as_str();
             let text = join(&args)?;

@@ -7,7 +7,7 @@ mod env;
 mod fs;
 pub mod http;
 mod json;
-mod log;
+pub(crate) mod log;
 pub mod mcp;
 mod progress;
 mod require;
