@@ -64,7 +64,7 @@ thread_local! {
 /// one is back, so a run nested in a host call hands the thread back correctly).
 pub(crate) fn enter(state: &Arc<RunState>) -> Entered {
     let previous = CURRENT.with(|c| c.replace(Arc::downgrade(state)));
-    STOPPED.with(|s| s.set(false));
+    let _ = STOPPED.try_with(|s| s.set(false));
     Entered { previous }
 }
 
@@ -81,7 +81,7 @@ impl Drop for Entered {
 }
 
 /// Whether the run on this thread has been stopped (deadline, cancel, memory, escalation).
-fn current_run_stopped() -> bool {
+pub(crate) fn current_run_stopped() -> bool {
     let stopped = CURRENT.try_with(|c| c.borrow().upgrade()).ok().flatten().is_some_and(|state| state.check().is_err());
     if stopped {
         let _ = STOPPED.try_with(|s| s.set(true));
@@ -119,14 +119,17 @@ extern "C" {
 /// `a` and `b` must be NUL-terminated strings, as for the C function.
 #[no_mangle]
 pub unsafe extern "C" fn strcoll(a: *const c_char, b: *const c_char) -> c_int {
-    if STOPPED.with(|s| s.get()) {
+    // try_with: a panic here would cross the C boundary; a thread being torn down just compares.
+    if STOPPED.try_with(|s| s.get()).unwrap_or(false) {
         return STOPPED_ORDER;
     }
-    let calls = CALLS.with(|c| {
-        let n = c.get().wrapping_add(1);
-        c.set(n);
-        n
-    });
+    let calls = CALLS
+        .try_with(|c| {
+            let n = c.get().wrapping_add(1);
+            c.set(n);
+            n
+        })
+        .unwrap_or(1);
     if calls.is_multiple_of(CALLS_PER_CHECK) && current_run_stopped() {
         return STOPPED_ORDER;
     }
@@ -170,18 +173,10 @@ fn coerced_len(value: &Value) -> Option<usize> {
     }
 }
 
-/// An integer argument as `luaL_checkinteger` reads it, or `None` (Lua then raises).
-fn integer(value: &Value) -> Option<i64> {
-    match value {
-        Value::Integer(i) => Some(*i),
-        Value::Number(n) if n.fract() == 0.0 && n.abs() < 9.2e18 => Some(*n as i64),
-        Value::String(s) => {
-            let text = s.to_str().ok()?;
-            let text = text.trim();
-            text.parse::<i64>().ok().or_else(|| text.parse::<f64>().ok().filter(|n| n.fract() == 0.0).map(|n| n as i64))
-        }
-        _ => None,
-    }
+/// An integer argument as `luaL_checkinteger` reads it (Lua's own coercion: hex strings, floats
+/// with an integer value), or `None` when Lua would raise its own argument error.
+fn integer(lua: &Lua, value: &Value) -> Option<i64> {
+    lua.coerce_integer(value.clone()).ok().flatten()
 }
 
 /// Checks for the sandbox's `string.rep`, `table.move` and `load` wrappers (see the guard chunk).
@@ -194,7 +189,7 @@ pub(super) fn checker(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<mlua::Fu
     lua.create_function(move |lua, (what, a, b, c): (mlua::LuaString, Value, Value, Value)| {
         match what.as_bytes().as_ref() {
             b"rep" => {
-                let (Some(piece), Some(count), Some(sep)) = (coerced_len(&a), integer(&b), coerced_len(&c)) else {
+                let (Some(piece), Some(count), Some(sep)) = (coerced_len(&a), integer(lua, &b), coerced_len(&c)) else {
                     return Ok(false); // let Lua raise its own argument error
                 };
                 if count <= 0 {
@@ -214,7 +209,7 @@ pub(super) fn checker(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<mlua::Fu
             }
             b"move" | b"concat" => {
                 let name = if what.as_bytes().as_ref() == b"move" { "table.move" } else { "table.concat" };
-                let (Some(first), Some(last)) = (integer(&a), integer(&b)) else { return Ok(false) };
+                let (Some(first), Some(last)) = (integer(lua, &a), integer(lua, &b)) else { return Ok(false) };
                 if last < first {
                     return Ok(false);
                 }
@@ -231,7 +226,11 @@ pub(super) fn checker(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<mlua::Fu
                 Ok(false)
             }
             b"load" => {
-                let size = coerced_len(&a).unwrap_or(0);
+                // A string chunk, or the running total of what a reader function returned.
+                let size = match &a {
+                    Value::Integer(n) => *n as usize,
+                    other => coerced_len(other).unwrap_or(0),
+                };
                 if size > MAX_LOAD {
                     return Err(super::api::fail(format!(
                         "load: the chunk is {size} bytes; the sandbox compiles at most {MAX_LOAD} bytes at a time"
@@ -240,6 +239,9 @@ pub(super) fn checker(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<mlua::Fu
                 state.check_data(size)?;
                 Ok(false)
             }
+            // Whether a function is a C function: C functions handed to C loops as comparators
+            // or metamethods run without a Lua instruction, so the hook never sees them.
+            b"native" => Ok(matches!(&a, Value::Function(f) if f.info().what == "C")),
             _ => Ok(false),
         }
     })
@@ -255,7 +257,9 @@ const BIG: usize = 64 * 1024;
 /// let 256 of them run (256 calls of `utf8.len` on 24 MiB is about 8 s). Not listed: functions
 /// whose work is their argument count (`select`, `string.char`, `utf8.char`: the caller already
 /// paid that to pass them), O(1) ones (`len`), and copies at memcpy speed (`sub`).
-const SIZED: [(&str, &str, Measure); 13] = [
+const SIZED: [(&str, &str, Measure); 15] = [
+    ("string", "packsize", Measure::FirstString),
+    ("os", "date", Measure::FirstString),
     ("string", "upper", Measure::FirstString),
     ("string", "lower", Measure::FirstString),
     ("string", "reverse", Measure::FirstString),
@@ -303,6 +307,14 @@ pub(super) fn sized_wrappers(library: &str) -> String {
         };
         out.push_str(&format!(
             "do local {name} = lib.{name} if {name} then lib.{name} = function(a, ...) {check} return select(1, {name}(a, ...)) end end end\n"
+        ));
+    }
+    if library == "utf8" {
+        // The iterator `codes` returns skips continuation bytes in C, so one call can scan a
+        // whole string, and a script may call it directly on any string: hand out a Lua one.
+        out.push_str(&format!(
+            "do local codes = lib.codes lib.codes = function(s, ...) local step, state, control = codes(s, ...) \
+             return function(a, b) if type(a) == \"string\" and #a > {BIG} then big(#a) end return step(a, b) end, state, control end end\n"
         ));
     }
     out

@@ -34,6 +34,14 @@ fn is_marked_array(lua: &Lua, table: &Table) -> bool {
     }
 }
 
+thread_local! {
+    /// Values visited by [`to_json`] on this thread, for its deadline checks.
+    static VISITS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Values [`to_json`] visits between two looks at the run's deadline.
+const VISITS_PER_CHECK: u32 = 4096;
+
 /// Converts a Lua value to JSON. `budget` is the most bytes of JSON allowed (roughly counted as
 /// the value is walked, so a huge value is refused before it is built).
 pub fn to_json(lua: &Lua, value: &Value, budget: usize) -> Result<Json, ConvertError> {
@@ -43,8 +51,12 @@ pub fn to_json(lua: &Lua, value: &Value, budget: usize) -> Result<Json, ConvertE
 
 #[derive(Debug)]
 pub enum ConvertError {
-    TooLarge { size: usize },
+    TooLarge {
+        size: usize,
+    },
     Invalid(String),
+    /// The run converting the value was stopped (its deadline passed, say) part way.
+    Stopped,
 }
 
 impl std::fmt::Display for ConvertError {
@@ -52,6 +64,7 @@ impl std::fmt::Display for ConvertError {
         match self {
             ConvertError::TooLarge { size } => write!(f, "the value is too large ({size} bytes of JSON or more)"),
             ConvertError::Invalid(message) => f.write_str(message),
+            ConvertError::Stopped => f.write_str("the script was stopped while its value was converted"),
         }
     }
 }
@@ -75,6 +88,17 @@ fn convert(
         } else {
             Ok(())
         }
+    }
+    // However small its JSON, every value visited is a Rust node built and a step taken: a
+    // table that holds the same table thousands of times over is millions of visits.
+    charge(used, 8, budget)?;
+    if VISITS.with(|v| {
+        let n = v.get().wrapping_add(1);
+        v.set(n);
+        n.is_multiple_of(VISITS_PER_CHECK)
+    }) && super::bounds::current_run_stopped()
+    {
+        return Err(ConvertError::Stopped);
     }
     Ok(match value {
         Value::Nil => {

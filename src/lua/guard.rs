@@ -33,17 +33,6 @@ string.rep = function(s, n, sep)
   if bound("rep", s, n, sep) then return "" end
   return (rep(s, n, sep))
 end
-local move, insert, remove, concat = table.move, table.insert, table.remove, table.concat
-table.move = function(a1, f, e, ...)
-  bound("move", f, e)
-  return (move(a1, f, e, ...))
-end
-table.concat = function(t, sep, i, j)
-  -- A metatable's __index (a C function, say) can make every index exist; plain tables stop at
-  -- their first missing element.
-  if type(t) == "table" and getmetatable(t) ~= nil then bound("concat", i or 1, j or #t) end
-  return (concat(t, sep, i, j))
-end
 local function position(value, arg, name)
   local n = tonumber(value)
   if n == nil then
@@ -52,6 +41,69 @@ local function position(value, arg, name)
     error(format("bad argument #%d to '%s' (number has no integer representation)", arg, name), 3)
   end
   return n // 1
+end
+local move, insert, remove, concat, sort, tunpack = table.move, table.insert, table.remove, table.concat, table.sort, table.unpack
+-- A table with a metatable may answer every index, and its metamethods may be C functions
+-- (`__index = next`), which C loops call without a Lua instruction between them: for such
+-- tables the table functions below do their loops in Lua, where the hook sees every step.
+local function plain(t) return type(t) ~= "table" or getmetatable(t) == nil end
+table.move = function(a1, f, e, t, a2)
+  bound("move", f, e)
+  if plain(a1) and (a2 == nil or plain(a2)) then return (move(a1, f, e, t, a2)) end
+  a2 = a2 == nil and a1 or a2
+  f, e, t = position(f, 2, "move"), position(e, 3, "move"), position(t, 4, "move")
+  if e >= f then
+    if t > e or t <= f or a2 ~= a1 then
+      for i = 0, e - f do a2[t + i] = a1[f + i] end
+    else
+      for i = e - f, 0, -1 do a2[t + i] = a1[f + i] end
+    end
+  end
+  return a2
+end
+table.concat = function(t, sep, i, j)
+  if plain(t) then return (concat(t, sep, i, j)) end
+  i = i == nil and 1 or position(i, 3, "concat")
+  j = j == nil and #t or position(j, 4, "concat")
+  bound("concat", i, j)
+  local parts = {}
+  for k = i, j do
+    local v = t[k]
+    local kind = type(v)
+    if kind ~= "string" and kind ~= "number" then
+      error(format("invalid value (at index %d) in table for 'concat'", k), 2)
+    end
+    parts[k - i + 1] = v
+  end
+  return (concat(parts, sep))
+end
+table.unpack = function(t, i, j)
+  if plain(t) then return tunpack(t, i, j) end
+  i = i == nil and 1 or position(i, 2, "unpack")
+  j = j == nil and #t or position(j, 3, "unpack")
+  if i > j then return end
+  if j - i >= 1000000 then error("too many results to unpack", 2) end
+  local values = {}
+  for k = i, j do values[k - i + 1] = t[k] end
+  return tunpack(values, 1, j - i + 1)
+end
+-- Each comparison runs as Lua (a C comparator, or C `__lt` metamethods of the elements, would
+-- let one sort run n log n steps unseen), and a table with a metatable is sorted as a plain copy.
+local function less(a, b) return a < b end
+table.sort = function(t, comp)
+  if comp == nil then
+    comp = less
+  elseif bound("native", comp) then
+    local c = comp
+    comp = function(a, b) return c(a, b) end
+  end
+  if plain(t) then return select(1, sort(t, comp)) end
+  local n = #t
+  bound("move", 1, n)
+  local copy = {}
+  for k = 1, n do copy[k] = t[k] end
+  sort(copy, comp)
+  for k = 1, n do t[k] = copy[k] end
 end
 -- With a metatable, `#t` comes from __len (math.maxinteger, say) and every step may call
 -- metamethods: the same work in Lua, where the hook governs each step. Plain tables stay in C.
@@ -110,7 +162,20 @@ load = function(...)
   if mode ~= nil and mode ~= "t" then
     error("load: only text chunks are allowed (mode \"t\")", 2)
   end
-  if type(chunk) == "string" then bound("load", chunk) end
+  if type(chunk) == "string" then
+    bound("load", chunk)
+  elseif type(chunk) == "function" then
+    -- A reader's pieces are parsed in C between its calls: count them against the same limit.
+    local reader, total = chunk, 0
+    chunk = function()
+      local piece = reader()
+      if type(piece) == "string" then
+        total = total + #piece
+        bound("load", total)
+      end
+      return piece
+    end
+  end
   -- A reader function runs inside load, which catches its errors: re-raise a kill.
   if select("#", ...) >= 4 then return guard(raw_load(chunk, name, "t", env)) end
   return guard(raw_load(chunk, name, "t", run_env))
@@ -283,6 +348,8 @@ pub(super) fn load_std(lua: &Lua, name: &[u8]) -> mlua::Result<bool> {
             for name in ["time", "clock", "date", "difftime"] {
                 safe_os.raw_set(name, os.raw_get::<Value>(name)?)?;
             }
+            let wrap: Function = lua.named_registry_value(WRAP_SIZED)?;
+            wrap.call::<()>((&safe_os, super::bounds::sized_wrappers("os")))?;
             globals.raw_set("os", safe_os)?;
         }
         _ => return Ok(false),

@@ -485,9 +485,20 @@ impl Vm {
     pub fn result_json(&self, value: &Value) -> Result<Json, ScriptError> {
         let what = self.state.info.what();
         let limit = self.state.limits.max_result_bytes;
+        // On an async worker, a large result is converted on the blocking pool instead: the run
+        // escalates (it has had no visible effect) and runs again there.
+        let first = self.state.data_limit(limit);
+        if first < limit {
+            if let Err(convert::ConvertError::TooLarge { .. }) = convert::to_json(&self.lua, value, first) {
+                self.state.kill(Kill::Escalate);
+                return Err(ScriptError::Cancelled { what });
+            }
+        }
         let json = convert::to_json(&self.lua, value, limit).map_err(|e| match e {
             convert::ConvertError::TooLarge { size } => ScriptError::ResultTooLarge { what: what.clone(), size, limit },
             convert::ConvertError::Invalid(message) => ScriptError::BadResult { what: what.clone(), message },
+            // The kill flag says which limit stopped it.
+            convert::ConvertError::Stopped => self.classify(&script::stopped()),
         })?;
         let size = serde_json::to_vec(&json).map(|v| v.len()).unwrap_or(0);
         if size > limit {
@@ -558,7 +569,7 @@ fn build(state: &Arc<RunState>) -> mlua::Result<(Lua, Function)> {
     Ok((lua, new_env))
 }
 
-pub(crate) fn is_memory_error(err: &mlua::Error) -> bool {
+pub fn is_memory_error(err: &mlua::Error) -> bool {
     match err {
         mlua::Error::MemoryError(_) => true,
         mlua::Error::CallbackError { cause, .. } => is_memory_error(cause),

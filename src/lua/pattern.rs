@@ -1017,12 +1017,28 @@ impl<'l> Output<'l> {
             return Ok(());
         }
         let wanted = needed.max(self.bytes.capacity().saturating_mul(2)).max(64);
-        if self.limit != 0 && self.lua.used_memory().saturating_add(wanted) > self.limit {
+        // Buffers of gsubs still running further up this thread's stack (a replacement function
+        // that calls gsub) live outside Lua's allocator too: count them with this one.
+        let held = LIVE_OUTPUT.with(|live| live.get()).saturating_sub(self.bytes.capacity());
+        if self.limit != 0 && self.lua.used_memory().saturating_add(held).saturating_add(wanted) > self.limit {
             return Err(Failure::OutOfMemory);
         }
+        let before = self.bytes.capacity();
         self.bytes.reserve_exact(wanted - self.bytes.len());
+        LIVE_OUTPUT.with(|live| live.set(live.get() + self.bytes.capacity() - before));
         Ok(())
     }
+}
+
+impl Drop for Output<'_> {
+    fn drop(&mut self) {
+        let _ = LIVE_OUTPUT.try_with(|live| live.set(live.get().saturating_sub(self.bytes.capacity())));
+    }
+}
+
+thread_local! {
+    /// Bytes held by the gsub output buffers alive on this thread.
+    static LIVE_OUTPUT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The memory cap of the state, 0 for none. mlua has no getter; setting a cap returns the one

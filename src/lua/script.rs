@@ -197,6 +197,7 @@ impl Vm {
             Err(super::convert::ConvertError::Invalid(why)) => {
                 Json::String(format!("(the raised table cannot be shown as JSON: {why})"))
             }
+            Err(super::convert::ConvertError::Stopped) => return self.classify(&stopped()),
         };
         ScriptError::Raised { message, code, data }
     }
@@ -243,4 +244,10 @@ fn read_source(info: &super::ScriptInfo) -> Result<Vec<u8>, ScriptError> {
             _ => e.to_string(),
         },
     })
+}
+
+/// The error of a conversion that stopped because its run was stopped: [`Vm::classify`] turns it
+/// into the limit that stopped the run.
+pub fn stopped() -> mlua::Error {
+    mlua::Error::RuntimeError("ctx: script stopped".into())
 }

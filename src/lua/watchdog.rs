@@ -20,9 +20,22 @@ pub fn bounded<T: Send + 'static>(
     timeout: Duration,
     load: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
+    // A script whose earlier load is still stuck is not loaded again: every reload would
+    // otherwise leave one more spinning thread behind.
+    if stuck_loads().contains(what) {
+        return Err(format!(
+            "{what}: an earlier load of this script overran its deadline and is still running, so ctx does not load it again; fix the script's top level and restart ctx"
+        ));
+    }
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let name = what.to_string();
     let spawned = std::thread::Builder::new().name("ctx-load".into()).spawn(move || {
-        let _ = tx.send(load());
+        let result = load();
+        if tx.send(result).is_err() {
+            // Nobody waits any more: this load was given up on, and now it has ended.
+            stuck_loads().remove(&name);
+            tracing::warn!("{name}: a load given up on earlier has finally ended");
+        }
     });
     if let Err(e) = spawned {
         return Err(format!("{what}: cannot start a thread to load the script: {e}"));
@@ -30,6 +43,14 @@ pub fn bounded<T: Send + 'static>(
     match rx.recv_timeout(timeout + GRACE) {
         Ok(result) => result,
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            stuck_loads().insert(what);
+            // The load may have ended between the timeout and the insert: then its result is
+            // waiting, and nothing is stuck.
+            if let Ok(result) = rx.try_recv() {
+                stuck_loads().remove(what);
+                return result;
+            }
+            drop(rx);
             tracing::error!(
                 "{what}: loading overran its {} deadline by more than {} s; abandoned",
                 seconds(&timeout),
@@ -45,6 +66,29 @@ pub fn bounded<T: Send + 'static>(
             Err(format!("{what}: loading crashed inside ctx; the server log has the details"))
         }
     }
+}
+
+/// Scripts (by the path in their message) whose load was given up on and is still running.
+struct StuckLoads(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl StuckLoads {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn contains(&self, what: &str) -> bool {
+        self.lock().contains(what)
+    }
+    fn insert(&self, what: &str) {
+        self.lock().insert(what.to_string());
+    }
+    fn remove(&self, what: &str) {
+        self.lock().remove(what);
+    }
+}
+
+fn stuck_loads() -> &'static StuckLoads {
+    static STUCK: std::sync::OnceLock<StuckLoads> = std::sync::OnceLock::new();
+    STUCK.get_or_init(|| StuckLoads(Default::default()))
 }
 
 #[cfg(test)]
@@ -66,6 +110,9 @@ mod tests {
             "{message}"
         );
         assert!(waited >= Duration::from_millis(1100) && waited < Duration::from_secs(10), "{waited:?}");
+        // While it is stuck, the script is not loaded again (no second thread).
+        let again: Result<(), String> = bounded("tools/stuck.lua", Duration::from_millis(100), || Ok(()));
+        assert!(again.unwrap_err().contains("an earlier load of this script overran its deadline"));
     }
 
     #[test]

@@ -122,8 +122,9 @@ impl LuaTool {
         let execute = vm.function(&ext, "tool", "execute").map_err(fail)?;
         let lua = vm.lua();
         let prepare = |e: mlua::Error| match vm.state().killed() {
-            // A limit hit while preparing the call (the inline budget, say) is that limit.
-            Kill::None => {
+            // A limit hit while preparing the call (the inline budget or allowance, the memory
+            // cap) is that limit: an inline run escalates, any other reports it.
+            Kill::None if !crate::lua::is_memory_error(&e) => {
                 tracing::error!(tool = %name, "cannot prepare the call: {e}");
                 CallError::Internal(format!("tool '{name}': cannot pass the parameters to the script"))
             }
@@ -227,6 +228,9 @@ fn helper_error(vm: &Vm, tool: &str, code: &Value, message: &Value, data: &Value
                 Err(convert::ConvertError::Invalid(message)) => {
                     let what = format!("tool '{tool}'");
                     return CallError::from_script(tool, ScriptError::BadResult { what, message });
+                }
+                Err(convert::ConvertError::Stopped) => {
+                    return CallError::from_script(tool, vm.classify(&crate::lua::script::stopped()))
                 }
             }
         }

@@ -311,9 +311,8 @@ impl Tools {
                 let watch = stuck::Watch::new(stuck::identity(&tool));
                 let (reg, opts, on_thread) = (Arc::clone(&registry), options.clone(), watch.clone());
                 let mut task = tokio::task::spawn_blocking(move || {
-                    let result = reg.run(&tool, params, &opts);
-                    on_thread.finished();
-                    result
+                    let _finish = stuck::Finish(on_thread);
+                    reg.run(&tool, params, &opts)
                 });
                 let joined = match watch.wait(&mut task, deadline, &name).await {
                     Some(joined) => joined,
@@ -355,9 +354,8 @@ impl Tools {
         let watch = stuck::Watch::new(identity);
         let (on_thread, stop) = (watch.clone(), options.cancel.clone());
         let mut task = tokio::task::spawn_blocking(move || {
-            let result = registry.prompt(&name, args, &options);
-            on_thread.finished();
-            result
+            let _finish = stuck::Finish(on_thread);
+            registry.prompt(&name, args, &options)
         });
         let joined = match watch.wait(&mut task, deadline, &agent).await {
             Some(joined) => joined,

@@ -20,11 +20,14 @@ use super::ToolRef;
 /// How long past its deadline a call is awaited before it is abandoned.
 pub const GRACE: Duration = Duration::from_secs(1);
 
-/// A run that was abandoned and has not ended yet.
+/// The abandoned runs of one tool version that have not ended yet.
 #[derive(Clone, Debug)]
 pub struct StuckRun {
     pub tool: String,
+    /// When the oldest of them was abandoned.
     pub since: Instant,
+    /// How many (two calls can be abandoned before the quarantine starts).
+    pub runs: usize,
 }
 
 /// Abandoned runs, by the identity of the tool version they belong to.
@@ -62,6 +65,15 @@ enum Phase {
     Abandoned,
 }
 
+/// Calls [`Watch::finished`] when dropped, so a run that panics still lifts its quarantine.
+pub struct Finish(pub Watch);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        self.0.finished();
+    }
+}
+
 /// Links one call's waiting caller with the thread running it.
 #[derive(Clone)]
 pub struct Watch {
@@ -96,12 +108,14 @@ impl Watch {
     pub fn finished(&self) {
         let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
         if *phase == Phase::Abandoned {
-            if let Some(run) = lock().remove(&self.key) {
-                tracing::warn!(
-                    tool = %run.tool,
-                    "an abandoned call finally ended after {:.1} s; the tool takes calls again",
-                    run.since.elapsed().as_secs_f64()
-                );
+            let mut runs = lock();
+            if let Some(run) = runs.get_mut(&self.key) {
+                run.runs -= 1;
+                let (tool, waited, left) = (run.tool.clone(), run.since.elapsed().as_secs_f64(), run.runs);
+                if left == 0 {
+                    runs.remove(&self.key);
+                    tracing::warn!(tool = %tool, "an abandoned call finally ended after {waited:.1} s; the tool takes calls again");
+                }
             }
         }
         *phase = Phase::Done;
@@ -115,7 +129,11 @@ impl Watch {
             return false;
         }
         *phase = Phase::Abandoned;
-        lock().insert(self.key, StuckRun { tool: tool.to_string(), since: Instant::now() });
+        lock().entry(self.key).and_modify(|run| run.runs += 1).or_insert_with(|| StuckRun {
+            tool: tool.to_string(),
+            since: Instant::now(),
+            runs: 1,
+        });
         tracing::error!(
             tool,
             "a call overran its deadline by more than {} s without stopping (stuck in a library call); the caller got a timeout and the tool is quarantined until that call ends or its script changes",

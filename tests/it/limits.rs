@@ -188,6 +188,48 @@ const CASES: &[(&str, &str)] = &[
     ("a loop inside a coroutine", r#"coroutine.wrap(function() while true do end end)()"#),
     ("pcall swallowing the timeout", r#"while true do pcall(function() while true do end end) end"#),
     ("concatenation doubling", r#"local s = "x" while true do s = s .. s end"#),
+    // Found by review: counts Lua accepts that a Rust parser would not, C functions handed to C
+    // loops as metamethods or comparators, readers, nested buffers, shared tables.
+    ("string.rep with a hex count", r#"return #string.rep("", "0x7fffffffffffffff")"#),
+    ("table.move with a hex range", r#"table.move({}, 1, "0x7ffffffffffffffe", 1, {}) return 1"#),
+    (
+        "table.sort with a __len of 2^31 and C metamethods",
+        r#"table.sort(setmetatable({}, {__len = function() return (1 << 31) - 2 end, __index = rawlen, __newindex = rawequal})) return 1"#,
+    ),
+    (
+        "table.sort with a C comparator",
+        r#"local x = {} local t = {} for i = 1, 2000000 do t[i] = x end table.sort(t, rawequal) return 1"#,
+    ),
+    (
+        "table.unpack with __index = next",
+        r##"local s = table.pack(table.unpack({}, 1, 999999)) setmetatable(s, {__index = next}) return select("#", table.unpack(s, 1, 999999))"##,
+    ),
+    (
+        "table.move into a C __newindex",
+        r#"local s = table.pack(table.unpack({}, 1, 999999)) setmetatable(s, {__index = next}) table.move(s, 1, 999999, 1, setmetatable({}, {__newindex = rawequal})) return 1"#,
+    ),
+    (
+        "load with a reader of 30 MiB pieces",
+        r#"local s = string.rep(";", 30 << 20) return load(function() return s end)"#,
+    ),
+    (
+        "nested gsub buffers",
+        r#"local big = ("x"):rep(16 << 20) local function f(d) local n = 0 return (("abc"):gsub(".", function() n = n + 1 if n == 3 and d < 100 then f(d + 1) end return big end)) end f(1) return 1"#,
+    ),
+    (
+        "json.encode of a table shared thousands of times",
+        r#"local t = {} for d = 1, 4 do local n = {} for i = 1, 6000 do n[i] = t end t = n end return #json.encode(t)"#,
+    ),
+    (
+        "returning a table shared thousands of times",
+        r#"local t = {} for d = 1, 4 do local n = {} for i = 1, 6000 do n[i] = t end t = n end return t"#,
+    ),
+    ("string.packsize in a loop", r#"local f = (" "):rep(30 << 20) while true do string.packsize(f) end"#),
+    ("os.date in a loop", r#"local f = ("%c"):rep(1 << 20) while true do os.date(f) end"#),
+    (
+        "the utf8.codes iterator on another string",
+        r#"local s = ("\x80"):rep(24 << 20) local step = utf8.codes("") while true do pcall(step, s, 0) end"#,
+    ),
     ("string.find with a backtracking pattern", r#"return string.find(string.rep("a", 300000), ".-.-.-.-b")"#),
     ("string.match with a backtracking pattern", r#"return string.match(string.rep("a", 300000), "(.-)(.-)(.-)b")"#),
     (
@@ -388,4 +430,15 @@ fn hardening_06_a_scripts_log_lines_are_capped_and_counted() {
     assert!(log.contains("(truncated, 1048576 bytes)"), "no truncation note");
     assert!(log.contains("more than 1000 log lines in one run"), "no drop warning");
     assert!(log.contains("1000 log line(s) of one run were dropped"), "no drop count");
+}
+
+#[test]
+fn hardening_01_parameters_larger_than_the_inline_allowance_run_on_the_pool() {
+    let server = serve("", &[]);
+    // 700 KiB of parameters: more than an inline run may allocate, so the call moves to the
+    // blocking pool instead of failing.
+    let code = format!("return 1 --{}", "x".repeat(700 << 10));
+    let (status, body) =
+        request(&server.addr, "POST", "/tools/worst", Some(&json!({ "code": code })), Duration::from_secs(30));
+    assert_eq!((status, &body["result"]), (200, &json!(1)), "{}", &body.to_string()[..200.min(body.to_string().len())]);
 }

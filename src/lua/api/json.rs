@@ -28,6 +28,8 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             let wording = |e| match e {
                 ConvertError::TooLarge { size } => fail(format!("json.encode: the value is over {size} bytes")),
                 ConvertError::Invalid(m) => fail(format!("json.encode: {m}")),
+                // The run's own stop (its kill flag is set) is what the caller reports.
+                ConvertError::Stopped => mlua::Error::RuntimeError("ctx: script stopped".into()),
             };
             // An inline run stops at its smaller limit, before the work, and escalates.
             let limit = encode_state.data_limit(budget);
