@@ -235,11 +235,27 @@ local rawlen = rawlen
 local function wrap_sized(lib, source)
   raw_load(source, "=sandbox", "t", { lib = lib, big = big, big_args = big_args, type = type, rawlen = rawlen, select = select })()
 end
-return wrap_coroutine, new_env, wrap_sized
+-- Drops the sandbox's own references to the last run's tables (the string metatable's index,
+-- `load`'s default env): the collector is generational, and a young table an old one points at
+-- survives into the old generation, where only a full collection would find it dead.
+local function end_run()
+  string_mt.__index = pristine_string
+  run_env = base
+end
+return wrap_coroutine, new_env, wrap_sized, end_run
 "##;
 
 const WRAP_COROUTINE: &str = "ctx.guard.wrap_coroutine";
 const WRAP_SIZED: &str = "ctx.guard.wrap_sized";
+/// Registry key of the chunk's `end_run` (see [`end_run`]).
+const END_RUN: &str = "ctx.guard.end_run";
+
+/// Lets go of the sandbox's references to the finished run's tables, before it is collected.
+pub(super) fn end_run(lua: &Lua) {
+    if let Ok(end) = lua.named_registry_value::<Function>(END_RUN) {
+        let _ = end.call::<()>(());
+    }
+}
 
 /// Curates the state's globals (the sandbox base, never seen by scripts) and returns the function
 /// that makes a run's globals.
@@ -282,7 +298,7 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
         libraries.raw_set(*name, true)?;
     }
     let (big, big_args) = super::bounds::sized_checks(lua, state)?;
-    let (wrap_coroutine, new_env, wrap_sized): (Function, Function, Function) =
+    let (wrap_coroutine, new_env, wrap_sized, end_run): (Function, Function, Function, Function) =
         lua.load(wrappers_bytecode()).set_name("=sandbox").set_mode(mlua::chunk::ChunkMode::Binary).call((
             guard,
             globals.get::<Value>("pcall")?,
@@ -308,6 +324,7 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
         wrap_sized.call::<()>((table, super::bounds::sized_wrappers(library)))?;
     }
     lua.set_named_registry_value(WRAP_SIZED, wrap_sized)?;
+    lua.set_named_registry_value(END_RUN, end_run)?;
     Ok(new_env)
 }
 

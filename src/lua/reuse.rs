@@ -54,7 +54,7 @@ pub fn take(
 }
 
 /// Keeps `vm` for the next run of `key`, if it may be reused.
-pub fn put(key: ScriptKey, vm: Vm) {
+pub fn put(key: ScriptKey, mut vm: Vm) {
     vm.state().end_run();
     if !matches!(vm.state().killed(), super::Kill::None | super::Kill::Escalate) {
         return;

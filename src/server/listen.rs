@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes};
 use axum::Router;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
@@ -339,10 +339,9 @@ async fn serve_connection(
             Ok::<_, Infallible>(response.map(|body| Tracked { body, _in_flight: in_flight }))
         }
     });
-    let mut http = hyper::server::conn::http1::Builder::new();
-    // hyper's own header timer runs from the moment it waits for a request head, so it covers
-    // the idle wait too: set past both of ours, it is only a backstop.
-    http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout + limits.idle_timeout);
+    // No hyper timer: its header timeout would arm a timer for every request (measured: a few
+    // per cent of an echo call), and the watchdog below already covers headers and idle time.
+    let http = hyper::server::conn::http1::Builder::new();
     let connection = http.serve_connection(io, service);
     tokio::pin!(connection);
     let mut draining = false;

@@ -47,8 +47,15 @@ pub fn identity(tool: &ToolRef) -> usize {
 
 /// The abandoned run of the tool version with this [`identity`], if one is still going.
 pub fn quarantined(identity: usize) -> Option<StuckRun> {
+    // Every call asks; almost always nothing is stuck, and then no lock is taken.
+    if STUCK_TOOLS.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        return None;
+    }
     lock().get(&identity).cloned()
 }
+
+/// How many tool versions are quarantined now (the fast path of [`quarantined`]).
+static STUCK_TOOLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Every abandoned run still going, oldest first.
 pub fn all() -> Vec<StuckRun> {
@@ -114,6 +121,7 @@ impl Watch {
                 let (tool, waited, left) = (run.tool.clone(), run.since.elapsed().as_secs_f64(), run.runs);
                 if left == 0 {
                     runs.remove(&self.key);
+                    STUCK_TOOLS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                     tracing::warn!(tool = %tool, "an abandoned call finally ended after {waited:.1} s; the tool takes calls again");
                 }
             }
@@ -129,10 +137,9 @@ impl Watch {
             return false;
         }
         *phase = Phase::Abandoned;
-        lock().entry(self.key).and_modify(|run| run.runs += 1).or_insert_with(|| StuckRun {
-            tool: tool.to_string(),
-            since: Instant::now(),
-            runs: 1,
+        lock().entry(self.key).and_modify(|run| run.runs += 1).or_insert_with(|| {
+            STUCK_TOOLS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            StuckRun { tool: tool.to_string(), since: Instant::now(), runs: 1 }
         });
         tracing::error!(
             tool,
