@@ -344,36 +344,60 @@ async fn serve_connection(
     let http = hyper::server::conn::http1::Builder::new();
     let connection = http.serve_connection(io, service);
     tokio::pin!(connection);
-    let mut draining = false;
+    // The timeouts, eviction and shutdown are watched by a task of their own, which tells the
+    // connection what to do through one `Notify`: polled together with the connection, they
+    // cost every request a timer and a cancellation-token poll.
+    let order = Arc::new(Order::default());
+    let watchdog = tokio::spawn(watch(Arc::clone(&conn), limits, stopping, Arc::clone(&order)));
     loop {
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(e) = result {
                     tracing::debug!("connection ended: {e}");
                 }
-                return;
+                break;
             }
-            // Still on while draining: a half-sent request must not hold shutdown up.
-            why = conn.expired(&limits) => {
-                tracing::debug!("closing a connection: {why}");
-                return;
-            }
-            _ = conn.evict.notified(), if !draining => {
-                tracing::debug!("closing an idle connection to make room for a new one (server.max_connections)");
-                return;
-            }
-            _ = stopping.cancelled(), if !draining => {
-                // hyper's graceful shutdown waits for a request head already begun, which a
-                // half-sent request would stretch to the header timeout: with nothing in flight,
-                // close at once.
-                if conn.in_flight.load(Ordering::Acquire) == 0 {
-                    return;
+            _ = order.notify.notified() => {
+                if order.close.load(Ordering::Acquire) {
+                    break;
                 }
                 connection.as_mut().graceful_shutdown();
-                draining = true;
             }
         }
     }
+    watchdog.abort();
+}
+
+/// What a connection's watchdog tells it: close now, or finish the request in flight and close.
+#[derive(Default)]
+struct Order {
+    notify: Notify,
+    close: AtomicBool,
+}
+
+/// Watches one connection's timeouts, eviction and shutdown, and orders it to close or drain.
+async fn watch(conn: Arc<Conn>, limits: ConnectionLimits, stopping: CancellationToken, order: Arc<Order>) {
+    let close = |why: &str| {
+        tracing::debug!("closing a connection: {why}");
+        order.close.store(true, Ordering::Release);
+        order.notify.notify_one();
+    };
+    tokio::select! {
+        why = conn.expired(&limits) => return close(why),
+        _ = conn.evict.notified() => {
+            return close("making room for a new one (server.max_connections)");
+        }
+        _ = stopping.cancelled() => {}
+    }
+    // hyper's graceful shutdown waits for a request head already begun, which a half-sent
+    // request would stretch to the header timeout: with nothing in flight, close at once.
+    if conn.in_flight.load(Ordering::Acquire) == 0 {
+        return close("the server is stopping");
+    }
+    order.notify.notify_one();
+    // Still on while draining: a half-sent request must not hold shutdown up.
+    let why = conn.expired(&limits).await;
+    close(why);
 }
 
 /// Accept errors are about one connection (reset before accept) or about the process (out of

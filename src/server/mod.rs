@@ -186,7 +186,7 @@ async fn health(State(app): State<Arc<App>>, authorized: Option<Extension<guard:
             kind: LoadProblemKind::Tool,
             name: run.tool.clone(),
             message: format!(
-                "a call of tool '{}' overran its deadline inside a library call {:.0} s ago and is still running; the tool is quarantined until it ends or its script is edited",
+                "a call of {} overran its deadline inside a library call {:.0} s ago and is still running; it is quarantined until that call ends or its script is edited",
                 run.tool,
                 run.since.elapsed().as_secs_f64()
             ),

@@ -306,26 +306,13 @@ impl Tools {
         let result = match inline {
             Ok(Some(result)) => result,
             Ok(None) => {
-                let cancel = CancelOnDrop(Some(options.cancel.clone()));
-                let deadline = tool.deadline();
-                let watch = stuck::Watch::new(stuck::identity(&tool));
-                let (reg, opts, on_thread) = (Arc::clone(&registry), options.clone(), watch.clone());
-                let mut task = tokio::task::spawn_blocking(move || {
-                    let _finish = stuck::Finish(on_thread);
-                    reg.run(&tool, params, &opts)
-                });
-                let joined = match watch.wait(&mut task, deadline, &name).await {
-                    Some(joined) => joined,
-                    None => {
-                        // The cancel flag stops the run at its next check, if it ever gets
-                        // there; the quarantine keeps further calls off this tool meanwhile.
-                        options.cancel.cancel();
-                        let limit = deadline.unwrap_or_default();
-                        Ok(Err(CallError::Timeout { subject: format!("tool '{name}'"), limit }))
-                    }
-                };
-                cancel.disarm();
-                joined.unwrap_or_else(|e| Err(crashed(&name, &e.to_string())))
+                let (identity, deadline) = (stuck::identity(&tool), tool.deadline());
+                let (reg, opts) = (Arc::clone(&registry), options.clone());
+                let run = move || reg.run(&tool, params, &opts);
+                let subject = format!("tool '{name}'");
+                watched(identity, deadline, subject, &options.cancel, run)
+                    .await
+                    .unwrap_or_else(|e| Err(crashed(&name, &e.to_string())))
             }
             Err(_) => Err(crashed(&name, "panic in an inline run")),
         };
@@ -349,27 +336,43 @@ impl Tools {
             )));
         }
         let deadline = found.as_ref().and_then(|a| a.deadline());
-        let cancel = CancelOnDrop(Some(options.cancel.clone()));
-        let agent = name.clone();
-        let watch = stuck::Watch::new(identity);
-        let (on_thread, stop) = (watch.clone(), options.cancel.clone());
-        let mut task = tokio::task::spawn_blocking(move || {
-            let _finish = stuck::Finish(on_thread);
-            registry.prompt(&name, args, &options)
-        });
-        let joined = match watch.wait(&mut task, deadline, &agent).await {
-            Some(joined) => joined,
-            None => {
-                stop.cancel();
-                Ok(Err(CallError::Timeout { subject: format!("agent '{agent}'"), limit: deadline.unwrap_or_default() }))
-            }
-        };
-        cancel.disarm();
-        joined.unwrap_or_else(|e| {
+        let (agent, cancel) = (name.clone(), options.cancel.clone());
+        let run = move || registry.prompt(&name, args, &options);
+        watched(identity, deadline, format!("agent '{agent}'"), &cancel, run).await.unwrap_or_else(|e| {
             tracing::error!(agent = %agent, "agent panicked: {e}");
             Err(CallError::Internal(format!("agent '{agent}' crashed inside ctx; the server log has the details")))
         })
     }
+}
+
+/// Runs `work` on the blocking pool and awaits it, for at most `deadline` plus
+/// [`stuck::GRACE`]. Past that, the run is abandoned (see [`stuck`]): the caller gets a timeout
+/// for `subject`, the run's cancel flag is set (it stops at its next check, if it ever gets
+/// there), and the tool or agent of `identity` is quarantined until the run ends. Dropping the
+/// future (the client went away) cancels the run too. `Err` when the run panicked.
+async fn watched<T: Send + 'static>(
+    identity: usize,
+    deadline: Option<std::time::Duration>,
+    subject: String,
+    cancel: &CancelHandle,
+    work: impl FnOnce() -> Result<T, CallError> + Send + 'static,
+) -> Result<Result<T, CallError>, tokio::task::JoinError> {
+    let on_drop = CancelOnDrop(Some(cancel.clone()));
+    let watch = stuck::Watch::new(identity);
+    let on_thread = watch.clone();
+    let mut task = tokio::task::spawn_blocking(move || {
+        let _finish = stuck::Finish(on_thread);
+        work()
+    });
+    let joined = match watch.wait(&mut task, deadline, &subject).await {
+        Some(joined) => joined,
+        None => {
+            cancel.cancel();
+            Ok(Err(CallError::Timeout { subject, limit: deadline.unwrap_or_default() }))
+        }
+    };
+    on_drop.disarm();
+    joined
 }
 
 fn crashed(tool: &str, why: &str) -> CallError {

@@ -23,6 +23,7 @@ pub const GRACE: Duration = Duration::from_secs(1);
 /// The abandoned runs of one tool version that have not ended yet.
 #[derive(Clone, Debug)]
 pub struct StuckRun {
+    /// "tool 'x'" or "agent 'x'".
     pub tool: String,
     /// When the oldest of them was abandoned.
     pub since: Instant,
@@ -59,6 +60,9 @@ static STUCK_TOOLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUs
 
 /// Every abandoned run still going, oldest first.
 pub fn all() -> Vec<StuckRun> {
+    if STUCK_TOOLS.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        return Vec::new();
+    }
     let mut runs: Vec<StuckRun> = lock().values().cloned().collect();
     runs.sort_by_key(|r| r.since);
     runs
@@ -122,7 +126,9 @@ impl Watch {
                 if left == 0 {
                     runs.remove(&self.key);
                     STUCK_TOOLS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                    tracing::warn!(tool = %tool, "an abandoned call finally ended after {waited:.1} s; the tool takes calls again");
+                    tracing::warn!(
+                        "an abandoned call of {tool} finally ended after {waited:.1} s; it takes calls again"
+                    );
                 }
             }
         }
@@ -142,8 +148,7 @@ impl Watch {
             StuckRun { tool: tool.to_string(), since: Instant::now(), runs: 1 }
         });
         tracing::error!(
-            tool,
-            "a call overran its deadline by more than {} s without stopping (stuck in a library call); the caller got a timeout and the tool is quarantined until that call ends or its script changes",
+            "a call of {tool} overran its deadline by more than {} s without stopping (stuck in a library call); the caller got a timeout, and it is quarantined until that call ends or its script changes",
             GRACE.as_secs()
         );
         true

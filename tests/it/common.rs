@@ -189,3 +189,18 @@ pub fn run_ok(command: &mut Command) -> String {
     assert!(output.status.success(), "{command:?} failed ({}):\n{text}", output.status);
     text
 }
+
+/// The address (`127.0.0.1:PORT`) a `ctx serve` child prints on its first stdout line, or the
+/// line itself when it names none. The rest of its stdout is drained in the background.
+pub fn listening_address(child: &mut std::process::Child) -> Result<String, String> {
+    use std::io::BufRead;
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("ctx serve with piped stdout"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).map_err(|e| e.to_string())?;
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    first
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .map(|a| a.trim_end_matches('/').to_string())
+        .ok_or(first)
+}

@@ -366,15 +366,8 @@ fn serve(ws: &Workspace) -> Served {
             sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     });
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let addr = first
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .unwrap_or_else(|| panic!("no address in {first:?}; stderr: {}", stderr.lock().unwrap()))
-        .to_string();
+    let addr = crate::common::listening_address(&mut child)
+        .unwrap_or_else(|line| panic!("no address in {line:?}; stderr: {}", stderr.lock().unwrap()));
     Served { child, addr, stderr }
 }
 

@@ -2,7 +2,7 @@
 //! worst-case arguments under a short deadline, through a real `ctx serve`: each call must end
 //! within its deadline plus 1 s, and `/health` must keep answering while it runs.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,16 +67,7 @@ pub fn serve(extra: &str, files: &[(&str, &str)]) -> Server {
         .stderr(std::fs::File::create(ws.path().join("serve.log")).expect("serve.log"))
         .spawn()
         .expect("start ctx serve");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let addr = first
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .trim_end_matches('/')
-        .to_string();
+    let addr = crate::common::listening_address(&mut child).unwrap_or_else(|line| panic!("no address in {line:?}"));
     Server { child, addr, _ws: ws }
 }
 
