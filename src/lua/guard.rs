@@ -247,6 +247,8 @@ return wrap_coroutine, new_env, wrap_sized, end_run
 
 const WRAP_COROUTINE: &str = "ctx.guard.wrap_coroutine";
 const WRAP_SIZED: &str = "ctx.guard.wrap_sized";
+/// Registry key of Lua's own `pcall`, before the sandbox wraps it.
+pub(super) const RAW_PCALL: &str = "ctx.guard.raw_pcall";
 /// Registry key of the chunk's `end_run` (see [`end_run`]).
 const END_RUN: &str = "ctx.guard.end_run";
 
@@ -298,6 +300,7 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
         libraries.raw_set(*name, true)?;
     }
     let (big, big_args) = super::bounds::sized_checks(lua, state)?;
+    lua.set_named_registry_value(RAW_PCALL, globals.get::<Value>("pcall")?)?;
     let (wrap_coroutine, new_env, wrap_sized, end_run): (Function, Function, Function, Function) =
         lua.load(wrappers_bytecode()).set_name("=sandbox").set_mode(mlua::chunk::ChunkMode::Binary).call((
             guard,

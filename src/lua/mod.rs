@@ -365,6 +365,8 @@ pub struct Vm {
     new_env: Function,
     /// An empty table that stands in for `env` while the VM is idle.
     idle_env: Table,
+    /// Lua's own `pcall` (scripts get a wrapped one), for calling into a script.
+    raw_pcall: Function,
     /// Memory in use right after the sandbox was built.
     baseline: usize,
     /// The hook runs at the inline interval (the VM has run inline).
@@ -384,10 +386,11 @@ impl Vm {
         };
         let (lua, new_env) = build(&state).map_err(setup)?;
         let idle_env = lua.create_table().map_err(setup)?;
+        let raw_pcall = lua.named_registry_value(guard::RAW_PCALL).map_err(setup)?;
         let baseline = lua.used_memory();
         let env = begin_run(&lua, &new_env, &state).map_err(setup)?;
         BUILT.with(|b| b.set(b.get() + 1));
-        Ok(Vm { lua, state, env, new_env, idle_env, baseline, inline_hook: false })
+        Ok(Vm { lua, state, env, new_env, idle_env, raw_pcall, baseline, inline_hook: false })
     }
 
     /// Readies a VM whose last run has finished for a new run of the same script: a new
@@ -466,6 +469,10 @@ impl Vm {
 
     pub fn state(&self) -> &Arc<RunState> {
         &self.state
+    }
+
+    pub(crate) fn raw_pcall(&self) -> &Function {
+        &self.raw_pcall
     }
 
     /// Sends the script's `progress(...)` calls to `sink`.

@@ -140,14 +140,18 @@ impl Vm {
         let _running = super::bounds::enter(self.state());
         let lua = self.lua();
         let cap = ScriptError::MESSAGE_CAP.min(self.state().limits.max_result_bytes);
+        // Lua's own pcall, so that what the script raised (a table, say) arrives as it is.
         let protected = || -> mlua::Result<MultiValue> {
-            let pcall: Function = lua.globals().raw_get("pcall")?;
             let mut call = args.into_lua_multi(lua)?;
             call.push_front(Value::Function(function.clone()));
-            pcall.call::<MultiValue>(call)
+            self.raw_pcall().call::<MultiValue>(call)
         };
-        // The sandbox's pcall raises again once the VM is killed, so a limit arrives as an error.
         let mut results = protected().map_err(|e| self.classify(&e).bounded(cap))?.into_iter();
+        // A run stopped by a limit is that limit, even if it got to return (a comparison that
+        // answered early after its deadline, say) or its error was something else.
+        if self.state().killed() != super::Kill::None {
+            return Err(self.classify(&stopped()));
+        }
         match (results.next(), results.next()) {
             (Some(Value::Boolean(true)), first) => Ok(first.unwrap_or(Value::Nil)),
             (_, raised) => Err(self.raised(raised.unwrap_or(Value::Nil), cap).bounded(cap)),
