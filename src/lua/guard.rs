@@ -186,8 +186,8 @@ collectgarbage = function(opt, ...)
   if not allowed_gc[opt] then
     error("collectgarbage: option '" .. tostring(opt) .. "' is not allowed in the sandbox", 2)
   end
-  -- Counted from the start of the run, so a run learns nothing of what earlier runs of a
-  -- reused VM did.
+  -- Counted after a full collection, so a run cannot measure what an earlier run of a reused VM
+  -- left for the collector.
   if opt == "count" then return run_count() end
   return raw_collect(opt, ...)
 end

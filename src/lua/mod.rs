@@ -175,8 +175,11 @@ pub struct RunState {
     /// The Lua state's memory limit for this run, in bytes (the state's own figure, which
     /// mlua does not read back).
     memory_limit: AtomicUsize,
-    /// Memory in use when the run started: what `collectgarbage("count")` counts from.
+    /// The sandbox's live size when the run started (its globals included): what
+    /// `collectgarbage("count")` and the memory cap count from.
     run_base: AtomicUsize,
+    /// The idle sandbox's live size, as of its last full collection.
+    floor: AtomicUsize,
     /// Log lines this run wrote, and those it dropped past the per-run limit.
     log_lines: std::sync::atomic::AtomicU32,
     log_dropped: std::sync::atomic::AtomicU32,
@@ -205,6 +208,7 @@ impl RunState {
             inline: AtomicBool::new(false),
             memory_limit: AtomicUsize::new(0),
             run_base: AtomicUsize::new(0),
+            floor: AtomicUsize::new(0),
             log_lines: Default::default(),
             log_dropped: Default::default(),
         };
@@ -320,9 +324,11 @@ impl RunState {
         self.memory_limit.load(Ordering::Relaxed).saturating_sub(lua.used_memory())
     }
 
-    /// The bytes in use beyond what the VM held when this run started.
+    /// The bytes in use, for `collectgarbage("count")`: collected first, so what an earlier run
+    /// of a reused VM left behind is gone and cannot be measured.
     pub fn run_memory(&self, lua: &Lua) -> usize {
-        lua.used_memory().saturating_sub(self.run_base.load(Ordering::Relaxed))
+        let _ = lua.gc_collect();
+        lua.used_memory()
     }
 
     /// Whether this run is an inline attempt on an async worker.
@@ -385,6 +391,7 @@ impl Vm {
             detail: e.to_string(),
         };
         let (lua, new_env) = build(&state).map_err(setup)?;
+        state.floor.store(lua.used_memory(), Ordering::Relaxed);
         let idle_env = lua.create_table().map_err(setup)?;
         let raw_pcall = lua.named_registry_value(guard::RAW_PCALL).map_err(setup)?;
         let baseline = lua.used_memory();
@@ -412,10 +419,9 @@ impl Vm {
     }
 
     /// Collects what the last run left, so the next run of this VM starts from the same
-    /// baseline as a fresh one and cannot measure its predecessor (see [`reuse::put`]). The
-    /// collector is generational, so this is a minor collection: everything the run allocated
-    /// is young, and the sandbox's own (old) objects are not traversed again. A full collection
-    /// here cost the echo tool about 5% of its CPU time.
+    /// baseline as a fresh one and cannot measure its predecessor (see [`reuse::put`]). A
+    /// generational collector was tried: it cost as much as a full collection after every run,
+    /// because some of each run's objects reach its old generation.
     pub(crate) fn collect(&mut self) {
         let _ = self.lua.set_memory_limit(0);
         // Let go of the run's globals first, so they die young with the rest of the run instead
@@ -423,12 +429,11 @@ impl Vm {
         let _ = self.lua.unset_named_registry_value(RUN_ENV);
         guard::end_run(&self.lua);
         self.env = self.idle_env.clone();
-        let _ = self.lua.gc_step();
-        // Some of a run's objects still end up old (about 3 KB of an echo call) and die there:
-        // once they add up to the reuse slack, a full collection (every few hundred calls)
-        // clears them, rather than the VM being dropped.
-        if self.lua.used_memory() > self.baseline + REUSE_SLACK {
+        // A full collection costs the echo call ~6%, so it runs only when garbage has piled up
+        // to the reuse slack; the next run cannot see what is left (see `begin_run`).
+        if self.lua.used_memory() > self.baseline + REUSE_SLACK / 2 {
             let _ = self.lua.gc_collect();
+            self.state.floor.store(self.lua.used_memory(), Ordering::Relaxed);
         }
     }
 
@@ -558,13 +563,17 @@ pub(crate) const RUN_ENV: &str = "ctx.run_env";
 fn begin_run(lua: &Lua, new_env: &Function, state: &RunState) -> mlua::Result<Table> {
     // 0 lifts the last run's cap while the globals are built.
     lua.set_memory_limit(0)?;
+    let before = lua.used_memory();
     let env: Table = new_env.call(())?;
     lua.set_named_registry_value(RUN_ENV, &env)?;
-    let used = lua.used_memory();
-    let limit = used + state.limits.memory_bytes;
-    lua.set_memory_limit(limit)?;
+    // Counted from the sandbox's live size, not from what is in use: what an earlier run left
+    // for the collector is neither charged to this run nor visible to it (the collector frees
+    // it before an allocation would fail, and `collectgarbage("count")` collects first).
+    let base = state.floor.load(Ordering::Relaxed) + lua.used_memory().saturating_sub(before);
+    let limit = base + state.limits.memory_bytes;
+    lua.set_memory_limit(limit.max(lua.used_memory()))?;
     state.memory_limit.store(limit, Ordering::Relaxed);
-    state.run_base.store(used, Ordering::Relaxed);
+    state.run_base.store(base, Ordering::Relaxed);
     Ok(env)
 }
 
@@ -587,7 +596,6 @@ fn build(state: &Arc<RunState>) -> mlua::Result<(Lua, Function)> {
     // VM keeps that one; the collection here runs on an empty state and costs next to nothing.
     let lua = first.weak().upgrade();
     drop(first);
-    lua.gc_set_mode(mlua::state::GcMode::Generational(mlua::state::GcGenParams::default()));
     set_hook(&lua, state, HOOK_EVERY)?;
     api::register_all(&lua, state)?;
     let new_env = guard::install(&lua, state)?;
