@@ -186,6 +186,8 @@ collectgarbage = function(opt, ...)
   if not allowed_gc[opt] then
     error("collectgarbage: option '" .. tostring(opt) .. "' is not allowed in the sandbox", 2)
   end
+  -- A full cycle is O(heap) in C: a loop of them looks at the deadline every time.
+  bound("gc")
   -- Counted after a full collection, so a run cannot measure what an earlier run of a reused VM
   -- left for the collector.
   if opt == "count" then return run_count() end
@@ -236,8 +238,7 @@ local function wrap_sized(lib, source)
   raw_load(source, "=sandbox", "t", { lib = lib, big = big, big_args = big_args, type = type, rawlen = rawlen, select = select })()
 end
 -- Drops the sandbox's own references to the last run's tables (the string metatable's index,
--- `load`'s default env): the collector is generational, and a young table an old one points at
--- survives into the old generation, where only a full collection would find it dead.
+-- `load`'s default env), so an idle VM does not keep them alive.
 local function end_run()
   string_mt.__index = pristine_string
   run_env = base

@@ -418,19 +418,17 @@ impl Vm {
         Ok(())
     }
 
-    /// Collects what the last run left, so the next run of this VM starts from the same
-    /// baseline as a fresh one and cannot measure its predecessor (see [`reuse::put`]). A
-    /// generational collector was tried: it cost as much as a full collection after every run,
-    /// because some of each run's objects reach its old generation.
-    pub(crate) fn collect(&mut self) {
+    /// Ends a run whose VM may be reused (see [`reuse::put`]): reports what it dropped, lets go
+    /// of its globals, and collects once garbage has piled up. The next run cannot measure what
+    /// this one left either way (see `begin_run`). A full collection after every run, and a
+    /// generational collector, were both tried: each cost the echo call about 6% of its CPU.
+    pub(crate) fn finish_run(&mut self) {
+        self.state.end_run();
         let _ = self.lua.set_memory_limit(0);
-        // Let go of the run's globals first, so they die young with the rest of the run instead
-        // of surviving this collection into the old generation (where only a full one finds them).
+        // Nothing of the sandbox's may keep the run's tables alive for the collector.
         let _ = self.lua.unset_named_registry_value(RUN_ENV);
         guard::end_run(&self.lua);
         self.env = self.idle_env.clone();
-        // A full collection costs the echo call ~6%, so it runs only when garbage has piled up
-        // to the reuse slack; the next run cannot see what is left (see `begin_run`).
         if self.lua.used_memory() > self.baseline + REUSE_SLACK / 2 {
             let _ = self.lua.gc_collect();
             self.state.floor.store(self.lua.used_memory(), Ordering::Relaxed);

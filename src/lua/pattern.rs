@@ -2014,7 +2014,7 @@ return bad
     /// Not a test of speed (nothing is asserted about time): prints how this port compares with
     /// C Lua on everyday patterns. Run with `cargo test --lib pattern_speed -- --ignored --nocapture`.
     #[test]
-    #[ignore]
+    #[ignore = "prints a speed comparison with C Lua and asserts nothing; run it by hand"]
     fn pattern_speed() {
         let (lua, c, r) = state_with(always_ok());
         let line = (0..200).map(|i| format!("field{i}")).collect::<Vec<_>>().join(",");

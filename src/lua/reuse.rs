@@ -55,11 +55,11 @@ pub fn take(
 
 /// Keeps `vm` for the next run of `key`, if it may be reused.
 pub fn put(key: ScriptKey, mut vm: Vm) {
-    vm.state().end_run();
     if !matches!(vm.state().killed(), super::Kill::None | super::Kill::Escalate) {
+        vm.state().end_run();
         return;
     }
-    vm.collect();
+    vm.finish_run();
     if !vm.reusable() {
         return;
     }

@@ -47,14 +47,8 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn ctx serve");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut first = String::new();
-        stdout.read_line(&mut first).expect("read the address line");
-        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-        let addr = first
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("http://"))
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
+        let addr = crate::common::listening_address(&mut child)
+            .unwrap_or_else(|line| panic!("no address in {line:?}"))
             .parse()
             .expect("an address");
         Server { child, addr, _ws: ws }

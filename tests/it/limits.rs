@@ -216,6 +216,14 @@ const CASES: &[(&str, &str)] = &[
         r#"local t = {} for d = 1, 4 do local n = {} for i = 1, 6000 do n[i] = t end t = n end return t"#,
     ),
     ("string.packsize in a loop", r#"local f = (" "):rep(30 << 20) while true do string.packsize(f) end"#),
+    (
+        "collectgarbage('collect') in a loop over 400,000 live tables",
+        r#"local t = {} for i = 1, 400000 do t[i] = {} end while true do collectgarbage("collect") end"#,
+    ),
+    (
+        "collectgarbage('count') in a loop over 400,000 live tables",
+        r#"local t = {} for i = 1, 400000 do t[i] = {} end while true do collectgarbage("count") end"#,
+    ),
     ("os.date in a loop", r#"local f = ("%c"):rep(1 << 20) while true do os.date(f) end"#),
     (
         "the utf8.codes iterator on another string",

@@ -2,7 +2,6 @@
 //! exactly what a client sees), then the official clients and the conformance suite against the
 //! real `ctx serve` binary.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -451,17 +450,8 @@ fn serve(from: &Path) -> Served {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
-    // Keep draining: the server prints more lines (tools, shutdown).
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let base = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_string();
-    Served { child, url: format!("{base}/mcp"), dir }
+    let addr = crate::common::listening_address(&mut child).unwrap_or_else(|line| panic!("no address in {line:?}"));
+    Served { child, url: format!("http://{addr}/mcp"), dir }
 }
 
 fn node() -> Option<(std::path::PathBuf, String)> {
