@@ -110,8 +110,14 @@ pub struct Globals {
 
 impl Globals {
     /// Loads and validates the config file named by the lookup order.
+    /// Sections an unset variable disables are logged: every command says so, `ctx search`
+    /// included, or the section would be silently missing.
     pub fn load_config(&self) -> Result<Config, CliError> {
-        Ok(Config::load(&config::locate(self.config.as_deref()))?)
+        let config = Config::load(&config::locate(self.config.as_deref()))?;
+        for section in &config.broken {
+            tracing::warn!("{}", section.message());
+        }
+        Ok(config)
     }
 }
 

@@ -51,6 +51,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let tools = Arc::new(Tools::new(registry));
+    tools.config_loaded(&located.path);
     let mcp = Mcp::with_page_size(Arc::clone(&tools), page_size);
     if !args.no_reload {
         let (mcp, handle) = (mcp.clone(), runtime.handle().clone());

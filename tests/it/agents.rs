@@ -132,7 +132,7 @@ path = "tools/broken.lua"
     let config = registry.kb().config();
     let checked = ctx::tools::check(config);
     assert!(
-        checked.iter().any(|p| p.message.contains("names tools that are not registered: deploy-prod")),
+        checked.problems.iter().any(|p| p.message.contains("names tools that are not registered: deploy-prod")),
         "{checked:?}"
     );
 }
