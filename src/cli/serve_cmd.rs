@@ -64,7 +64,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     }
     if args.stdio {
         for problem in tools.current().problems() {
-            tracing::error!("[tools.script.{}]: {}", problem.name, problem.message);
+            tracing::error!("{} {} failed to load: {}", problem.kind, problem.name, problem.message);
         }
         return runtime.block_on(mcp.serve_stdio()).map_err(|e| CliError::from(anyhow::anyhow!(e)));
     }
@@ -87,7 +87,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             say!("  tool {}  ({kind})", spec.name);
         }
         for problem in registry.problems() {
-            say!("  broken [tools.script.{}]: {}", problem.name, problem.message);
+            say!("  broken {} {}: {}", problem.kind, problem.name, problem.message);
         }
         say!("  MCP (Streamable HTTP) at http://{local}/mcp");
         let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes).with_limits(limits));

@@ -6,6 +6,8 @@
 //! rest of the config loads. An unset variable anywhere else (server, db, retrieval, ...) still
 //! makes the whole config invalid.
 
+use std::path::PathBuf;
+
 use super::{ConfigProblem, ScriptKind};
 
 /// The tables whose sections stand alone, as path segments, and what their sections define.
@@ -25,6 +27,9 @@ pub struct BrokenSection {
     pub table: String,
     /// The section's name in that table.
     pub name: String,
+    /// The script its `path` names, absolute, when it has one (`ctx tool test PATH` finds
+    /// the section by it).
+    pub path: Option<PathBuf>,
     /// The config file, as messages show it.
     pub file: String,
     /// Its unset variables, then any other problem with its keys (a section that cannot run

@@ -220,19 +220,23 @@ impl Config {
             problems.sort_by_key(by_line);
             return Err(invalid(problems));
         }
+        let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut broken_sections = Vec::new();
         for ((table, name), mut section_problems) in set_aside {
             let (first, second, kind) = broken::ISOLATED[table];
             // Out of the typed config: nothing can run it with `${VAR}` left in its values.
-            if let Some(sections) = value.get_mut(first).and_then(|t| t.get_mut(second)).and_then(Value::as_object_mut)
-            {
-                sections.remove(&name);
-            }
+            let removed = value
+                .get_mut(first)
+                .and_then(|t| t.get_mut(second))
+                .and_then(Value::as_object_mut)
+                .and_then(|sections| sections.remove(&name));
+            let path = removed.as_ref().and_then(|s| s.get("path")).and_then(Value::as_str).map(|p| base_dir.join(p));
             section_problems.sort_by_key(by_line);
             broken_sections.push(BrokenSection {
                 kind,
                 table: format!("{first}.{second}"),
                 name,
+                path,
                 file: file_shown.clone(),
                 problems: section_problems,
             });
@@ -240,7 +244,6 @@ impl Config {
         let spec: types::Config = serde_json::from_value(value.clone()).map_err(|e| {
             invalid(vec![ConfigProblem { key: "(top level)".into(), line: None, message: e.to_string() }])
         })?;
-        let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
         if spec.chunking.overlap_tokens >= spec.chunking.max_tokens {
             problems.push(ConfigProblem {
                 key: "chunking.overlap_tokens".into(),

@@ -92,7 +92,7 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
     let previous = tools.current();
     let registry = Registry::build(next.clone(), Some(&previous));
     for problem in registry.problems() {
-        tracing::error!("[tools.script.{}]: {}", problem.name, problem.message);
+        tracing::error!("{} {} failed to load: {}", problem.kind, problem.name, problem.message);
     }
     let before = serde_json::to_value((previous.listing(), previous.problems())).ok();
     let after = serde_json::to_value((registry.listing(), registry.problems())).ok();
