@@ -12,8 +12,25 @@ pub struct InlineAgent {
 }
 
 impl InlineAgent {
-    pub fn new(name: &str, section: &InlineAgentConfig) -> InlineAgent {
-        InlineAgent {
+    /// The agent of `[agents.inline.<name>]`. Fails when the prompt uses a `{{placeholder}}`
+    /// that is not a declared argument: it would always be empty, which is a typo far more
+    /// often than an intent.
+    pub fn new(name: &str, section: &InlineAgentConfig) -> Result<InlineAgent, String> {
+        let declared: Vec<&str> = section.arguments.iter().map(|a| a.name.as_str()).collect();
+        let unknown: Vec<String> = placeholders(&section.system_prompt)
+            .into_iter()
+            .filter(|p| !declared.contains(&p.as_str()))
+            .map(|p| format!("{{{{{p}}}}}"))
+            .collect();
+        if !unknown.is_empty() {
+            let declared = if declared.is_empty() { "none".to_string() } else { declared.join(", ") };
+            return Err(format!(
+                "agents.inline.{name}.system_prompt uses {}, which {} not a declared argument (declared: {declared}); add it to arguments or fix the name. Only {{{{name}}}} around a bare argument name is a placeholder: other text in double braces, such as {{{{user.email}}}}, stays as written",
+                unknown.join(", "),
+                if unknown.len() == 1 { "is" } else { "are" }
+            ));
+        }
+        Ok(InlineAgent {
             spec: AgentSpec {
                 name: name.to_string(),
                 description: section.description.to_string(),
@@ -23,7 +40,7 @@ impl InlineAgent {
                 section: name.to_string(),
             },
             system_prompt: section.system_prompt.to_string(),
-        }
+        })
     }
 }
 
@@ -42,31 +59,63 @@ impl Agent for InlineAgent {
 }
 
 /// Replaces each `{{name}}` (spaces inside the braces allowed) with the argument's value; an
-/// optional argument that was not given becomes empty. Other braces are left alone.
+/// optional argument that was not given becomes empty. Double braces around anything that is
+/// not a bare name (see [`is_name`]) are left as written.
 pub fn fill(template: &str, args: &Map<String, Json>) -> String {
     let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        match after.find("}}") {
-            Some(end) if is_name(after[..end].trim()) => {
-                let key = after[..end].trim();
-                out.push_str(args.get(key).and_then(Json::as_str).unwrap_or_default());
-                rest = &after[end + 2..];
-            }
-            _ => {
-                out.push_str("{{");
-                rest = after;
-            }
-        }
-    }
+    let rest = scan(template, |piece| match piece {
+        Piece::Text(text) => out.push_str(text),
+        Piece::Placeholder(key) => out.push_str(args.get(key).and_then(Json::as_str).unwrap_or_default()),
+    });
     out.push_str(rest);
     out
 }
 
+/// The placeholder names of `template`, in order, each once.
+pub fn placeholders(template: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    scan(template, |piece| {
+        if let Piece::Placeholder(key) = piece {
+            if !names.iter().any(|n| n == key) {
+                names.push(key.to_string());
+            }
+        }
+    });
+    names
+}
+
+enum Piece<'a> {
+    Text(&'a str),
+    Placeholder(&'a str),
+}
+
+/// Walks `template`, handing each literal piece and each placeholder to `each`; returns the
+/// text after the last `{{`, which is literal.
+fn scan<'a>(template: &'a str, mut each: impl FnMut(Piece<'a>)) -> &'a str {
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        each(Piece::Text(&rest[..start]));
+        let after = &rest[start + 2..];
+        match after.find("}}") {
+            Some(end) if is_name(after[..end].trim()) => {
+                each(Piece::Placeholder(after[..end].trim()));
+                rest = &after[end + 2..];
+            }
+            _ => {
+                each(Piece::Text("{{"));
+                rest = after;
+            }
+        }
+    }
+    rest
+}
+
+/// A bare argument name, as `agent.schema.json` defines one: a letter or `_`, then letters,
+/// digits, `_` or `-`.
 fn is_name(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 #[cfg(test)]
@@ -81,5 +130,11 @@ mod tests {
         assert_eq!(fill("Own {{service}} and {{ service }}.", args), "Own payments and payments.");
         assert_eq!(fill("{{severity}}!", args), "!", "an optional argument not given is empty");
         assert_eq!(fill("json {{\"a\": 1}} and {{", args), "json {{\"a\": 1}} and {{");
+        assert_eq!(fill("mail {{user.email}} {{1}} {{-x}}", args), "mail {{user.email}} {{1}} {{-x}}");
+    }
+
+    #[test]
+    fn placeholders_are_the_bare_names_only() {
+        assert_eq!(placeholders("{{a}} {{ b-c }} {{a}} {{user.email}} {{ }} {{x"), ["a", "b-c"]);
     }
 }

@@ -120,25 +120,40 @@ pub fn load(
 ) -> (Vec<AgentRef>, Vec<LoadProblem>, Vec<LoadProblem>) {
     let mut problems = Vec::new();
     let mut agents: Vec<AgentRef> = Vec::new();
-    for (name, section) in &config.spec.agents.inline {
-        agents.push(Arc::new(InlineAgent::new(name.as_str(), section)));
-    }
     let mut scripted: Vec<AgentRef> = Vec::new();
+    // An agent that fails is reported and keeps its last good version from `previous`.
+    let mut failed = |source: AgentSource, name: &str, message: String| {
+        let message = crate::config::redact::string(message);
+        problems.push(LoadProblem { kind: LoadProblemKind::Agent, name: name.to_string(), message });
+        previous.iter().find(|a| a.spec().source == source && a.spec().section == name).map(Arc::clone)
+    };
+    for (name, section) in &config.spec.agents.inline {
+        match InlineAgent::new(name.as_str(), section) {
+            Ok(agent) => agents.push(Arc::new(agent)),
+            Err(message) => {
+                tracing::warn!(agent = %name.as_str(), "{message}");
+                agents.extend(failed(AgentSource::Toml, name.as_str(), message))
+            }
+        }
+    }
     for section in config.scripts_of(ScriptKind::Agent) {
         let owned = (*section).clone();
         match crate::lua::watchdog::bounded(&section.display_path, section.timeout, move || LuaAgent::load(&owned)) {
             Ok(agent) => scripted.push(Arc::new(agent)),
             Err(message) => {
                 tracing::warn!(agent = %section.name, "{message}");
-                let message = crate::config::redact::string(message);
-                problems.push(LoadProblem { kind: LoadProblemKind::Agent, name: section.name.clone(), message });
-                let old =
-                    previous.iter().find(|a| a.spec().source == AgentSource::Lua && a.spec().section == section.name);
-                if let Some(old) = old {
-                    scripted.push(Arc::clone(old));
-                }
+                scripted.extend(failed(AgentSource::Lua, &section.name, message))
             }
         }
+    }
+    // Sections an unset variable disables (the config layer set them aside and logged them).
+    for section in config.broken_of(ScriptKind::Agent) {
+        let (source, into) = if section.table == "agents.inline" {
+            (AgentSource::Toml, &mut agents)
+        } else {
+            (AgentSource::Lua, &mut scripted)
+        };
+        into.extend(failed(source, &section.name, section.message()));
     }
     agents.sort_by(|a, b| a.spec().name.cmp(&b.spec().name));
     scripted.sort_by(|a, b| a.spec().name.cmp(&b.spec().name));

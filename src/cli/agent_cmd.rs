@@ -97,7 +97,7 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
         println!("no agents configured; add [agents.inline.<name>] to ctx.toml or run `ctx agent init <name>`");
     }
     for problem in &problems {
-        println!("broken [agents.script.{}]: {}", problem.name, problem.message);
+        println!("broken agent {}: {}", problem.name, problem.message);
     }
     Ok(())
 }
@@ -112,7 +112,7 @@ fn test(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
     }
     let registry = registry(globals)?;
     for problem in registry.problems().iter().filter(|p| p.kind == crate::types::LoadProblemKind::Agent) {
-        eprintln!("warning: [agents.script.{}]: {}", problem.name, problem.message);
+        eprintln!("warning: agent {} failed to load: {}", problem.name, problem.message);
     }
     let options = CallOptions { caller: "cli", ..Default::default() };
     match registry.prompt(name, Json::Object(args), &options) {
@@ -143,15 +143,19 @@ fn test(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
             }
             Ok(())
         }
-        Err(err) if json => {
-            println!("{}", err.envelope());
-            Err(CliError::Problems("the agent failed".into()))
+        // The caller's mistakes (unknown agent, bad arguments) exit 2; an agent that failed to
+        // load or to resolve exits 1, with the envelope on stdout under --json.
+        Err(err) => {
+            let usage = matches!(err.code(), crate::types::ErrorCode::NotFound | crate::types::ErrorCode::BadRequest);
+            if json {
+                println!("{}", err.envelope());
+            }
+            Err(match (usage, json) {
+                (true, true) => CliError::Problems(err.to_string()),
+                (true, false) => CliError::Usage(err.to_string()),
+                (false, true) => CliError::Reported(err.to_string()),
+                (false, false) => CliError::Failed(anyhow::anyhow!(err.to_string())),
+            })
         }
-        Err(err)
-            if err.code() == crate::types::ErrorCode::NotFound || err.code() == crate::types::ErrorCode::BadRequest =>
-        {
-            Err(CliError::Usage(err.to_string()))
-        }
-        Err(err) => Err(CliError::Failed(anyhow::anyhow!(err.to_string()))),
     }
 }

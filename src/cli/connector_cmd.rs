@@ -72,6 +72,12 @@ fn test(
         Some(name) => {
             let config = Config::load(&config::locate(globals.config.as_deref()))?;
             let section = config.scripts_of(ScriptKind::Connector).find(|s| s.name == name).ok_or_else(|| {
+                if let Some(broken) = config.broken_of(ScriptKind::Connector).find(|b| b.name == name) {
+                    return CliError::Failed(anyhow::anyhow!(
+                        "connector '{name}' failed to load: {}",
+                        broken.message()
+                    ));
+                }
                 let known: Vec<_> = config.scripts_of(ScriptKind::Connector).map(|s| s.name.clone()).collect();
                 CliError::Usage(format!(
                     "no [connectors.script.{name}] in {}; configured script connectors: {}",

@@ -90,13 +90,17 @@ pub enum CliError {
     /// The command ran and failed (exit 1).
     #[error(transparent)]
     Failed(#[from] anyhow::Error),
+    /// The command ran and failed, and its output already says how (exit 1): a `--json` run
+    /// that printed the error envelope.
+    #[error("{0}")]
+    Reported(String),
 }
 
 impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Config(_) | CliError::Usage(_) | CliError::Problems(_) => 2,
-            CliError::Failed(_) => 1,
+            CliError::Failed(_) | CliError::Reported(_) => 1,
         }
     }
 }
@@ -110,8 +114,14 @@ pub struct Globals {
 
 impl Globals {
     /// Loads and validates the config file named by the lookup order.
+    /// Sections an unset variable disables are logged: every command says so, `ctx search`
+    /// included, or the section would be silently missing.
     pub fn load_config(&self) -> Result<Config, CliError> {
-        Ok(Config::load(&config::locate(self.config.as_deref()))?)
+        let config = Config::load(&config::locate(self.config.as_deref()))?;
+        for section in &config.broken {
+            tracing::warn!("{}", section.message());
+        }
+        Ok(config)
     }
 }
 
@@ -123,7 +133,7 @@ pub fn main() -> ExitCode {
     match run(cli.command, &globals) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            if !matches!(err, CliError::Problems(_)) {
+            if !matches!(err, CliError::Problems(_) | CliError::Reported(_)) {
                 eprintln!("error: {}", crate::config::redact::text(&render(&err)));
             }
             ExitCode::from(err.exit_code())

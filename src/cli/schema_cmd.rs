@@ -37,22 +37,34 @@ fn check(globals: &Globals) -> Result<(), CliError> {
         }
         Err(other) => return Err(other.into()),
     };
+    let mut warnings = Vec::new();
     if let Some(config) = &config {
+        // Sections an unset variable disables: the rest of ctx runs without them, but the
+        // config is not what its author meant, so they fail the check.
+        problems.extend(config.broken.iter().flat_map(|b| b.problems.iter().map(ToString::to_string)));
         problems.extend(referenced_files(config));
         let missing: Vec<&str> = config.scripts.iter().filter(|s| !s.path.is_file()).map(|s| s.name.as_str()).collect();
-        for problem in crate::tools::check(config) {
+        let checked = crate::tools::check(config);
+        let section = |problem: &crate::types::LoadProblem| match problem.kind {
+            LoadProblemKind::Agent if config.spec.agents.inline.keys().any(|k| k.as_str() == problem.name) => {
+                "agents.inline"
+            }
+            LoadProblemKind::Agent => "agents.script",
+            LoadProblemKind::Connector => "connectors.script",
+            LoadProblemKind::Tool => "tools.script",
+            LoadProblemKind::Config => "config",
+        };
+        for problem in &checked.problems {
             if !missing.contains(&problem.name.as_str()) {
-                let section = match problem.kind {
-                    LoadProblemKind::Agent if config.spec.agents.inline.keys().any(|k| k.as_str() == problem.name) => {
-                        "agents.inline"
-                    }
-                    LoadProblemKind::Agent => "agents.script",
-                    LoadProblemKind::Connector => "connectors.script",
-                    LoadProblemKind::Tool => "tools.script",
-                };
-                problems.push(format!("{section}.{}: {}", problem.name, problem.message));
+                problems.push(format!("{}.{}: {}", section(problem), problem.name, problem.message));
             }
         }
+        for warning in &checked.warnings {
+            warnings.push(format!("{}.{}: {}", section(warning), warning.name, warning.message));
+        }
+    }
+    for warning in &warnings {
+        eprintln!("warning: {warning}");
     }
     let shown = located.path.display();
     if problems.is_empty() {

@@ -51,6 +51,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let tools = Arc::new(Tools::new(registry));
+    tools.config_loaded(&located.path);
     let mcp = Mcp::with_page_size(Arc::clone(&tools), page_size);
     if !args.no_reload {
         let (mcp, handle) = (mcp.clone(), runtime.handle().clone());
@@ -63,7 +64,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     }
     if args.stdio {
         for problem in tools.current().problems() {
-            tracing::error!("[tools.script.{}]: {}", problem.name, problem.message);
+            tracing::error!("{} {} failed to load: {}", problem.kind, problem.name, problem.message);
         }
         return runtime.block_on(mcp.serve_stdio()).map_err(|e| CliError::from(anyhow::anyhow!(e)));
     }
@@ -86,7 +87,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             say!("  tool {}  ({kind})", spec.name);
         }
         for problem in registry.problems() {
-            say!("  broken [tools.script.{}]: {}", problem.name, problem.message);
+            say!("  broken {} {}: {}", problem.kind, problem.name, problem.message);
         }
         say!("  MCP (Streamable HTTP) at http://{local}/mcp");
         let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes).with_limits(limits));

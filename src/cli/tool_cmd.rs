@@ -8,9 +8,10 @@ use anyhow::Context;
 use serde_json::{json, Value as Json};
 
 use super::{CliError, Globals};
-use crate::config::{self, Config, ConfigError, ScriptKind, ScriptSection};
+use crate::config::{self, BrokenSection, Config, ConfigError, ScriptKind, ScriptSection};
 use crate::kb::Kb;
-use crate::tools::{CallOptions, Registry, ToolSpec};
+use crate::tools::{CallError, CallOptions, Output, Registry, ToolSpec};
+use crate::types::{ErrorCode, LoadProblem, LoadProblemKind};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ToolCommand {
@@ -26,17 +27,32 @@ pub enum ToolCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Run one call of a tool script through the real call path and print the result.
+    /// Run one call of a tool script through the real call path and print the result. The
+    /// config section whose path is that script gives its limits and config keys. Exits 1 when
+    /// the script fails to load or the call fails.
     Test {
         /// Path of the .lua script.
         path: PathBuf,
         /// A parameter, typed by the tool's schema: --param limit=5 passes an integer.
         #[arg(long = "param", value_name = "KEY=VALUE")]
         params: Vec<String>,
-        /// Use the limits and config keys of [tools.script.<name>] from ctx.toml.
+        /// Use the limits and config keys of [tools.script.<name>] from ctx.toml, whatever its
+        /// path (default: the section whose path is PATH, if any).
         #[arg(long)]
         source: Option<String>,
         /// Print only the response body: {"result": ...} or the error envelope.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call a configured tool (built-in or Lua) by name, as a client would. Exits 1 when it
+    /// failed to load or the call fails, 2 for an unknown tool or invalid parameters.
+    Call {
+        /// The tool's name, as `ctx tool list` shows it.
+        name: String,
+        /// A parameter, typed by the tool's schema: --param limit=5 passes an integer.
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+        /// Print only the response body (as POST /tools/<name> answers) or the error envelope.
         #[arg(long)]
         json: bool,
     },
@@ -58,6 +74,7 @@ pub fn run(cmd: ToolCommand, globals: &Globals) -> Result<(), CliError> {
     match cmd {
         ToolCommand::Init { name, dir, force } => init(&name, dir, force, globals),
         ToolCommand::Test { path, params, source, json } => test(&path, &params, source.as_deref(), json, globals),
+        ToolCommand::Call { name, params, json } => call(&name, &params, json, globals),
         ToolCommand::List { json } => list(json, globals),
     }
 }
@@ -79,7 +96,8 @@ fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Res
     Ok(())
 }
 
-fn test(path: &Path, raw: &[String], source: Option<&str>, json: bool, globals: &Globals) -> Result<(), CliError> {
+/// `--param KEY=VALUE` items as pairs.
+fn param_pairs(raw: &[String]) -> Result<Vec<(String, String)>, CliError> {
     let mut pairs = Vec::new();
     for item in raw {
         let (k, v) = item.split_once('=').ok_or_else(|| {
@@ -87,6 +105,11 @@ fn test(path: &Path, raw: &[String], source: Option<&str>, json: bool, globals: 
         })?;
         pairs.push((k.trim().to_string(), v.to_string()));
     }
+    Ok(pairs)
+}
+
+fn test(path: &Path, raw: &[String], source: Option<&str>, json: bool, globals: &Globals) -> Result<(), CliError> {
+    let pairs = param_pairs(raw)?;
     let (config, scratch) = config_for_test(globals, source.is_some())?;
     let result = run_test(path, &pairs, source, json, config);
     if let Some(dir) = scratch {
@@ -102,74 +125,181 @@ fn run_test(
     json: bool,
     config: Config,
 ) -> Result<(), CliError> {
-    let section = match source {
-        Some(name) => {
-            let found = config.scripts_of(ScriptKind::Tool).find(|s| s.name == name).ok_or_else(|| {
-                let known: Vec<_> = config.scripts_of(ScriptKind::Tool).map(|s| s.name.clone()).collect();
-                CliError::Usage(format!(
-                    "no [tools.script.{name}] in {}; configured tools: {}",
-                    config.file.display(),
-                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
-                ))
-            })?;
-            let mut section = found.clone();
-            section.path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-            section.display_path = path.display().to_string();
-            section
-        }
-        None => ScriptSection::from_path(ScriptKind::Tool, path),
-    };
     let say = |ok: bool, line: String| {
         if !json {
             println!("  {} {line}", if ok { "✓" } else { "✗" });
         }
     };
-    if !json {
-        println!("Testing tool: {} ({})", section.name, section.display_path);
-    }
+    let shown = path.display().to_string();
+    // Which config section gives the script its limits and config keys, said once the
+    // header is out.
+    let mut using = None;
+    let section = match source {
+        Some(name) => {
+            let found = config.scripts_of(ScriptKind::Tool).find(|s| s.name == name);
+            let found = match found {
+                Some(found) => found,
+                None => return Err(unusable_source(&config, name, &shown, json)),
+            };
+            let mut section = found.clone();
+            section.path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+            section.display_path = shown.clone();
+            section
+        }
+        None => match section_for(&config, path) {
+            Some(Ok(found)) => {
+                using = Some(format!("using config section tools.script.{} of {}", found.name, config_name(&config)));
+                found.clone()
+            }
+            Some(Err(broken)) => {
+                let using = format!("using config section {} of {}", broken.section(), config_name(&config));
+                return Err(load_failed(&broken.name, &shown, Some(&using), broken.message(), json));
+            }
+            None => ScriptSection::from_path(ScriptKind::Tool, path),
+        },
+    };
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = match Registry::with_script(kb, &section) {
         Ok(r) => r,
-        Err(message) => {
-            say(false, "Script failed to load".into());
-            return Err(CliError::Failed(anyhow::anyhow!(message)));
-        }
+        Err(message) => return Err(load_failed(&section.name, &shown, using.as_deref(), message, json)),
     };
     let spec = registry.specs().find(|s| !s.builtin).expect("the script's tool is registered");
+    // Named as clients will see it: tool.name, which need not be the file's name.
+    if !json {
+        println!("Testing tool: {} ({shown})", spec.name);
+    }
+    if let Some(using) = &using {
+        note(json, using);
+    }
     say(true, "Script loaded".into());
     say(true, "tool.execute defined".into());
     say(true, format!("{} parameter(s) declared", param_count(spec)));
+    for warning in registry.warnings() {
+        eprintln!("warning: {}", warning.message);
+    }
     let params = spec.params.coerce(pairs).map_err(CliError::Usage)?;
     say(true, format!("Calling execute({})...", serde_json::to_string(&params).unwrap_or_default()));
     let started = Instant::now();
     let options = CallOptions { caller: "cli", ..Default::default() };
     let outcome = registry.call(&spec.name.clone(), params, &options);
     let took = started.elapsed();
+    if let Err(err) = &outcome {
+        say(false, format!("Failed after {}: {}", human(took), err.code()));
+    } else {
+        say(true, format!("Returned result in {}", human(took)));
+    }
+    print_outcome(outcome, false, json)
+}
+
+/// Prints a call's result (or its error envelope under `--json`). A failed call is exit 1 in
+/// both modes: 2 is for usage and config errors.
+fn print_outcome(outcome: Result<Output, CallError>, builtin: bool, json: bool) -> Result<(), CliError> {
     match outcome {
+        Ok(output) if json => {
+            // The body POST /tools/<name> answers: built-ins their own, Lua tools {"result": ...}.
+            let body = if builtin { output.value() } else { output.rest_body() };
+            println!("{body}");
+            Ok(())
+        }
         Ok(output) => {
-            say(true, format!("Returned result in {}", human(took)));
-            if json {
-                println!("{}", output.rest_body());
-            } else {
-                println!();
-                println!("Result:");
-                let pretty = serde_json::to_string_pretty(&output.value()).unwrap_or_default();
-                for line in pretty.lines() {
-                    println!("  {line}");
-                }
+            println!();
+            println!("Result:");
+            let pretty = serde_json::to_string_pretty(&output.value()).unwrap_or_default();
+            for line in pretty.lines() {
+                println!("  {line}");
             }
             Ok(())
         }
-        Err(err) => {
-            say(false, format!("Failed after {}: {}", human(took), err.code()));
-            if json {
-                println!("{}", err.envelope());
-                Err(CliError::Problems("the tool call failed".into()))
-            } else {
-                Err(CliError::Failed(anyhow::anyhow!(err.to_string())))
-            }
-        }
+        Err(err) => call_failed(err, json),
     }
+}
+
+/// The exit of a failed call: the envelope on stdout under `--json`, the message on stderr
+/// otherwise. The caller's own mistakes (unknown tool, bad parameters) exit 2, the rest 1.
+fn call_failed(err: CallError, json: bool) -> Result<(), CliError> {
+    let usage = matches!(err.code(), ErrorCode::NotFound | ErrorCode::BadRequest)
+        && matches!(err, CallError::UnknownTool(_) | CallError::InvalidParams { .. });
+    if json {
+        println!("{}", err.envelope());
+        let why = err.to_string();
+        return Err(if usage { CliError::Problems(why) } else { CliError::Reported(why) });
+    }
+    if usage {
+        return Err(CliError::Usage(err.to_string()));
+    }
+    Err(CliError::Failed(anyhow::anyhow!(err.to_string())))
+}
+
+/// A script that did not load: "tool 'x' failed to load: why", as JSON under `--json`; exit 1.
+fn load_failed(name: &str, shown: &str, using: Option<&str>, reason: String, json: bool) -> CliError {
+    if !json {
+        println!("Testing tool script: {shown}");
+    }
+    if let Some(using) = using {
+        note(json, using);
+    }
+    if !json {
+        println!("  ✗ Script failed to load");
+    }
+    let err = CallError::NotLoaded { subject: format!("tool '{name}'"), reason };
+    match call_failed(err, json) {
+        Err(e) => e,
+        Ok(()) => CliError::Reported("the script failed to load".into()),
+    }
+}
+
+/// `--source NAME` that names no usable section: disabled by an unset variable (a load
+/// failure), or not there at all (a usage error).
+fn unusable_source(config: &Config, name: &str, shown: &str, json: bool) -> CliError {
+    if let Some(broken) = config.broken_of(ScriptKind::Tool).find(|b| b.name == name) {
+        return load_failed(name, shown, None, broken.message(), json);
+    }
+    let known: Vec<_> = config.scripts_of(ScriptKind::Tool).map(|s| s.name.clone()).collect();
+    CliError::Usage(format!(
+        "no [tools.script.{name}] in {}; configured tools: {}",
+        config.file.display(),
+        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+    ))
+}
+
+/// The tool section whose `path` is the file at `path` (compared canonically, so `./x.lua`
+/// and `tools/../x.lua` match), usable or disabled.
+fn section_for<'a>(config: &'a Config, path: &Path) -> Option<Result<&'a ScriptSection, &'a BrokenSection>> {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| std::path::absolute(p).unwrap_or_default());
+    let wanted = canonical(path);
+    if let Some(found) = config.scripts_of(ScriptKind::Tool).find(|s| canonical(&s.path) == wanted) {
+        return Some(Ok(found));
+    }
+    config.broken_of(ScriptKind::Tool).find(|b| b.path.as_deref().is_some_and(|p| canonical(p) == wanted)).map(Err)
+}
+
+fn config_name(config: &Config) -> String {
+    config.file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// A line about what the command does; on stderr under `--json`, which keeps stdout for the body.
+fn note(json: bool, line: &str) {
+    if json {
+        eprintln!("note: {line}");
+    } else {
+        println!("  {line}");
+    }
+}
+
+/// `ctx tool call NAME`: one call of a configured tool through the registry every server uses.
+fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(), CliError> {
+    let pairs = param_pairs(raw)?;
+    let config = globals.load_config()?;
+    let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    let registry = Registry::build(kb, None);
+    // Without a spec (unknown, or failed to load) the call itself says why.
+    let (params, builtin) = match registry.spec(name) {
+        Some(spec) => (spec.params.coerce(&pairs).map_err(CliError::Usage)?, spec.builtin),
+        None => (Json::Object(Default::default()), false),
+    };
+    let options = CallOptions { caller: "cli", ..Default::default() };
+    let outcome = registry.call(name, params, &options);
+    print_outcome(outcome, builtin, json)
 }
 
 /// The config for `ctx tool test`: the workspace's when there is one (so context.search sees
@@ -208,10 +338,23 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
         }
     }
     for problem in registry.problems() {
-        println!("{}  (broken: [tools.script.{}])", problem.name, problem.name);
+        println!("{}  (broken {})", problem.name, kind_word(problem));
         println!("    error: {}", problem.message);
     }
+    for warning in registry.warnings() {
+        println!("{}  (warning)", warning.name);
+        println!("    {}", warning.message);
+    }
     Ok(())
+}
+
+fn kind_word(problem: &LoadProblem) -> &'static str {
+    match problem.kind {
+        LoadProblemKind::Tool => "tool",
+        LoadProblemKind::Agent => "agent",
+        LoadProblemKind::Connector => "connector",
+        LoadProblemKind::Config => "config",
+    }
 }
 
 fn param_count(spec: &ToolSpec) -> usize {
@@ -237,7 +380,12 @@ fn param_summary(spec: &ToolSpec) -> String {
                 .and_then(|ptr| schema.pointer(ptr))
                 .unwrap_or(p);
             let ty = match target.get("enum").and_then(Json::as_array) {
-                Some(options) => options.iter().filter_map(Json::as_str).collect::<Vec<_>>().join("|"),
+                // Strings bare, any other value (1, 2.5, true, null) as JSON.
+                Some(options) => options
+                    .iter()
+                    .map(|o| o.as_str().map(str::to_string).unwrap_or_else(|| o.to_string()))
+                    .collect::<Vec<_>>()
+                    .join("|"),
                 None => target.get("type").and_then(Json::as_str).unwrap_or("any").to_string(),
             };
             let default = p.get("default").or_else(|| target.get("default"));

@@ -7,6 +7,8 @@ use serde_json::Value;
 pub struct MissingVar {
     /// Dotted key of the value that references it.
     pub key: String,
+    /// The same key as segments (a section name may itself hold a dot).
+    pub path: Vec<String>,
     /// The variable name.
     pub var: String,
 }
@@ -58,7 +60,11 @@ fn walk(value: &mut Value, path: &mut Vec<String>, lookup: &dyn Fn(&str) -> Opti
                 out.values.push((key.clone(), expanded.clone()));
                 *text = expanded;
             }
-            out.missing.extend(unresolved.into_iter().map(|var| MissingVar { key: key.clone(), var }));
+            out.missing.extend(unresolved.into_iter().map(|var| MissingVar {
+                key: key.clone(),
+                path: path.clone(),
+                var,
+            }));
         }
         Value::Object(map) => {
             for (k, child) in map.iter_mut() {
@@ -161,7 +167,11 @@ mod tests {
             vec![VarRef { key: "tools.script.jira.token".into(), var: "TOKEN".into(), value: "s3cret".into() }]
         );
         assert_eq!(expansion.values, vec![("tools.script.jira.token".to_string(), "s3cret".to_string())]);
-        assert_eq!(expansion.missing, vec![MissingVar { key: "tools.script.jira.url".into(), var: "JIRA_URL".into() }]);
+        let path = ["tools", "script", "jira", "url"].map(String::from).to_vec();
+        assert_eq!(
+            expansion.missing,
+            vec![MissingVar { key: "tools.script.jira.url".into(), path, var: "JIRA_URL".into() }]
+        );
         assert_eq!(format!("{:?}", expansion.refs[0]), "VarRef(tools.script.jira.token = ${TOKEN})");
     }
 }

@@ -3,19 +3,21 @@
 //! Raw TOML becomes a [`Config`] once, here; the rest of ctx only sees validated, typed values
 //! with absolute paths.
 
+mod broken;
 mod error;
 mod expand;
 pub mod hosts;
 pub mod redact;
 mod toml_source;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+pub use broken::BrokenSection;
 pub use error::{ConfigError, ConfigProblem};
 pub use expand::expand as expand_vars;
 
@@ -141,8 +143,11 @@ pub struct Config {
     pub base_dir: PathBuf,
     /// The typed settings, generated from `config.schema.json`.
     pub spec: types::Config,
-    /// Every script section, ordered by kind then name.
+    /// Every usable script section, ordered by kind then name.
     pub scripts: Vec<ScriptSection>,
+    /// Sections an unset `${VAR}` disables, ordered by table then name. They are in neither
+    /// `spec` nor `scripts`; whoever lists tools, agents or sources reports them as broken.
+    pub broken: Vec<BrokenSection>,
 }
 
 impl Config {
@@ -176,36 +181,69 @@ impl Config {
         let expansion = expand::expand_all(&mut value, env);
         let secrets = secrets_of(&expansion, &value);
         redact::register(&secrets);
-        let mut problems: Vec<ConfigProblem> = expansion
+        let file_shown = shown.display().to_string();
+        // Every problem with the path of its key: a problem inside a section that an unset
+        // variable disables goes to that section, the rest make the config invalid.
+        let mut found: Vec<(Vec<String>, ConfigProblem)> = expansion
             .missing
             .iter()
-            .cloned()
-            .map(|m| ConfigProblem {
-                line: toml_source::line_of(text, &split(&m.key)),
-                message: format!("environment variable {} is not set (referenced as ${{{}}})", m.var, m.var),
-                key: m.key,
+            .map(|m| {
+                let problem = ConfigProblem {
+                    line: toml_source::line_of(text, &m.path),
+                    message: format!("environment variable {} is not set (referenced as ${{{}}})", m.var, m.var),
+                    key: m.key.clone(),
+                };
+                (m.path.clone(), problem)
             })
             .collect();
         for problem in validator().problems(&value, Dialect::Toml) {
-            problems.push(ConfigProblem {
-                key: problem.dotted(),
-                line: toml_source::line_of(text, &problem.path),
-                message: problem.message,
-            });
+            let line = toml_source::line_of(text, &problem.path);
+            found.push((problem.path.clone(), ConfigProblem { key: problem.dotted(), line, message: problem.message }));
         }
-        problems.extend(host_rule_problems(&value, text));
-        problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
-        let invalid = |problems: Vec<ConfigProblem>| ConfigError::Invalid {
-            path: shown.to_path_buf(),
-            problems: problems.into_iter().map(|p| hide_secrets(p, &expansion, &secrets)).collect(),
-        };
+        found.extend(host_rule_problems(&value, text));
+        let disabled: BTreeSet<(usize, String)> =
+            expansion.missing.iter().filter_map(|m| broken::section_of(&m.path)).collect();
+        let mut problems = Vec::new();
+        let mut set_aside: BTreeMap<(usize, String), Vec<ConfigProblem>> = BTreeMap::new();
+        for (path, problem) in found {
+            let problem = hide_secrets(problem, &expansion, &secrets);
+            match broken::section_of(&path).filter(|s| disabled.contains(s)) {
+                Some(section) => set_aside.entry(section).or_default().push(problem),
+                None => problems.push(problem),
+            }
+        }
+        let by_line = |p: &ConfigProblem| p.line.unwrap_or(usize::MAX);
+        let invalid = |problems: Vec<ConfigProblem>| ConfigError::Invalid { path: shown.to_path_buf(), problems };
         if !problems.is_empty() {
+            // The config fails as a whole: report the set-aside sections' problems with it.
+            problems.extend(set_aside.into_values().flatten());
+            problems.sort_by_key(by_line);
             return Err(invalid(problems));
+        }
+        let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut broken_sections = Vec::new();
+        for ((table, name), mut section_problems) in set_aside {
+            let (first, second, kind) = broken::ISOLATED[table];
+            // Out of the typed config: nothing can run it with `${VAR}` left in its values.
+            let removed = value
+                .get_mut(first)
+                .and_then(|t| t.get_mut(second))
+                .and_then(Value::as_object_mut)
+                .and_then(|sections| sections.remove(&name));
+            let path = removed.as_ref().and_then(|s| s.get("path")).and_then(Value::as_str).map(|p| base_dir.join(p));
+            section_problems.sort_by_key(by_line);
+            broken_sections.push(BrokenSection {
+                kind,
+                table: format!("{first}.{second}"),
+                name,
+                path,
+                file: file_shown.clone(),
+                problems: section_problems,
+            });
         }
         let spec: types::Config = serde_json::from_value(value.clone()).map_err(|e| {
             invalid(vec![ConfigProblem { key: "(top level)".into(), line: None, message: e.to_string() }])
         })?;
-        let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
         if spec.chunking.overlap_tokens >= spec.chunking.max_tokens {
             problems.push(ConfigProblem {
                 key: "chunking.overlap_tokens".into(),
@@ -220,7 +258,7 @@ impl Config {
             return Err(invalid(problems));
         }
         let scripts = script_sections(&value, &spec, &base_dir, &expansion.refs);
-        Ok(Config { file: file.to_path_buf(), base_dir, spec, scripts })
+        Ok(Config { file: file.to_path_buf(), base_dir, spec, scripts, broken: broken_sections })
     }
 
     /// Resolves a path from the config against the config file's folder.
@@ -238,9 +276,14 @@ impl Config {
         self.resolve(&self.spec.db.path)
     }
 
-    /// The script sections of one kind, by name.
+    /// The usable script sections of one kind, by name.
     pub fn scripts_of(&self, kind: ScriptKind) -> impl Iterator<Item = &ScriptSection> {
         self.scripts.iter().filter(move |s| s.kind == kind)
+    }
+
+    /// The disabled sections of one kind (see [`BrokenSection`]).
+    pub fn broken_of(&self, kind: ScriptKind) -> impl Iterator<Item = &BrokenSection> {
+        self.broken.iter().filter(move |s| s.kind == kind)
     }
 }
 
@@ -340,7 +383,7 @@ fn hide_value(message: &str, value: &str, label: &str) -> String {
 }
 
 /// `allow_hosts` entries that look like a CIDR range and are not one.
-fn host_rule_problems(value: &Value, text: &str) -> Vec<ConfigProblem> {
+fn host_rule_problems(value: &Value, text: &str) -> Vec<(Vec<String>, ConfigProblem)> {
     let mut problems = Vec::new();
     for kind in [ScriptKind::Connector, ScriptKind::Tool, ScriptKind::Agent] {
         let sections =
@@ -351,7 +394,10 @@ fn host_rule_problems(value: &Value, text: &str) -> Vec<ConfigProblem> {
                 let Some(entry) = entry.as_str() else { continue };
                 if let Err(message) = hosts::HostRule::parse(entry) {
                     let key = format!("{}.{name}.allow_hosts.{i}", kind.section());
-                    problems.push(ConfigProblem { line: toml_source::line_of(text, &split(&key)), message, key });
+                    let mut path = split(kind.section());
+                    path.extend([name.clone(), "allow_hosts".into(), i.to_string()]);
+                    problems
+                        .push((path.clone(), ConfigProblem { line: toml_source::line_of(text, &path), message, key }));
                 }
             }
         }
@@ -482,6 +528,37 @@ mod tests {
         let cut = format!("got \"{}...", "x".repeat(56));
         assert_eq!(hide_value(&cut, &long, "${X}"), "got \"[redacted ${X}]\"");
         assert_eq!(hide_value("unrelated", &long, "${X}"), "unrelated");
+    }
+
+    #[test]
+    fn an_unset_variable_disables_only_its_script_section() {
+        let text = "[tools.script.jira]\npath = \"j.lua\"\ntoken = \"${NOPE}\"\nallow_hosts = [\"${NOPE_HOST}\"]\n\n[tools.script.ok]\npath = \"ok.lua\"\n\n[agents.inline.a]\ndescription = \"${NOPE}\"\nsystem_prompt = \"hi\"\n";
+        let config = load(text).unwrap();
+        assert_eq!(config.scripts.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["ok"]);
+        assert!(!config.spec.tools.script.keys().any(|k| k.as_str() == "jira"));
+        assert!(config.spec.agents.inline.is_empty());
+        let broken: Vec<(String, ScriptKind)> = config.broken.iter().map(|b| (b.section(), b.kind)).collect();
+        assert_eq!(
+            broken,
+            [("tools.script.jira".to_string(), ScriptKind::Tool), ("agents.inline.a".into(), ScriptKind::Agent)]
+        );
+        let message = config.broken[0].message();
+        assert!(
+            message.starts_with("ctx.toml: tools.script.jira.token (line 3): environment variable NOPE is not set"),
+            "{message}"
+        );
+        // The host rule that cannot parse `${NOPE_HOST}` belongs to the disabled section too.
+        assert!(message.contains("allow_hosts.0 (line 4)"), "{message}");
+    }
+
+    #[test]
+    fn an_unset_variable_in_a_core_section_is_still_fatal() {
+        let err = load("[embedding]\napi_key = \"${NOPE}\"\n[tools.script.ok]\npath = \"ok.lua\"\n").unwrap_err();
+        assert!(err.to_string().contains("embedding.api_key (line 2): environment variable NOPE is not set"), "{err}");
+        // A schema problem in a section without an unset variable stays fatal as well.
+        let err = load("[tools.script.a]\npath = \"a.lua\"\ntimeout = \"x\"\n[tools.script.b]\npath = \"${NOPE}\"\n")
+            .unwrap_err();
+        assert!(err.to_string().contains("tools.script.a.timeout (line 3)"), "{err}");
     }
 
     #[test]

@@ -66,6 +66,12 @@ impl Kb {
             .map(|n| (format!("filesystem:{}", n.as_str()), SourceStatusType::Filesystem))
             .chain(spec.git.keys().map(|n| (format!("git:{}", n.as_str()), SourceStatusType::Git)))
             .chain(spec.script.keys().map(|n| (format!("script:{}", n.as_str()), SourceStatusType::Script)))
+            // A section an unset variable disables is still a source: sync reports why it fails.
+            .chain(
+                self.config
+                    .broken_of(crate::config::ScriptKind::Connector)
+                    .map(|b| (format!("script:{}", b.name), SourceStatusType::Script)),
+            )
             .collect();
         out.sort();
         out

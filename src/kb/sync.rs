@@ -296,10 +296,13 @@ pub fn sync_target(
                     .map(|info| tracing::info!(source, commit = %info.commit, branch = %info.branch, "scanned"))
                 }
                 "script" => {
-                    let section = config
-                        .scripts_of(crate::config::ScriptKind::Connector)
-                        .find(|s| s.name == name)
-                        .ok_or_else(|| ConnectorError::Source(format!("{source} is not configured")))?;
+                    let kind = crate::config::ScriptKind::Connector;
+                    let section = config.scripts_of(kind).find(|s| s.name == name).ok_or_else(|| {
+                        match config.broken_of(kind).find(|b| b.name == name) {
+                            Some(broken) => ConnectorError::Source(broken.message()),
+                            None => ConnectorError::Source(format!("{source} is not configured")),
+                        }
+                    })?;
                     crate::connectors::lua::LuaConnector::for_section(&config, section).scan(sink).map(|_| ())
                 }
                 other => Err(ConnectorError::Source(format!("unknown connector type {other:?}"))),

@@ -78,18 +78,21 @@ pub fn prompt(spec: &AgentSpec) -> Prompt {
 }
 
 /// `prompts/get`: the system prompt opens the conversation as the first user message (MCP prompt
-/// messages have no system role), then the agent's messages, then the tools to use.
+/// messages have no system role), ending with the tools to use; then the agent's messages. The
+/// tools line is part of the system text, not a message of its own after the agent's, so an
+/// agent whose messages end with an assistant turn (a primed answer) keeps it last.
 pub fn prompt_result(prompt: AgentPrompt) -> GetPromptResult {
-    let mut messages = vec![PromptMessage::new_text(Role::User, prompt.system)];
+    let mut system = prompt.system;
+    if !prompt.tools.is_empty() {
+        system = format!("{}\n\nTools to use: {}.", system.trim_end(), prompt.tools.join(", "));
+    }
+    let mut messages = vec![PromptMessage::new_text(Role::User, system)];
     for m in prompt.messages {
         let role = match m.role {
             PromptMessageRole::User => Role::User,
             PromptMessageRole::Assistant => Role::Assistant,
         };
         messages.push(PromptMessage::new_text(role, m.content));
-    }
-    if !prompt.tools.is_empty() {
-        messages.push(PromptMessage::new_text(Role::User, format!("Tools to use: {}.", prompt.tools.join(", "))));
     }
     let mut result = GetPromptResult::new(messages);
     if let Some(description) = prompt.description {

@@ -192,6 +192,14 @@ async fn health(State(app): State<Arc<App>>, authorized: Option<Extension<guard:
             ),
         });
     }
+    // A refused edit of the config file is a problem too: the server runs an older config
+    // than the one on disk.
+    let config = app.tools.config_status();
+    if let Some(refused) = config.as_ref().and_then(|c| c.refused.as_ref()) {
+        let file = config.as_ref().map(|c| c.file.clone()).unwrap_or_default();
+        let message = format!("edit refused, still running the last good config: {}", refused.problems.join("; "));
+        problems.push(LoadProblem { kind: LoadProblemKind::Config, name: file, message });
+    }
     let status = if problems.is_empty() { HealthStatus::Ok } else { HealthStatus::Degraded };
     let problem_count = problems.len() as u64;
     let full = authorized.is_some_and(|Extension(guard::Authorized(yes))| yes);
@@ -203,6 +211,7 @@ async fn health(State(app): State<Arc<App>>, authorized: Option<Extension<guard:
             tools: Some(registry.specs().count() as u64),
             agents: Some(registry.agents().count() as u64),
             problems,
+            config,
             load: Some(ServerLoad {
                 connections: app.connections.count() as u64,
                 mcp_sessions: app.sessions.count().await as u64,
@@ -210,7 +219,16 @@ async fn health(State(app): State<Arc<App>>, authorized: Option<Extension<guard:
             }),
         }
     } else {
-        Health { status, problem_count, version: None, tools: None, agents: None, problems: Vec::new(), load: None }
+        Health {
+            status,
+            problem_count,
+            version: None,
+            tools: None,
+            agents: None,
+            problems: Vec::new(),
+            config: None,
+            load: None,
+        }
     };
     ok(&serde_json::to_value(body).unwrap_or(Json::Null))
 }

@@ -32,7 +32,7 @@ fn call_errors() -> Map<String, Json> {
         "500".into(),
         error("The tool failed (tool_error, memory_limit, result_too_large) or ctx did (internal)."),
     );
-    m.insert("503".into(), error("A capability is not configured (semantic search without embeddings)."));
+    m.insert("503".into(), error("A capability is not configured (semantic search without embeddings), or the tool failed to load (code load_failed, with the reason)."));
     m
 }
 

@@ -45,6 +45,10 @@ pub enum CallError {
     /// A capability is not configured (semantic search without an embedding provider).
     #[error("{}", redact::text(.0))]
     Unavailable(String),
+    /// The tool or agent is configured but failed to load: not "unknown", since the user can
+    /// fix it. `subject` reads "tool 'x'" or "agent 'x'"; `reason` is the load problem.
+    #[error("{subject} failed to load: {}", redact::text(.reason))]
+    NotLoaded { subject: String, reason: String },
     /// A bug in ctx. The message never holds internals; the log has them.
     #[error("{}", redact::text(.0))]
     Internal(String),
@@ -63,6 +67,7 @@ impl CallError {
             CallError::ToolFailed { .. } => ErrorCode::ToolError,
             CallError::Cancelled { .. } => ErrorCode::Cancelled,
             CallError::Unavailable(_) => ErrorCode::Unavailable,
+            CallError::NotLoaded { .. } => ErrorCode::LoadFailed,
             CallError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -187,7 +192,9 @@ pub fn http_status(code: ErrorCode) -> u16 {
         ErrorCode::PayloadTooLarge => 413,
         ErrorCode::UnsupportedMediaType => 415,
         ErrorCode::Cancelled => 499,
-        ErrorCode::Unavailable => 503,
+        // Configured but broken: the server cannot serve it until its file is fixed, and hot
+        // reload then brings it back, so "unavailable", not "not found".
+        ErrorCode::Unavailable | ErrorCode::LoadFailed => 503,
         ErrorCode::MemoryLimit | ErrorCode::ResultTooLarge | ErrorCode::ToolError | ErrorCode::Internal => 500,
     }
 }

@@ -19,7 +19,7 @@ use serde_json::{Map, Value as Json};
 pub use error::{http_status, CallError};
 pub use output::Output;
 pub use params::Params;
-pub use registry::{check, CallOptions, Registry, Tools};
+pub use registry::{check, CallOptions, Checked, Registry, Tools};
 
 use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};

@@ -4,6 +4,7 @@
 //! keeps the snapshot it started with until it finishes.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -12,10 +13,12 @@ use serde_json::Value as Json;
 use super::lua_tool::LuaTool;
 use super::{builtin, stuck, CallEnv, CallError, Output, ToolRef, ToolSpec, BUILTINS};
 use crate::agents::{self, AgentRef, AgentSpec};
-use crate::config::{Config, ScriptKind, ScriptSection};
+use crate::config::{BrokenSection, Config, ScriptKind, ScriptSection};
 use crate::kb::Kb;
 use crate::lua::{watchdog, CancelHandle, ProgressSink};
-use crate::types::{AgentPrompt, AgentsList, LoadProblem, LoadProblemKind, ToolsList};
+use crate::types::{
+    AgentPrompt, AgentsList, ConfigStatus, ConfigStatusRunning, LoadProblem, LoadProblemKind, RefusedEdit, ToolsList,
+};
 
 /// Who is calling, and how to reach them while the tool runs.
 #[derive(Clone, Default)]
@@ -35,25 +38,34 @@ pub struct Registry {
     /// Agents in listing order: inline, then Lua, each by name.
     agents: Vec<AgentRef>,
     problems: Vec<LoadProblem>,
+    /// What loaded but looks wrong (a required parameter with a default).
+    warnings: Vec<LoadProblem>,
     kb: Kb,
 }
 
 impl Registry {
-    /// Loads every `[tools.script.*]`. A script that fails to load is reported in
-    /// [`Registry::problems`] and does not stop the others. With `previous`, a script that fails
-    /// keeps its last good version from that snapshot (hot reload).
+    /// Loads every `[tools.script.*]`. A script that fails to load, or a section an unset
+    /// `${VAR}` disables, is reported in [`Registry::problems`] and does not stop the others.
+    /// With `previous`, such a tool keeps its last good version from that snapshot (hot reload).
     pub fn build(kb: Kb, previous: Option<&Registry>) -> Registry {
         let config = Arc::clone(kb.config());
         let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
-        let (lua, mut problems) = load_lua(&sections, previous);
-        let names: Vec<&str> = BUILTINS.iter().copied().chain(lua.iter().map(|t| t.spec().name.as_str())).collect();
+        let broken: Vec<&BrokenSection> = config.broken_of(ScriptKind::Tool).collect();
+        let mut loaded = load_lua(&sections, &broken, previous);
+        let names: Vec<&str> =
+            BUILTINS.iter().copied().chain(loaded.tools.iter().map(|t| t.spec().name.as_str())).collect();
         let (agents, agent_problems, unknown_tools) =
             agents::load(&config, previous.map(|p| p.agents.as_slice()).unwrap_or(&[]), &names);
         for warning in &unknown_tools {
             tracing::warn!("[agents.*.{}]: {}", warning.name, warning.message);
         }
-        problems.extend(agent_problems);
-        let mut registry = Registry::assemble(kb, lua, problems);
+        loaded.problems.extend(agent_problems);
+        // Connectors are not served from here, but /health and `ctx tool list` report every
+        // disabled section, so a broken source is not silently missing.
+        let connectors = config.broken_of(ScriptKind::Connector);
+        loaded.problems.extend(connectors.map(|b| broken_problem(LoadProblemKind::Connector, b)));
+        let mut registry = Registry::assemble(kb, loaded.tools, loaded.problems);
+        registry.warnings = loaded.warnings;
         registry.agents = agents;
         registry
     }
@@ -61,17 +73,29 @@ impl Registry {
     /// A registry of the built-ins plus the one script of `section` (`ctx tool test`). Fails
     /// with the load error, so the caller can show it.
     pub fn with_script(kb: Kb, section: &ScriptSection) -> Result<Registry, String> {
-        let (lua, problems) = load_lua(&[section], None);
-        match problems.into_iter().next() {
+        let loaded = load_lua(&[section], &[], None);
+        match loaded.problems.into_iter().next() {
             Some(problem) => Err(problem.message),
-            None => Ok(Registry::assemble(kb, lua, Vec::new())),
+            None => {
+                let mut registry = Registry::assemble(kb, loaded.tools, Vec::new());
+                registry.warnings = loaded.warnings;
+                Ok(registry)
+            }
         }
     }
 
     fn assemble(kb: Kb, lua: Vec<ToolRef>, problems: Vec<LoadProblem>) -> Registry {
         let tools: Vec<ToolRef> = builtin::all().into_iter().chain(lua).collect();
         let index = tools.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
-        Registry { tools, index, agents: Vec::new(), problems, kb }
+        Registry { tools, index, agents: Vec::new(), problems, warnings: Vec::new(), kb }
+    }
+
+    /// The error for a call of `name` that is not registered: "failed to load" with the reason
+    /// when a section of that name failed, else `None` (the name is unknown).
+    fn not_loaded(&self, kind: LoadProblemKind, name: &str) -> Option<CallError> {
+        let problem = self.problems.iter().find(|p| p.kind == kind && p.name == name)?;
+        let word = if kind == LoadProblemKind::Agent { "agent" } else { "tool" };
+        Some(CallError::NotLoaded { subject: format!("{word} '{name}'"), reason: problem.message.clone() })
     }
 
     /// The agents, in listing order.
@@ -101,6 +125,9 @@ impl Registry {
 
     fn resolve_agent(&self, name: &str, args: Json, options: &CallOptions) -> Result<AgentPrompt, CallError> {
         let agent = self.agents.iter().find(|a| a.spec().name == name).ok_or_else(|| {
+            if let Some(broken) = self.not_loaded(LoadProblemKind::Agent, name) {
+                return broken;
+            }
             let names: Vec<&str> = self.agents().map(|s| s.name.as_str()).collect();
             let names = if names.is_empty() { "none configured".to_string() } else { names.join(", ") };
             CallError::UnknownAgent(format!("unknown agent '{name}'; available agents: {names}"))
@@ -132,9 +159,14 @@ impl Registry {
         ToolsList { tools: self.specs().map(ToolSpec::info).collect() }
     }
 
-    /// Scripts that failed to load, in config order.
+    /// Scripts that failed to load and sections an unset variable disables, in config order.
     pub fn problems(&self) -> &[LoadProblem] {
         &self.problems
+    }
+
+    /// Tools that loaded with something that looks like a mistake.
+    pub fn warnings(&self) -> &[LoadProblem] {
+        &self.warnings
     }
 
     pub fn kb(&self) -> &Kb {
@@ -157,6 +189,9 @@ impl Registry {
     /// Looks the tool up and checks the parameters (filling in defaults).
     fn prepare(&self, name: &str, params: Json, options: &CallOptions) -> Result<(ToolRef, Json), CallError> {
         let tool = self.index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| {
+            if let Some(broken) = self.not_loaded(LoadProblemKind::Tool, name) {
+                return broken;
+            }
             let names: Vec<&str> = self.specs().map(|s| s.name.as_str()).collect();
             CallError::UnknownTool(format!("unknown tool '{name}'; available tools: {}", names.join(", ")))
         })?;
@@ -191,24 +226,67 @@ fn log_call(name: &str, options: &CallOptions, started: Instant, result: &Result
     }
 }
 
-/// Loads the tool scripts of a config and reports what fails, without a knowledge base
-/// (`ctx schema check`): load errors, shadowed built-ins and duplicate names.
-pub fn check(config: &Config) -> Vec<LoadProblem> {
-    let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
-    let (lua, mut problems) = load_lua(&sections, None);
-    let names: Vec<&str> = BUILTINS.iter().copied().chain(lua.iter().map(|t| t.spec().name.as_str())).collect();
-    let (_, agent_problems, unknown_tools) = agents::load(config, &[], &names);
-    problems.extend(agent_problems);
-    problems.extend(unknown_tools);
-    problems
+/// What [`check`] found: problems make `ctx schema check` fail, warnings do not.
+#[derive(Debug, Default)]
+pub struct Checked {
+    pub problems: Vec<LoadProblem>,
+    pub warnings: Vec<LoadProblem>,
 }
 
-/// Loads Lua tools in config order; returns them sorted by name, and the problems. With
-/// `previous`, a script that fails keeps its last good version from that snapshot.
-fn load_lua(sections: &[&ScriptSection], previous: Option<&Registry>) -> (Vec<ToolRef>, Vec<LoadProblem>) {
+/// Loads the tool and agent scripts of a config and reports what fails, without a knowledge
+/// base (`ctx schema check`): load errors, shadowed built-ins, duplicate names and agents that
+/// name unknown tools. Sections an unset variable disables are the caller's to report: they
+/// are config problems, with their keys and lines.
+pub fn check(config: &Config) -> Checked {
+    let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
+    let mut loaded = load_lua(&sections, &[], None);
+    let names: Vec<&str> =
+        BUILTINS.iter().copied().chain(loaded.tools.iter().map(|t| t.spec().name.as_str())).collect();
+    let (_, agent_problems, unknown_tools) = agents::load(config, &[], &names);
+    let disabled = |p: &LoadProblem| config.broken_of(ScriptKind::Agent).any(|b| b.name == p.name);
+    loaded.problems.extend(agent_problems.into_iter().filter(|p| !disabled(p)));
+    loaded.problems.extend(unknown_tools);
+    Checked { problems: loaded.problems, warnings: loaded.warnings }
+}
+
+/// What [`load_lua`] loaded (sorted by name), what failed, and what looks wrong.
+struct Loaded {
+    tools: Vec<ToolRef>,
+    problems: Vec<LoadProblem>,
+    warnings: Vec<LoadProblem>,
+}
+
+/// The load problem of a section an unset variable disables.
+fn broken_problem(kind: LoadProblemKind, section: &BrokenSection) -> LoadProblem {
+    LoadProblem { kind, name: section.name.clone(), message: crate::config::redact::string(section.message()) }
+}
+
+/// Parameters declared required that also have a default: a call must give them, so the
+/// default never applies, which is rarely what the author meant.
+fn required_with_default(spec: &ToolSpec) -> Vec<String> {
+    let schema = spec.params.schema();
+    let props = schema.get("properties");
+    let has_default = |name: &&str| props.and_then(|p| p.get(*name)).is_some_and(|p| p.get("default").is_some());
+    let required = schema.get("required").and_then(Json::as_array).into_iter().flatten().filter_map(Json::as_str);
+    required.filter(has_default).map(str::to_string).collect()
+}
+
+/// Loads Lua tools in config order; returns them sorted by name, the problems and warnings.
+/// A section in `broken` (disabled by an unset variable) is a problem too. With `previous`, a
+/// tool that fails this way or to load keeps its last good version from that snapshot.
+fn load_lua(sections: &[&ScriptSection], broken: &[&BrokenSection], previous: Option<&Registry>) -> Loaded {
     let mut problems = Vec::new();
+    let mut warnings = Vec::new();
     let mut lua: Vec<ToolRef> = Vec::new();
     let mut taken: HashMap<String, (String, String)> = HashMap::new();
+    for section in broken {
+        problems.push(broken_problem(LoadProblemKind::Tool, section));
+        if let Some(old) = previous.and_then(|p| p.by_section(&section.name)) {
+            let path = old.spec().script.clone().unwrap_or_default();
+            taken.insert(old.spec().name.clone(), (section.name.clone(), path));
+            lua.push(old);
+        }
+    }
     for section in sections {
         // A load message can quote what the script computed from its config: no secrets in it,
         // since /health and `ctx schema check` show it.
@@ -250,21 +328,56 @@ fn load_lua(sections: &[&ScriptSection], previous: Option<&Registry>) -> (Vec<To
             problems.push(problem(message));
             continue;
         }
+        for parameter in required_with_default(tool.spec()) {
+            let message = format!(
+                "{}: parameter '{parameter}' is required and has a default; a call must give it, so the default is never used: drop `required = true` or the default",
+                section.display_path
+            );
+            tracing::warn!(tool = %section.name, "{message}");
+            warnings.push(problem(message));
+        }
         taken.insert(name, here);
         lua.push(tool);
     }
     lua.sort_by(|a, b| a.spec().name.cmp(&b.spec().name));
-    (lua, problems)
+    Loaded { tools: lua, problems, warnings }
 }
 
 /// The current registry snapshot, swappable while calls are running.
 pub struct Tools {
     current: RwLock<Arc<Registry>>,
+    /// Which config the snapshot comes from, for `/health`: set by a server that was started
+    /// from a config file (see [`Tools::config_loaded`]).
+    config: RwLock<Option<ConfigStatus>>,
 }
 
 impl Tools {
     pub fn new(registry: Registry) -> Tools {
-        Tools { current: RwLock::new(Arc::new(registry)) }
+        Tools { current: RwLock::new(Arc::new(registry)), config: RwLock::new(None) }
+    }
+
+    /// Records that the config file `file` was just read and runs as saved, clearing any
+    /// refused edit.
+    pub fn config_loaded(&self, file: &Path) {
+        let file = file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let status =
+            ConfigStatus { file, loaded_at: chrono::Utc::now(), running: ConfigStatusRunning::Current, refused: None };
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Some(status);
+    }
+
+    /// Records that hot reload refused an edit of the config file for `problems` (each with
+    /// its file and line): the server keeps running the last good config.
+    pub fn config_refused(&self, problems: Vec<String>) {
+        let mut status = self.config.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(status) = status.as_mut() {
+            status.running = ConfigStatusRunning::LastGood;
+            status.refused = Some(RefusedEdit { at: chrono::Utc::now(), problems });
+        }
+    }
+
+    /// The config the server runs on, when it was started from a file.
+    pub fn config_status(&self) -> Option<ConfigStatus> {
+        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The snapshot new calls use. The lock is held only to clone an `Arc`.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use notify::{RecursiveMode, Watcher};
 
 use super::{Registry, Tools};
-use crate::config::{Config, Located};
+use crate::config::{Config, ConfigError, Located};
 use crate::kb::Kb;
 
 /// Edits come in bursts (an editor writes, renames, touches): wait this long for quiet.
@@ -69,9 +69,13 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
         Ok(config) => Arc::new(config),
         Err(e) => {
             tracing::error!("config not reloaded, the running tools stay as they are: {e}");
+            tools.config_refused(refused_problems(&located.path, &e));
             return None;
         }
     };
+    for section in &config.broken {
+        tracing::warn!("{}", section.message());
+    }
     let next = if config.db_path() == kb.config().db_path() {
         kb.with_config(config)
     } else {
@@ -79,6 +83,8 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
             Ok(next) => next,
             Err(e) => {
                 tracing::error!("config not reloaded: cannot open the new database: {e}");
+                let file = shown(&located.path);
+                tools.config_refused(vec![format!("{file}: db.path: cannot open the new database: {e}")]);
                 return None;
             }
         }
@@ -86,7 +92,7 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
     let previous = tools.current();
     let registry = Registry::build(next.clone(), Some(&previous));
     for problem in registry.problems() {
-        tracing::error!("[tools.script.{}]: {}", problem.name, problem.message);
+        tracing::error!("{} {} failed to load: {}", problem.kind, problem.name, problem.message);
     }
     let before = serde_json::to_value((previous.listing(), previous.problems())).ok();
     let after = serde_json::to_value((registry.listing(), registry.problems())).ok();
@@ -98,11 +104,37 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
         .chain(registry.agents().map(|a| format!("agent {}", a.name)))
         .collect();
     tools.replace(registry);
+    tools.config_loaded(&located.path);
     tracing::info!("tools reloaded: {}", names.join(", "));
     if before != after || agents_changed {
         changed(before != after, agents_changed);
     }
     Some(next)
+}
+
+/// Why `err` refused an edit, one line per problem in the `file:line: key: message` form
+/// editors and terminals link to (`/health` shows them).
+fn refused_problems(path: &Path, err: &ConfigError) -> Vec<String> {
+    let file = shown(path);
+    let text = match err {
+        ConfigError::Syntax { line, column, message, .. } => {
+            vec![format!("{file}:{line}:{column}: TOML syntax error: {message}")]
+        }
+        ConfigError::Invalid { problems, .. } => problems
+            .iter()
+            .map(|p| match p.line {
+                Some(line) => format!("{file}:{line}: {}: {}", p.key, p.message),
+                None => format!("{file}: {}: {}", p.key, p.message),
+            })
+            .collect(),
+        other => vec![format!("{file}: {other}")],
+    };
+    text.into_iter().map(crate::config::redact::string).collect()
+}
+
+/// The config file as `/health` names it: its file name, never an absolute path.
+fn shown(path: &Path) -> String {
+    path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// The config file and every tool script.
