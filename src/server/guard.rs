@@ -51,7 +51,8 @@ impl Security {
 }
 
 /// Marks a request that carried the right bearer token, or needed none (no token is set).
-/// `/health` is open to everyone and reads this to decide how much it says.
+/// `/health` and the Swagger UI pages are open to everyone; `/health` reads this to decide how
+/// much it says.
 #[derive(Clone, Copy, Debug)]
 pub struct Authorized(pub bool);
 
@@ -95,13 +96,22 @@ fn verdict(security: &Security, request: &Request) -> Result<bool, ApiError> {
     if constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
         return Ok(true);
     }
-    if request.uri().path() == "/health" {
+    let path = request.uri().path();
+    // `/health` says less without the token. The Swagger UI pages are static assets with nothing
+    // private in them, and a browser cannot send a bearer token to open them; the document they
+    // load (`/openapi.json`) and every call the UI makes still need it (its Authorize button).
+    if path == "/health" || is_docs_page(path) {
         return Ok(false);
     }
     Err(ApiError::new(
         ErrorCode::Unauthorized,
         "missing or wrong bearer token: send Authorization: Bearer <server.auth_token>",
     ))
+}
+
+/// The Swagger UI page and its assets (`/docs`, `/docs/...`), not `/openapi.json`.
+fn is_docs_page(path: &str) -> bool {
+    path == "/docs" || path.starts_with("/docs/")
 }
 
 /// The one Host check of the server (`/mcp` included: rmcp's own check is off, see

@@ -16,3 +16,4 @@ mod mcp;
 mod sandbox;
 mod schemas;
 mod tools;
+mod wire;
