@@ -1,32 +1,45 @@
-//! The API's own documentation: `/openapi.json` (behind the token like every call) and the
-//! Swagger UI under `/docs` (open to anyone: the page and its assets hold nothing private, and
-//! its Authorize button sends the token to every call it makes).
+//! The API's own documentation: `/openapi.json` and the Swagger UI under `/docs`. Both open
+//! without the token: the pages are static assets, and without the token the document holds
+//! only what the repository publishes (`openapi/openapi.json`), not this server's Lua tools and
+//! agents. It declares the bearer scheme, so the UI shows its Authorize button, and every call
+//! made from the UI carries the token.
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
+use super::guard::Authorized;
 use super::openapi::{self, schemas};
 use super::respond::{ok, ApiError};
 use super::App;
 use crate::types::ErrorCode;
 
-/// This document: OpenAPI 3.1, with one operation per loaded Lua tool and per agent.
+/// This document: OpenAPI 3.1.
+///
+/// With the token (or when the server has none), one operation per loaded Lua tool and per
+/// agent is added to the fixed ones; without it, the document is the published one.
 #[utoipa::path(get, path = "/openapi.json", operation_id = "openapi", tag = "server",
     responses((status = 200, description = "The OpenAPI 3.1 document.", body = inline(schemas::JsonObject)),
         openapi::responses::GuardErrors))]
-pub async fn openapi_json(State(app): State<Arc<App>>) -> Response {
-    ok(&openapi::document(Some(&app.tools.current())))
+pub async fn openapi_json(State(app): State<Arc<App>>, authorized: Option<Extension<Authorized>>) -> Response {
+    let full = authorized.is_some_and(|Extension(Authorized(yes))| yes);
+    let registry = full.then(|| app.tools.current());
+    ok(&openapi::document(registry.as_deref()))
 }
 
 fn swagger_config() -> Arc<utoipa_swagger_ui::Config<'static>> {
     static CONFIG: std::sync::OnceLock<Arc<utoipa_swagger_ui::Config<'static>>> = std::sync::OnceLock::new();
     Arc::clone(CONFIG.get_or_init(|| {
-        // The validator badge would send the document to a third-party service.
-        Arc::new(utoipa_swagger_ui::Config::from("/openapi.json").try_it_out_enabled(true).validator_url("none"))
+        // The validator badge would send the document to a third-party service. The token a user
+        // enters under Authorize is kept across reloads of the page.
+        let config = utoipa_swagger_ui::Config::from("/openapi.json")
+            .try_it_out_enabled(true)
+            .persist_authorization(true)
+            .validator_url("none");
+        Arc::new(config)
     }))
 }
 

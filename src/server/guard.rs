@@ -51,8 +51,8 @@ impl Security {
 }
 
 /// Marks a request that carried the right bearer token, or needed none (no token is set).
-/// `/health` and the Swagger UI pages are open to everyone; `/health` reads this to decide how
-/// much it says.
+/// `/health`, `/openapi.json` and the Swagger UI pages are open to everyone; the first two read
+/// this to decide how much they say.
 #[derive(Clone, Copy, Debug)]
 pub struct Authorized(pub bool);
 
@@ -67,7 +67,8 @@ pub async fn check(State(security): State<Arc<Security>>, mut request: Request, 
     }
 }
 
-/// `Ok(true)` when the request may see everything, `Ok(false)` for an anonymous `/health`.
+/// `Ok(true)` when the request may see everything, `Ok(false)` for an anonymous request to a
+/// route open to anyone.
 fn verdict(security: &Security, request: &Request) -> Result<bool, ApiError> {
     let headers = request.headers();
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -97,10 +98,12 @@ fn verdict(security: &Security, request: &Request) -> Result<bool, ApiError> {
         return Ok(true);
     }
     let path = request.uri().path();
-    // `/health` says less without the token. The Swagger UI pages are static assets with nothing
-    // private in them, and a browser cannot send a bearer token to open them; the document they
-    // load (`/openapi.json`) and every call the UI makes still need it (its Authorize button).
-    if path == "/health" || is_docs_page(path) {
+    // Open to anyone, each saying less without the token: `/health` (its status only), the
+    // Swagger UI pages (static assets) and `/openapi.json` (only what the repository publishes:
+    // no Lua tool or agent of this server). A browser cannot send a bearer token to open a page,
+    // and the UI shows its Authorize button only once it has loaded a document; every call it
+    // makes then carries the token.
+    if path == "/health" || path == "/openapi.json" || is_docs_page(path) {
         return Ok(false);
     }
     Err(ApiError::new(

@@ -274,7 +274,7 @@ fn wire_16_13_python_sdk_ends_its_session_without_a_warning() {
 }
 
 #[test]
-fn wire_16_13_swagger_ui_opens_without_the_token_and_the_document_needs_it() {
+fn wire_16_13_swagger_ui_opens_without_the_token_and_every_call_needs_it() {
     let w = Wire::start(Some(TOKEN));
     // A browser (no Authorization header) opens the page and its assets...
     let page = w.send(w.request("GET", "/docs"));
@@ -283,19 +283,34 @@ fn wire_16_13_swagger_ui_opens_without_the_token_and_the_document_needs_it() {
     for asset in ["/docs/swagger-initializer.js", "/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css"] {
         assert_eq!(w.send(w.request("GET", asset)).status, 200, "{asset}");
     }
-    // ...while the document and every call still need the token.
-    for (method, path) in [("GET", "/openapi.json"), ("GET", "/tools/list"), ("POST", "/tools/stamp")] {
+    // ...and the document it loads: only what the repository publishes, nothing of this
+    // server's tools and agents. The UI can show no Authorize button without a document.
+    let public = w.send(w.request("GET", "/openapi.json"));
+    assert_eq!(public.status, 200, "{}", public.body);
+    let published: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("openapi/openapi.json")).unwrap()).unwrap();
+    assert!(public.body == published, "without the token: the checked-in document");
+    let text = public.body.to_string();
+    assert!(!text.contains("Stamps a label") && !text.contains("/agents/incident/prompt"), "{text}");
+    // Every call still needs the token.
+    for (method, path) in [("GET", "/tools/list"), ("POST", "/tools/stamp"), ("GET", "/agents/list")] {
         let reply = w.send(w.request(method, path));
         assert_eq!((reply.status, reply.body["error"]["code"].as_str()), (401, Some("unauthorized")), "{path}");
     }
-    let doc = w.send(w.request("GET", "/openapi.json").bearer_auth(TOKEN));
-    assert_eq!(doc.status, 200);
+    // With the token, the document has this server's tools and agents too.
+    let full = w.send(w.request("GET", "/openapi.json").bearer_auth(TOKEN));
+    assert_eq!(full.status, 200);
+    assert!(
+        full.body["paths"]["/tools/stamp"].is_object() && full.body["paths"]["/agents/incident/prompt"].is_object()
+    );
     // The Authorize button comes from the bearer scheme, which every operation but /health uses.
-    let scheme = &doc.body["components"]["securitySchemes"]["bearer"];
+    let scheme = &public.body["components"]["securitySchemes"]["bearer"];
     assert_eq!((scheme["type"].as_str(), scheme["scheme"].as_str()), (Some("http"), Some("bearer")));
-    assert!(doc.body["security"].as_array().unwrap().contains(&json!({"bearer": []})));
-    assert_eq!(doc.body["paths"]["/health"]["get"]["security"], json!([{}]));
-    // The Host check still covers the pages.
+    assert!(public.body["security"].as_array().unwrap().contains(&json!({"bearer": []})));
+    assert_eq!(public.body["paths"]["/health"]["get"]["security"], json!([{}]));
+    let call = w.send(w.request("POST", "/tools/stamp").bearer_auth(TOKEN));
+    assert_eq!((call.status, &call.body["result"]), (200, &json!("stamped none")));
+    // The Host check still covers the open routes.
     let foreign = w.send(w.request("GET", "/docs/").header("host", "attacker.example"));
     assert_eq!(foreign.status, 403);
 }
