@@ -36,8 +36,8 @@ pub fn base() -> OpenApi {
                 ))
                 .build(),
         )
-        // With server.auth_token set every operation but /health needs the token; without one,
-        // none does. The document cannot know which, so both are listed.
+        // With server.auth_token set every operation but /health and /openapi.json needs the
+        // token; without one, none does. The document cannot know which, so both are listed.
         .security(Some([SecurityRequirement::new(BEARER, Vec::<String>::new()), SecurityRequirement::default()]))
         .build();
     // No `jsonSchemaDialect`: OpenAPI 3.1's default dialect is JSON Schema 2020-12 with OpenAPI's
