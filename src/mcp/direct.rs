@@ -59,8 +59,11 @@ impl DirectRoute {
     }
 
     async fn handle(mut self, request: Request<Body>) -> Response<Body> {
-        if request.method() != Method::POST {
-            return self.forward(request).await;
+        match *request.method() {
+            Method::POST => {}
+            Method::GET => return self.forward(request).await,
+            Method::DELETE => return session_closed(self.forward(request).await),
+            ref other => return method_not_allowed(other),
         }
         // rmcp reads the whole body too: reading it here first costs no more memory.
         let (parts, body) = request.into_parts();
@@ -166,6 +169,31 @@ fn json_response(status: StatusCode, body: &Json) -> Response<Body> {
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(body.to_string()))
         .unwrap_or_default()
+}
+
+/// rmcp answers a session's DELETE with 202 Accepted, which the official SDKs log as a failed
+/// termination (the Python SDK: "Session termination failed: 202"); they expect 200 or 204, and
+/// the session is closed by then, so say so with 204 No Content.
+fn session_closed(mut response: Response<Body>) -> Response<Body> {
+    if response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        *response.body_mut() = Body::empty();
+        response.headers_mut().remove(header::CONTENT_TYPE);
+        response.headers_mut().remove(header::CONTENT_LENGTH);
+    }
+    response
+}
+
+/// A method `/mcp` does not take, answered like every other 405 of the server (rmcp's own
+/// answer is a bare "Method Not Allowed").
+fn method_not_allowed(method: &Method) -> Response<Body> {
+    let message = format!(
+        "{method} is not allowed on /mcp; use POST for MCP messages, GET to open a session's stream, DELETE to end a session"
+    );
+    let body = json!({ "error": { "code": "method_not_allowed", "message": message } });
+    let mut response = json_response(StatusCode::METHOD_NOT_ALLOWED, &body);
+    response.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("GET, POST, DELETE"));
+    response
 }
 
 /// rmcp's answer to a body over the limit, word for word.

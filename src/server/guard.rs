@@ -51,7 +51,8 @@ impl Security {
 }
 
 /// Marks a request that carried the right bearer token, or needed none (no token is set).
-/// `/health` is open to everyone and reads this to decide how much it says.
+/// `/health`, `/openapi.json` and the Swagger UI pages are open to everyone; the first two read
+/// this to decide how much they say.
 #[derive(Clone, Copy, Debug)]
 pub struct Authorized(pub bool);
 
@@ -66,7 +67,8 @@ pub async fn check(State(security): State<Arc<Security>>, mut request: Request, 
     }
 }
 
-/// `Ok(true)` when the request may see everything, `Ok(false)` for an anonymous `/health`.
+/// `Ok(true)` when the request may see everything, `Ok(false)` for an anonymous request to a
+/// route open to anyone.
 fn verdict(security: &Security, request: &Request) -> Result<bool, ApiError> {
     let headers = request.headers();
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -95,13 +97,24 @@ fn verdict(security: &Security, request: &Request) -> Result<bool, ApiError> {
     if constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
         return Ok(true);
     }
-    if request.uri().path() == "/health" {
+    let path = request.uri().path();
+    // Open to anyone, each saying less without the token: `/health` (its status only), the
+    // Swagger UI pages (static assets) and `/openapi.json` (only what the repository publishes:
+    // no Lua tool or agent of this server). A browser cannot send a bearer token to open a page,
+    // and the UI shows its Authorize button only once it has loaded a document; every call it
+    // makes then carries the token.
+    if path == "/health" || path == "/openapi.json" || is_docs_page(path) {
         return Ok(false);
     }
     Err(ApiError::new(
         ErrorCode::Unauthorized,
         "missing or wrong bearer token: send Authorization: Bearer <server.auth_token>",
     ))
+}
+
+/// The Swagger UI page and its assets (`/docs`, `/docs/...`), not `/openapi.json`.
+fn is_docs_page(path: &str) -> bool {
+    path == "/docs" || path.starts_with("/docs/")
 }
 
 /// The one Host check of the server (`/mcp` included: rmcp's own check is off, see

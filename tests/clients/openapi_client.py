@@ -32,7 +32,7 @@ def main() -> None:
     sys.path.insert(0, str(workdir))
     from ctx_client import Client
     from ctx_client.api.tools import call_tool, list_tools, search
-    from ctx_client.models import (CallToolBody, ErrorCode, ErrorEnvelope, SearchMode, SearchRequest,
+    from ctx_client.models import (ToolCallRequest, ErrorCode, ErrorEnvelope, SearchMode, SearchRequest,
                                    SearchResponse, ToolCallResult, ToolsList)
 
     client = Client(base_url=args.base_url, raise_on_unexpected_status=True)
@@ -48,12 +48,12 @@ def main() -> None:
     assert found.results and found.results[0].title == "Deploy runbook", found.results
     print(f"search: {len(found.results)} hit(s), top {found.results[0].title!r} score {found.results[0].score:.3f}")
 
-    echoed = call_tool.sync(name="echo", client=client, body=CallToolBody.from_dict({"message": "hi", "repeat": 2}))
+    echoed = call_tool.sync(name="echo", client=client, body=ToolCallRequest.from_dict({"message": "hi", "repeat": 2}))
     assert isinstance(echoed, ToolCallResult), echoed
     assert echoed.result == {"greeting": "hello", "message": "hi hi"}, echoed.result
     print(f"echo: {echoed.result}")
 
-    refused = call_tool.sync(name="echo", client=client, body=CallToolBody.from_dict({"repeat": "x"}))
+    refused = call_tool.sync(name="echo", client=client, body=ToolCallRequest.from_dict({"repeat": "x"}))
     assert isinstance(refused, ErrorEnvelope), refused
     assert refused.error.code == ErrorCode.BAD_REQUEST, refused.error
     assert refused.error.details, "the field problems are listed"

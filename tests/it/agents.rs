@@ -165,11 +165,11 @@ fn rest_lists_and_resolves_agents_with_every_error_status() {
     assert_eq!(status, 200);
     insta::assert_json_snapshot!("agents_list", list);
     let prompt = |name: &str, body: Value| send(client.post(format!("{base}/agents/{name}/prompt")).json(&body));
-    let (status, resolved) = prompt("runbook-guide", json!({"arguments": {"question": "how do I roll back a deploy"}}));
+    let (status, resolved) = prompt("runbook-guide", json!({"question": "how do I roll back a deploy"}));
     assert_eq!(status, 200, "{resolved}");
     assert_eq!(resolved["agent"], "runbook-guide");
     insta::assert_json_snapshot!("agent_prompt_runbook_guide", resolved);
-    let (status, inline) = prompt("incident-responder", json!({"arguments": {"service": "search-api"}}));
+    let (status, inline) = prompt("incident-responder", json!({"service": "search-api"}));
     assert_eq!((status, inline["system"].as_str().unwrap().contains("search-api")), (200, true));
 
     let mut errors = serde_json::Map::new();
@@ -179,7 +179,7 @@ fn rest_lists_and_resolves_agents_with_every_error_status() {
         errors.insert(label.into(), json!({"status": status, "body": body}));
     };
     check("unknown_agent", prompt("nope", json!({})), 404, "not_found");
-    check("missing_argument", prompt("incident-responder", json!({"arguments": {}})), 400, "bad_request");
+    check("missing_argument", prompt("incident-responder", json!({})), 400, "bad_request");
     check("extra_field", prompt("incident-responder", json!({"args": {}})), 400, "bad_request");
     check("timeout", prompt("looper", json!({})), 408, "timeout");
     insta::assert_json_snapshot!("agent_errors", errors);

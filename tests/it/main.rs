@@ -17,3 +17,4 @@ mod mcp;
 mod sandbox;
 mod schemas;
 mod tools;
+mod wire;

@@ -1,0 +1,256 @@
+//! The REST routes over the tool registry, each declared with its OpenAPI operation.
+//!
+//! Handlers are thin: they read the body and call [`Tools::call`] or [`Tools::prompt`], the one
+//! call path, which validates, runs and maps errors. Nothing here validates parameters on its
+//! own. Every handler carries `#[utoipa::path]`, and [`super::routes`] mounts handlers only
+//! through `utoipa_axum::routes!`, so a REST route without its documentation cannot exist.
+
+use std::sync::Arc;
+
+use axum::extract::{Extension, Path, Request, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value as Json};
+
+use super::guard;
+use super::openapi::responses::{CallErrors, GuardErrors};
+use super::openapi::schemas::{
+    AgentName, AgentPrompt, AgentsList, Document, GetRequest, Health as HealthSchema, SearchRequest, SearchResponse,
+    SourcesResponse, ToolName, ToolResult, ToolsList,
+};
+use super::respond::{call_error, json_body, ok, ApiError};
+use super::App;
+use crate::tools::{CallError, CallOptions, Output};
+use crate::types::{ErrorCode, ErrorDetail, Health, HealthStatus, LoadProblem, LoadProblemKind, ServerLoad};
+
+/// Liveness and load problems. Needs no token.
+///
+/// With `server.auth_token` set, a caller without the token learns only the status and how
+/// many scripts failed: load errors can quote script source.
+#[utoipa::path(get, path = "/health", operation_id = "health", tag = "server", security(()),
+    responses((status = 200, description = "Up.", body = HealthSchema)))]
+pub async fn health(State(app): State<Arc<App>>, authorized: Option<Extension<guard::Authorized>>) -> Response {
+    let registry = app.tools.current();
+    let mut problems = registry.problems().to_vec();
+    // Calls abandoned past their deadline (the sandbox's last line of defence) hold a thread and
+    // keep their tool quarantined until they end.
+    for run in crate::tools::stuck::all() {
+        problems.push(LoadProblem {
+            kind: LoadProblemKind::Tool,
+            name: run.tool.clone(),
+            message: format!(
+                "a call of {} overran its deadline inside a library call {:.0} s ago and is still running; it is quarantined until that call ends or its script is edited",
+                run.tool,
+                run.since.elapsed().as_secs_f64()
+            ),
+        });
+    }
+    // A refused edit of the config file is a problem too: the server runs an older config
+    // than the one on disk.
+    let config = app.tools.config_status();
+    if let Some(refused) = config.as_ref().and_then(|c| c.refused.as_ref()) {
+        let file = config.as_ref().map(|c| c.file.clone()).unwrap_or_default();
+        let message = format!("edit refused, still running the last good config: {}", refused.problems.join("; "));
+        problems.push(LoadProblem { kind: LoadProblemKind::Config, name: file, message });
+    }
+    let status = if problems.is_empty() { HealthStatus::Ok } else { HealthStatus::Degraded };
+    let problem_count = problems.len() as u64;
+    let full = authorized.is_some_and(|Extension(guard::Authorized(yes))| yes);
+    let body = if full {
+        Health {
+            status,
+            problem_count,
+            version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            tools: Some(registry.specs().count() as u64),
+            agents: Some(registry.agents().count() as u64),
+            problems,
+            config,
+            load: Some(ServerLoad {
+                connections: app.connections.count() as u64,
+                mcp_sessions: app.sessions.count().await as u64,
+                tasks: tokio::runtime::Handle::current().metrics().num_alive_tasks() as u64,
+            }),
+        }
+    } else {
+        Health {
+            status,
+            problem_count,
+            version: None,
+            tools: None,
+            agents: None,
+            problems: Vec::new(),
+            config: None,
+            load: None,
+        }
+    };
+    ok(&serde_json::to_value(body).unwrap_or(Json::Null))
+}
+
+/// Every tool with its parameter schema: built-ins first, then by name.
+#[utoipa::path(get, path = "/tools/list", operation_id = "listTools", tag = "tools",
+    responses((status = 200, description = "The tools.", body = ToolsList), GuardErrors))]
+pub async fn list_tools(State(app): State<Arc<App>>) -> Response {
+    ok(&serde_json::to_value(app.tools.current().listing()).unwrap_or(Json::Null))
+}
+
+/// Search the knowledge base.
+#[utoipa::path(post, path = "/tools/search", operation_id = "search", tag = "tools",
+    request_body = SearchRequest,
+    responses((status = 200, description = "The hits, best first.", body = SearchResponse), CallErrors))]
+pub async fn search(State(app): State<Arc<App>>, headers: HeaderMap, request: Request) -> Response {
+    call_with_body(&app, "search", &headers, request).await
+}
+
+/// Fetch one document with its chunks.
+#[utoipa::path(post, path = "/tools/get", operation_id = "getDocument", tag = "tools",
+    request_body = GetRequest,
+    responses((status = 200, description = "The document.", body = Document), CallErrors))]
+pub async fn get_document(State(app): State<Arc<App>>, headers: HeaderMap, request: Request) -> Response {
+    call_with_body(&app, "get", &headers, request).await
+}
+
+/// Sources with health, counts and last sync.
+#[utoipa::path(get, path = "/tools/sources", operation_id = "listSources", tag = "tools",
+    responses((status = 200, description = "The sources.", body = SourcesResponse), CallErrors))]
+pub async fn sources(State(app): State<Arc<App>>) -> Response {
+    respond(&app, "sources", json!({})).await
+}
+
+/// Sources with health, counts and last sync (the tool-call form; it takes no parameters).
+#[utoipa::path(post, path = "/tools/sources", operation_id = "listSourcesPost", tag = "tools",
+    responses((status = 200, description = "The sources.", body = SourcesResponse), CallErrors))]
+pub async fn sources_post(State(app): State<Arc<App>>, headers: HeaderMap, request: Request) -> Response {
+    call_with_body(&app, "sources", &headers, request).await
+}
+
+/// Call a Lua tool by name with its parameters; the result is under `result`.
+///
+/// Each loaded Lua tool also has an operation of its own, `POST /tools/<its name>`, with its
+/// parameter schema. The built-in tools (search, get, sources) have their own operations and
+/// bodies. The body may be left out when the tool has no required parameter.
+// The body is optional. A typed `request_body = T` would mark it required and `Option<T>`
+// would offer `null` as a body, so the component is named by reference, which leaves
+// `requestBody.required` out (false). A test checks that every reference resolves.
+#[utoipa::path(post, path = "/tools/{name}", operation_id = "callTool", tag = "tools",
+    params(("name" = inline(ToolName), Path, description = "The tool's name, as listed by GET /tools/list.")),
+    request_body = ref("#/components/schemas/ToolCallRequest"),
+    responses((status = 200, description = "What the tool returned.", body = ToolResult), CallErrors))]
+pub async fn call_tool(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    request: Request,
+) -> Response {
+    call_with_body(&app, &name, &headers, request).await
+}
+
+async fn call_with_body(app: &App, name: &str, headers: &HeaderMap, request: Request) -> Response {
+    match json_body(headers, request.into_body(), app.max_body_bytes).await {
+        Ok(params) => respond(app, name, params).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Calls the tool; built-ins answer with their own body, Lua tools with `{"result": ...}`.
+async fn respond(app: &App, name: &str, params: Json) -> Response {
+    let builtin = crate::tools::BUILTINS.contains(&name);
+    let options = CallOptions { caller: "rest", ..Default::default() };
+    match app.tools.call(name.to_string(), params, options).await {
+        Ok(Output::Value(value)) if builtin => ok(&value),
+        Ok(output) => ok(&output.rest_body()),
+        Err(e) => call_error(&e),
+    }
+}
+
+/// Every agent: inline ones first, then Lua ones, each by name.
+#[utoipa::path(get, path = "/agents/list", operation_id = "listAgents", tag = "agents",
+    responses((status = 200, description = "The agents.", body = AgentsList), GuardErrors))]
+pub async fn list_agents(State(app): State<Arc<App>>) -> Response {
+    ok(&serde_json::to_value(app.tools.current().agent_listing()).unwrap_or(Json::Null))
+}
+
+/// Resolve an agent's prompt: system prompt, opening messages and tools.
+///
+/// The body is the arguments object itself, `{"service": "payments"}`, the same shape as
+/// `POST /tools/{name}`. It may be left out when the agent has no required argument. Each agent
+/// also has an operation of its own, `POST /agents/<its name>/prompt`, with its arguments.
+// The body is optional. A typed `request_body = T` would mark it required and `Option<T>`
+// would offer `null` as a body, so the component is named by reference, which leaves
+// `requestBody.required` out (false). A test checks that every reference resolves.
+#[utoipa::path(post, path = "/agents/{name}/prompt", operation_id = "agentPrompt", tag = "agents",
+    params(("name" = inline(AgentName), Path, description = "The agent's name, as listed by GET /agents/list.")),
+    request_body = ref("#/components/schemas/AgentPromptRequest"),
+    responses((status = 200, description = "The resolved prompt.", body = AgentPrompt), CallErrors))]
+pub async fn agent_prompt(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    request: Request,
+) -> Response {
+    let arguments = match json_body(&headers, request.into_body(), app.max_body_bytes).await {
+        Ok(Json::Object(arguments)) => arguments,
+        Ok(Json::Null) => Map::new(),
+        Ok(other) => {
+            let message = format!(
+                "the body must be a JSON object of the agent's arguments, for example {{\"service\": \"payments\"}}; got {}",
+                kind(&other)
+            );
+            return ApiError::new(ErrorCode::BadRequest, message).into_response();
+        }
+        Err(e) => return e.into_response(),
+    };
+    if let Some(refusal) = wrapped_arguments(&app, &name, &arguments) {
+        return refusal.into_response();
+    }
+    let options = CallOptions { caller: "rest", ..Default::default() };
+    match app.tools.prompt(name, Json::Object(arguments), options).await {
+        Ok(prompt) => ok(&serde_json::to_value(prompt).unwrap_or(Json::Null)),
+        // The checker names fields as MCP's `prompts/get` holds them (`/arguments/service`); here
+        // the body is the arguments object, so each path points into the body as sent.
+        Err(CallError::InvalidArguments { agent, problems }) => {
+            let problems = problems.into_iter().map(in_body).collect();
+            call_error(&CallError::InvalidArguments { agent, problems })
+        }
+        Err(e) => call_error(&e),
+    }
+}
+
+/// The form that ctx took before the body became the arguments object: `{"arguments": {...}}`.
+/// Refused with what to send instead, unless the agent declares an argument named `arguments`
+/// (then the body means just that).
+fn wrapped_arguments(app: &App, agent: &str, body: &Map<String, Json>) -> Option<ApiError> {
+    let Some(Json::Object(inner)) = body.get("arguments") else { return None };
+    if body.len() != 1 {
+        return None;
+    }
+    let registry = app.tools.current();
+    let spec = registry.agents().find(|a| a.name == agent)?;
+    if spec.arguments.iter().any(|a| a.name.as_str() == "arguments") {
+        return None;
+    }
+    let example = serde_json::to_string(inner).unwrap_or_else(|_| "{}".into());
+    Some(ApiError::new(
+        ErrorCode::BadRequest,
+        format!(
+            "the body is the arguments object itself, as for POST /tools/{{name}}: send {example}, not {{\"arguments\": {example}}}"
+        ),
+    ))
+}
+
+fn in_body(detail: ErrorDetail) -> ErrorDetail {
+    match detail.path.strip_prefix("/arguments") {
+        Some(rest) if rest.starts_with('/') => ErrorDetail { path: rest.to_string(), ..detail },
+        _ => detail,
+    }
+}
+
+fn kind(value: &Json) -> &'static str {
+    match value {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
+    }
+}
