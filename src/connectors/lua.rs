@@ -93,7 +93,7 @@ impl LuaConnector {
             // fires: check it between items.
             vm.state().check().map_err(deadline)?;
             let value: Value = items.raw_get(i).map_err(|e| ConnectorError::Source(e.to_string()))?;
-            let event = match vm.result_json(&value) {
+            let event = match vm.result_json_for(&value, validator()) {
                 Ok(json) => match item_from_json(json) {
                     Ok(item) => {
                         counts.items += 1;

@@ -58,9 +58,9 @@ impl CappedCopy for [u8] {
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let log = lua.create_table()?;
-    for level in ["debug", "info", "warn", "error"] {
+    for (level, name) in [("debug", "log.debug"), ("info", "log.info"), ("warn", "log.warn"), ("error", "log.error")] {
         let state = Arc::clone(state);
-        let f = lua.create_function(move |_, args: MultiValue| {
+        let f = super::function(lua, name, move |_, args: MultiValue| {
             state.check_blocking()?;
             if !state.note_log_line() {
                 return Ok(());
