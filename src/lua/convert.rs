@@ -12,8 +12,6 @@
 use mlua::{Lua, Table, Value};
 use serde_json::{Map, Number, Value as Json};
 
-use crate::schema::{Dialect, SchemaValidator};
-
 /// Nesting deeper than this is refused (it also stops reference cycles).
 pub const MAX_DEPTH: usize = 128;
 
@@ -192,14 +190,6 @@ fn convert(
             )))
         }
     })
-}
-
-/// Like [`to_json`], for a value that `validator` checks next: empty tables become lists where
-/// the schema expects a list (see [`lists_where_expected`]).
-pub fn to_json_for(lua: &Lua, value: &Value, budget: usize, validator: &SchemaValidator) -> Result<Json, ConvertError> {
-    let mut json = to_json(lua, value, budget)?;
-    lists_where_expected(&mut json, &|v| validator.problems(v, Dialect::Json).into_iter().map(|p| p.path).collect());
-    Ok(json)
 }
 
 /// The most empty tables one value is checked for: each is one more validation.

@@ -54,7 +54,7 @@ impl LuaTool {
         let vm = Vm::new(info.clone(), limits, CancelHandle::new()).map_err(|e| e.to_string())?;
         let script = vm.read_script().map_err(|e| e.to_string())?;
         let ext = vm.load_script(&script, "tool").map_err(|e| e.to_string())?;
-        vm.function(&ext, "tool", "execute").map_err(|e| e.to_string())?;
+        entry_point(&vm, &ext).map_err(|e| e.to_string())?;
 
         // The config key names the tool when the script does not.
         let name = Map::from_iter([("name".to_string(), Json::String(section.name.clone()))]);
@@ -130,7 +130,7 @@ impl LuaTool {
             vm.set_progress(sink.clone());
         }
         let ext = vm.load_script(&self.script, "tool").map_err(fail)?;
-        let execute = vm.function(&ext, "tool", "execute").map_err(fail)?;
+        let execute = entry_point(vm, &ext).map_err(fail)?;
         let lua = vm.lua();
         let prepare = |e: mlua::Error| match vm.state().killed() {
             // A limit hit while preparing the call (the inline budget or allowance, the memory
@@ -181,6 +181,22 @@ impl Tool for LuaTool {
             return None;
         }
         Some(result)
+    }
+}
+
+/// The function a call runs: `tool.execute`, or `tool.handler`, the name seed 003's tools use for
+/// it. A script that defines both is refused rather than one of them being silently ignored.
+fn entry_point(vm: &Vm, ext: &mlua::Table) -> Result<mlua::Function, ScriptError> {
+    let defined = |name: &str| !matches!(ext.get::<Value>(name), Ok(Value::Nil) | Err(_));
+    match (defined("execute"), defined("handler")) {
+        (true, true) => Err(ScriptError::Contract {
+            path: vm.state().info.display_path.clone(),
+            message: "`tool.execute` and `tool.handler` are both defined; `handler` is another name for `execute`, \
+                      so keep one of them"
+                .to_string(),
+        }),
+        (false, true) => vm.function(ext, "tool", "handler"),
+        _ => vm.function(ext, "tool", "execute"),
     }
 }
 

@@ -15,4 +15,5 @@ mod link_order;
 mod mcp;
 mod sandbox;
 mod schemas;
+mod scripting;
 mod tools;
