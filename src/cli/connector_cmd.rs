@@ -88,7 +88,8 @@ fn test(
     };
     let started = Instant::now();
     // A test starts as a first sync does: no last sync, an empty state.
-    let connector = LuaConnector { info, limits, cancel: CancelHandle::new(), max_bytes, saved: Default::default() };
+    let connector =
+        LuaConnector { info, limits, cancel: CancelHandle::new(), max_bytes, saved: Default::default(), fresh: true };
     let mut end = None;
     let mut shown = 0;
     let mut invalid = Vec::new();

@@ -32,6 +32,9 @@ pub struct LuaConnector {
     pub max_bytes: Option<usize>,
     /// What the last successful sync left: the script's `context`.
     pub saved: Saved,
+    /// Start over (`ctx sync --full`): the state the scan ends with replaces the saved one even
+    /// if the script set nothing.
+    pub fresh: bool,
 }
 
 /// The default `max_bytes`, in multiples of the memory cap. Items that share nothing already fit
@@ -61,12 +64,18 @@ impl LuaConnector {
             cancel: CancelHandle::new(),
             max_bytes: configured_max_bytes(config, &section.name),
             saved: Saved::default(),
+            fresh: false,
         }
     }
 
     /// The same connector, told what the last successful sync of its source left.
     pub fn with_saved(self, saved: Saved) -> Self {
-        LuaConnector { saved, ..self }
+        LuaConnector { saved, fresh: false, ..self }
+    }
+
+    /// The same connector, starting over as on its first sync: no last sync, an empty state.
+    pub fn afresh(self) -> Self {
+        LuaConnector { saved: Saved::default(), fresh: true, ..self }
     }
 
     /// The most bytes of items one scan may hand to sync: `max_bytes`, or twice the memory cap.
@@ -86,7 +95,7 @@ impl LuaConnector {
         let scan = vm.function(&ext, "connector", "scan").map_err(fail)?;
         let config = convert::to_lua(vm.lua(), &Json::Object(self.info.config.clone()))
             .map_err(|e| ConnectorError::Source(format!("cannot pass config to the script: {e}")))?;
-        let state = Arc::new(Mutex::new(State { values: self.saved.values.clone(), changed: false }));
+        let state = Arc::new(Mutex::new(State { values: self.saved.values.clone(), changed: self.fresh }));
         let context = context_table(vm.lua(), &self.saved, &state)
             .map_err(|e| ConnectorError::Source(format!("cannot pass the context to the script: {e}")))?;
         let returned = vm.call(&scan, (config, context)).map_err(fail)?;

@@ -6,7 +6,9 @@
 //! transaction ([`Commit::Whole`]): its items all come from one `scan()` return, bounded by its
 //! `max_bytes`, and a script stopped half-way (its deadline, its budget) leaves the source as it
 //! was. Deletions happen only after a scan completed: a source that fails half-way never loses
-//! documents it did not get to see.
+//! documents it did not get to see. A script source's `context` for its next sync (when this one
+//! started, and its `context.state`) is written by the same transaction, and an incremental
+//! scan (`{items, deleted}`) deletes only what it names.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -322,13 +324,16 @@ pub fn sync_target(
                         .scripts_of(crate::config::ScriptKind::Connector)
                         .find(|s| s.name == name)
                         .ok_or_else(|| ConnectorError::Source(format!("{source} is not configured")))?;
-                    let saved = kb.store().connector_state(source).map_err(|e| {
-                        ConnectorError::Source(format!("cannot read the state this connector saved: {e}"))
-                    })?;
-                    crate::connectors::lua::LuaConnector::for_section(&config, section)
-                        .with_saved(saved)
-                        .scan(sink)
-                        .map(|_| ())
+                    let connector = crate::connectors::lua::LuaConnector::for_section(&config, section);
+                    // A full sync starts the script over too, as on its first sync.
+                    let connector = if options.full {
+                        connector.afresh()
+                    } else {
+                        connector.with_saved(kb.store().connector_state(source).map_err(|e| {
+                            ConnectorError::Source(format!("cannot read the state this connector saved: {e}"))
+                        })?)
+                    };
+                    connector.scan(sink).map(|_| ())
                 }
                 other => Err(ConnectorError::Source(format!("unknown connector type {other:?}"))),
             }

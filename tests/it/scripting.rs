@@ -541,6 +541,12 @@ fn scripting_16_10_connectors_get_their_last_sync_and_a_state_kept_across_syncs(
     assert_eq!(ids("script:changes"), ["a", "b", "d"]);
     assert_eq!(saved_state(ws.path(), "script:changes").unwrap().1["revision"], 3);
 
+    // `--full` starts the script over, as on its first sync: a full scan again.
+    ws.ctx(&["sync", "script:changes", "--full"]).ok();
+    assert_eq!(ids("script:changes"), ["a", "b", "c"]);
+    let (_, state) = saved_state(ws.path(), "script:changes").unwrap();
+    assert_eq!((&state["revision"], &state["first_sync"]), (&json!(1), &json!(true)), "{state}");
+
     // Each source has its own state, although both run the same script.
     sync("script:other").ok();
     assert_eq!(saved_state(ws.path(), "script:other").unwrap().1["revision"], 1);
