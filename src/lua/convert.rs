@@ -394,3 +394,39 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
         Ok(Value::Table(table))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{Dialect, SchemaValidator};
+    use serde_json::json;
+
+    fn settle(schema: Json, mut value: Json) -> Json {
+        let validator = SchemaValidator::compile(schema).unwrap();
+        lists_where_expected(&mut value, &|v| {
+            validator.problems(v, Dialect::Json).into_iter().map(|p| p.path).collect()
+        });
+        value
+    }
+
+    #[test]
+    fn an_empty_table_is_a_list_only_where_the_schema_wants_one() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "list": {"type": "array"},
+                "object": {"type": "object"},
+                "anything": {},
+                "either": {"oneOf": [{"type": "array"}, {"type": "object", "required": ["kind"]}]},
+                "non_empty": {"type": "array", "minItems": 1},
+                "items": {"type": "array", "items": {"type": "object", "properties": {"tags": {"type": "array"}}}},
+            },
+        });
+        let value = json!({"list": {}, "object": {}, "anything": {}, "either": {}, "non_empty": {}, "items": [{"tags": {}}, {}]});
+        assert_eq!(
+            settle(schema, value),
+            // `non_empty` stays an object: no list would do there either, and its message says so.
+            json!({"list": [], "object": {}, "anything": {}, "either": [], "non_empty": {}, "items": [{"tags": []}, {}]})
+        );
+    }
+}

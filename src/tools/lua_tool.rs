@@ -219,9 +219,11 @@ fn output(vm: &Vm, tool: &str, returned: Value) -> Result<Output, CallError> {
             Json::String(text) => Ok(Output::Text(text)),
             other => Ok(Output::Text(other.to_string())),
         },
-        "content" => content_blocks(vm.result_json(&field("data")).map_err(fail)?).map_err(|problem| {
-            CallError::ToolFailed { message: format!("MCP.content: {problem}"), tool_code: None, data: None }
-        }),
+        "content" => {
+            content_blocks(vm.result_json_for(&field("data"), content_list()).map_err(fail)?).map_err(|problem| {
+                CallError::ToolFailed { message: format!("MCP.content: {problem}"), tool_code: None, data: None }
+            })
+        }
         "error" => Err(helper_error(vm, tool, &field("code"), &field("message"), &field("data"))),
         _ => Ok(Output::Value(vm.result_json(&field("data")).map_err(fail)?)),
     }
@@ -263,6 +265,17 @@ fn helper_error(vm: &Vm, tool: &str, code: &Value, message: &Value, data: &Value
         }
     };
     CallError::ToolFailed { message, tool_code: Some(code), data }
+}
+
+/// The schema of `MCP.content`'s argument, for reading `MCP.content({})` as no blocks.
+fn content_list() -> &'static SchemaValidator {
+    static SCHEMA: OnceLock<SchemaValidator> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let defs = crate::schema::definitions("#/$defs/");
+        let list = json!({"$schema": crate::schema::DIALECT, "type": "array", "items": {"$ref": "#/$defs/ContentBlock"}, "$defs": defs});
+        // The bundled schemas are checked by build.rs and by the schema tests.
+        SchemaValidator::compile(list).expect("the ContentBlock schema compiles")
+    })
 }
 
 /// `MCP.content(blocks)`: an array of content blocks, each valid against `ContentBlock`.

@@ -144,6 +144,9 @@ path = "tools/lists.lua"
 
 [agents.script.empty-lists]
 path = "tools/empty-lists.lua"
+
+[tools.script.no-blocks]
+path = "tools/no-blocks.lua"
 "#;
     let served = Served::start(
         toml,
@@ -151,6 +154,7 @@ path = "tools/empty-lists.lua"
             ("no-params.lua", &reference("tools/no-params.lua")),
             ("lists.lua", LISTS_TOOL),
             ("empty-lists.lua", EMPTY_AGENT),
+            ("no-blocks.lua", "tool = { name = \"no-blocks\", description = \"Shows nothing.\" }\nfunction tool.execute() return MCP.content({}) end\n"),
         ],
     );
     assert_eq!(served.problems(), Vec::<String>::new());
@@ -166,6 +170,9 @@ path = "tools/empty-lists.lua"
     // array; the `default = {}` of an object stays an object.
     let (status, body) = served.call("lists", json!({}));
     assert_eq!((status, &body["result"]), (200, &json!({"tags": [], "extra": {}})), "{body}");
+
+    // `MCP.content({})`: no content blocks.
+    assert_eq!(served.call("no-blocks", json!({})), (200, json!({"result": {"content": []}})));
 
     // An agent declaring `tools = {}`, `arguments = {}` and returning empty `messages`/`tools`.
     let (code, prompt) = agent_test(|a| served.ctx(a), "empty-lists", &[]);
