@@ -34,9 +34,8 @@ impl LuaAgent {
         let script = vm.read_script().map_err(|e| e.to_string())?;
         let ext = vm.load_script(&script, "agent").map_err(|e| e.to_string())?;
         vm.function(&ext, "agent", "resolve").map_err(|e| e.to_string())?;
-        let mut meta = vm.metadata(&ext, "agent", METADATA_BUDGET)?;
-        meta.entry("name").or_insert_with(|| Json::String(section.name.clone()));
-        let meta = Json::Object(meta);
+        let name = Map::from_iter([("name".to_string(), Json::String(section.name.clone()))]);
+        let meta = Json::Object(vm.metadata(&ext, "agent", METADATA_BUDGET, validator("AgentMetadata"), name)?);
         let problems = validator("AgentMetadata").problems(&meta, Dialect::Json);
         if !problems.is_empty() {
             let words: Vec<String> = problems.iter().map(|p| format!("agent{}: {}", p.pointer(), p.message)).collect();
@@ -95,7 +94,7 @@ impl Agent for LuaAgent {
         let config = convert::to_lua(lua, &Json::Object(self.info.config.clone())).map_err(internal)?;
         let context = bridge::context_table(&vm, env.kb, &self.info.config).map_err(internal)?;
         let returned = vm.call(&resolve, (args, config, context)).map_err(fail)?;
-        let value = vm.result_json(&returned).map_err(fail)?;
+        let value = vm.result_json_for(&returned, validator("ResolvedAgent")).map_err(fail)?;
         let problems = validator("ResolvedAgent").problems(&value, Dialect::Json);
         if let Some(problem) = problems.first() {
             return Err(CallError::ToolFailed {

@@ -93,7 +93,10 @@ fn test(
         None => (ScriptInfo::from_path(ScriptKind::Connector, path), Limits::default_for(ScriptKind::Connector), None),
     };
     let started = Instant::now();
-    let connector = LuaConnector { info, limits, cancel: CancelHandle::new(), max_bytes };
+    // A test starts as a first sync does: no last sync, an empty state.
+    let connector =
+        LuaConnector { info, limits, cancel: CancelHandle::new(), max_bytes, saved: Default::default(), fresh: true };
+    let mut end = None;
     let mut shown = 0;
     let mut invalid = Vec::new();
     let mut sink = |event: Event| -> Result<(), String> {
@@ -116,6 +119,7 @@ fn test(
             }
             Event::Item(_) => {}
             Event::Skipped { source_id, reason } => invalid.push(format!("{source_id}: {reason}")),
+            Event::End(said) => end = Some(said),
         }
         Ok(())
     };
@@ -131,6 +135,15 @@ fn test(
             counts.invalid,
             started.elapsed().as_secs_f64()
         );
+        if let Some(deleted) = end.as_ref().and_then(|e| e.deleted.as_ref()) {
+            println!(
+                "incremental scan: a sync would keep the documents it did not return and delete {} named one(s)",
+                deleted.len()
+            );
+        }
+        if let Some(values) = end.and_then(|e| e.state) {
+            println!("a sync would save this state for the next one: {}", serde_json::Value::Object(values));
+        }
     }
     Ok(())
 }

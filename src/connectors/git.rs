@@ -931,6 +931,7 @@ mod tests {
             match event {
                 Event::Item(item) => items.push(item),
                 Event::Skipped { source_id, reason } => skipped.push((source_id, reason)),
+                Event::End(_) => {}
             }
             Ok(())
         };

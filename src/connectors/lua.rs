@@ -1,5 +1,10 @@
-//! Lua connectors: `connector.scan(config)` returns items; each is checked against
+//! Lua connectors: `connector.scan(config, context)` returns items; each is checked against
 //! `connector-item.schema.json` and streamed into sync like any other source.
+//!
+//! `context` tells an incremental script where the last sync stopped: `context.last_sync`, when
+//! the last successful sync started (nil before the first), and `context.state.get/set`, a small
+//! key-value state kept per source (see [`crate::kb::connector_state`]) that sync saves with the
+//! documents, and only when the sync succeeds.
 //!
 //! What `scan()` returns lives in Lua memory, under the memory cap, but a string that several
 //! items share is written once for each: 200 items sharing one 1 MiB string are 200 MiB of
@@ -7,15 +12,16 @@
 //! `max_bytes` budget, each string counted once for every item it appears in, before anything is
 //! converted; then converting and indexing them check the script's deadline after every item.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use mlua::Value;
-use serde_json::Value as Json;
+use mlua::{Lua, Table, Value};
+use serde_json::{Map, Value as Json};
 
-use super::{ConnectorError, Event, Item, Sink, SkipReason};
+use super::{ConnectorError, Event, Item, ScanEnd, Sink, SkipReason};
 use crate::config::{Config, ScriptSection};
+use crate::kb::connector_state::{self, Saved};
 use crate::kb::{normalize_date, unix_to_rfc3339};
-use crate::lua::{convert, CancelHandle, Limits, RunState, ScriptError, ScriptInfo, Vm};
+use crate::lua::{api, convert, CancelHandle, Limits, RunState, ScriptError, ScriptInfo, Vm};
 use crate::schema::{Dialect, SchemaValidator};
 
 pub struct LuaConnector {
@@ -24,12 +30,20 @@ pub struct LuaConnector {
     pub cancel: CancelHandle,
     /// The section's `max_bytes`; `None` for the default (see [`LuaConnector::budget`]).
     pub max_bytes: Option<usize>,
+    /// What the last successful sync left: the script's `context`.
+    pub saved: Saved,
+    /// Start over (`ctx sync --full`): the state the scan ends with replaces the saved one even
+    /// if the script set nothing.
+    pub fresh: bool,
 }
 
 /// The default `max_bytes`, in multiples of the memory cap. Items that share nothing already fit
 /// in the memory cap; twice it leaves room for the small strings items legitimately share (an
 /// author, a footer) while stopping a few large shared ones from multiplying.
 const BUDGET_PER_MEMORY_CAP: usize = 2;
+
+/// The longest source id, as connector-item.schema.json allows it.
+const MAX_SOURCE_ID: usize = 1024;
 
 /// How many tables and pairs the measuring walk visits between two deadline checks.
 const CHECK_EVERY: u32 = 1024;
@@ -49,7 +63,19 @@ impl LuaConnector {
             limits: Limits::for_section(section),
             cancel: CancelHandle::new(),
             max_bytes: configured_max_bytes(config, &section.name),
+            saved: Saved::default(),
+            fresh: false,
         }
+    }
+
+    /// The same connector, told what the last successful sync of its source left.
+    pub fn with_saved(self, saved: Saved) -> Self {
+        LuaConnector { saved, fresh: false, ..self }
+    }
+
+    /// The same connector, starting over as on its first sync: no last sync, an empty state.
+    pub fn afresh(self) -> Self {
+        LuaConnector { saved: Saved::default(), fresh: true, ..self }
     }
 
     /// The most bytes of items one scan may hand to sync: `max_bytes`, or twice the memory cap.
@@ -69,17 +95,18 @@ impl LuaConnector {
         let scan = vm.function(&ext, "connector", "scan").map_err(fail)?;
         let config = convert::to_lua(vm.lua(), &Json::Object(self.info.config.clone()))
             .map_err(|e| ConnectorError::Source(format!("cannot pass config to the script: {e}")))?;
-        let returned = vm.call(&scan, config).map_err(fail)?;
-        let Value::Table(items) = returned else {
-            return Err(ConnectorError::Source(format!(
-                "{}: connector.scan must return an array of items, got a {}",
-                self.info.display_path,
-                returned.type_name()
-            )));
-        };
+        let state = Arc::new(Mutex::new(State { values: self.saved.values.clone(), changed: self.fresh }));
+        let context = context_table(vm.lua(), &self.saved, &state)
+            .map_err(|e| ConnectorError::Source(format!("cannot pass the context to the script: {e}")))?;
+        let returned = vm.call(&scan, (config, context)).map_err(fail)?;
+        let (items, deleted) = self.parts(returned)?;
         let len = items.raw_len();
         let deadline = |e: mlua::Error| fail(vm.classify(&e));
         let mut meter = Meter { state: vm.state().as_ref(), budget: self.budget(), total: 0, visits: 0 };
+        meter.total = deleted.iter().flatten().map(|id| id.len() + 2).sum();
+        if meter.total > meter.budget {
+            return Err(self.over_budget(0, len));
+        }
         for i in 1..=len {
             let value: Value = items.raw_get(i).map_err(|e| ConnectorError::Source(e.to_string()))?;
             meter.add(&value, 0).map_err(deadline)?;
@@ -93,7 +120,7 @@ impl LuaConnector {
             // fires: check it between items.
             vm.state().check().map_err(deadline)?;
             let value: Value = items.raw_get(i).map_err(|e| ConnectorError::Source(e.to_string()))?;
-            let event = match vm.result_json(&value) {
+            let event = match vm.result_json_for(&value, validator()) {
                 Ok(json) => match item_from_json(json) {
                     Ok(item) => {
                         counts.items += 1;
@@ -118,7 +145,57 @@ impl LuaConnector {
             sink(event).map_err(ConnectorError::Sink)?;
         }
         vm.state().check().map_err(deadline)?;
+        let state = std::mem::take(&mut *state.lock().unwrap_or_else(|p| p.into_inner()));
+        let end = ScanEnd { state: state.changed.then_some(state.values), deleted };
+        if end != ScanEnd::default() {
+            sink(Event::End(end)).map_err(ConnectorError::Sink)?;
+        }
         Ok(counts)
+    }
+
+    /// What `scan` returned: a list of every item (a full scan), or `{items = {...}, deleted =
+    /// {...}}` (an incremental one: what changed, and the source ids of what was deleted).
+    fn parts(&self, returned: Value) -> Result<(Table, Option<Vec<String>>), ConnectorError> {
+        let path = &self.info.display_path;
+        let wrong = |what: String| {
+            ConnectorError::Source(format!(
+                "{path}: connector.scan must return a list of items, or {{items = {{...}}, deleted = {{...}}}} \
+                 for an incremental scan; {what}"
+            ))
+        };
+        let Value::Table(table) = returned else {
+            return Err(wrong(format!("it returned a {}", returned.type_name())));
+        };
+        let items = match table.raw_get::<Value>("items").map_err(|e| wrong(e.to_string()))? {
+            Value::Nil => return Ok((table, None)),
+            Value::Table(items) => items,
+            other => return Err(wrong(format!("`items` is a {}", other.type_name()))),
+        };
+        let deleted = match table.raw_get::<Value>("deleted").map_err(|e| wrong(e.to_string()))? {
+            Value::Nil => Vec::new(),
+            Value::Table(ids) => {
+                let mut out = Vec::with_capacity(ids.raw_len());
+                for i in 1..=ids.raw_len() {
+                    match ids.raw_get::<Value>(i).map_err(|e| wrong(e.to_string()))? {
+                        Value::String(id) if !id.as_bytes().is_empty() && id.as_bytes().len() <= MAX_SOURCE_ID => {
+                            out.push(id.to_string_lossy())
+                        }
+                        other => {
+                            return Err(wrong(format!(
+                                "deleted[{i}] must be a source id (1 to {MAX_SOURCE_ID} bytes of text), not {}",
+                                match other {
+                                    Value::String(_) => "an empty or longer string",
+                                    other => other.type_name(),
+                                }
+                            )))
+                        }
+                    }
+                }
+                out
+            }
+            other => return Err(wrong(format!("`deleted` is a {}", other.type_name()))),
+        };
+        Ok((items, Some(deleted)))
     }
 
     fn over_budget(&self, item: usize, items: usize) -> ConnectorError {
@@ -135,6 +212,77 @@ impl LuaConnector {
             self.info.name
         ))
     }
+}
+
+/// The script's `context.state` during one scan.
+#[derive(Debug, Default)]
+struct State {
+    values: Map<String, Json>,
+    /// `set` was called: the state is saved even if it ends as it began.
+    changed: bool,
+}
+
+/// The second argument of `scan`: `source`, `last_sync` and `state.get/set`.
+fn context_table(lua: &Lua, saved: &Saved, state: &Arc<Mutex<State>>) -> mlua::Result<Table> {
+    let context = lua.create_table()?;
+    if let Some(at) = &saved.last_success {
+        context.raw_set("last_sync", at.as_str())?;
+    }
+    let table = lua.create_table()?;
+    let values = Arc::clone(state);
+    table.raw_set(
+        "get",
+        api::function(lua, "context.state.get", move |lua, key: String| {
+            let values = values.lock().unwrap_or_else(|p| p.into_inner());
+            match values.values.get(&key) {
+                Some(value) => convert::to_lua(lua, value),
+                None => Ok(Value::Nil),
+            }
+        })?,
+    )?;
+    let values = Arc::clone(state);
+    table.raw_set(
+        "set",
+        api::function(lua, "context.state.set", move |lua, (key, value): (String, Value)| {
+            if key.is_empty() || key.len() > connector_state::MAX_KEY_BYTES {
+                return Err(api::fail(format!(
+                    "context.state.set: a key is 1 to {} bytes, got {}",
+                    connector_state::MAX_KEY_BYTES,
+                    key.len()
+                )));
+            }
+            let too_large = |size: usize| {
+                api::fail(format!(
+                    "context.state.set: the state would be {size} bytes of JSON or more, over its limit of {}; \
+                     keep cursors and ids there, not documents",
+                    connector_state::MAX_BYTES
+                ))
+            };
+            let json = convert::to_json(lua, &value, connector_state::MAX_BYTES).map_err(|e| match e {
+                convert::ConvertError::Stopped => crate::lua::script::stopped(),
+                convert::ConvertError::TooLarge { size } => too_large(size),
+                other => api::fail(format!("context.state.set: the value of {key:?}: {other}")),
+            })?;
+            let mut state = values.lock().unwrap_or_else(|p| p.into_inner());
+            let old = match json {
+                Json::Null => state.values.remove(&key),
+                json => state.values.insert(key.clone(), json),
+            };
+            let size = Json::Object(state.values.clone()).to_string().len();
+            if size > connector_state::MAX_BYTES {
+                // Refused whole: the state stays as it was before this call.
+                match old {
+                    Some(old) => state.values.insert(key, old),
+                    None => state.values.remove(&key),
+                };
+                return Err(too_large(size));
+            }
+            state.changed = true;
+            Ok(())
+        })?,
+    )?;
+    context.raw_set("state", table)?;
+    Ok(context)
 }
 
 /// The `max_bytes` of the script connector `name`, if its section sets one.

@@ -54,7 +54,25 @@ impl std::fmt::Display for SkipReason {
 #[allow(clippy::large_enum_variant)]
 pub enum Event {
     Item(Item),
-    Skipped { source_id: String, reason: SkipReason },
+    Skipped {
+        source_id: String,
+        reason: SkipReason,
+    },
+    /// Sent last, by a connector whose scan says more than its items (a Lua connector), once
+    /// the scan has succeeded.
+    End(ScanEnd),
+}
+
+/// What a scan says besides its items.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ScanEnd {
+    /// The state to keep for the next sync (a Lua connector's `context.state`); `None` keeps the
+    /// saved one. Sync saves it with the source's documents, and only if the sync succeeds.
+    pub state: Option<serde_json::Map<String, Value>>,
+    /// `Some` when the scan returned only what changed (`{items = ..., deleted = ...}`): the
+    /// documents with these source ids are deleted and every other one is kept. `None` when it
+    /// returned every item: the documents it did not return are deleted.
+    pub deleted: Option<Vec<String>>,
 }
 
 /// A failure of a whole source (missing root, clone failed, script error). Other sources still sync.

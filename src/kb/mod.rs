@@ -5,6 +5,7 @@
 
 pub mod budget;
 pub mod chunk;
+pub mod connector_state;
 mod error;
 mod pool;
 pub mod query;

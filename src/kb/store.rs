@@ -37,7 +37,17 @@ pub struct NewDocument {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
     Upsert(Box<NewDocument>),
-    Delete { source: String, source_id: String },
+    Delete {
+        source: String,
+        source_id: String,
+    },
+    /// A script source synced successfully: when it started, and its connector's new state
+    /// (`None`: unchanged). See [`super::connector_state`].
+    SourceSynced {
+        source: String,
+        started_at: String,
+        state: Option<serde_json::Map<String, Value>>,
+    },
 }
 
 /// Restrictions applied inside the query, before the top-k cut.
@@ -94,6 +104,8 @@ pub trait Store: Send + Sync {
     fn begin(&self) -> Result<Box<dyn Writes + '_>, KbError>;
     /// Records the end of a sync of `source`.
     fn record_sync(&self, source: &str, error: Option<&str>) -> Result<(), KbError>;
+    /// What the last successful sync of a script source left for the next one.
+    fn connector_state(&self, source: &str) -> Result<super::connector_state::Saved, KbError>;
     /// Top `limit` chunks for an FTS5 MATCH expression, filters applied before the cut.
     fn keyword_candidates(
         &self,
@@ -174,6 +186,7 @@ CREATE TABLE store_meta (
 -- repeat a generation that server cached.
 INSERT INTO store_meta (key, value) VALUES ('generation', abs(random() % 1000000000000));
 "#,
+    super::connector_state::DDL,
 ];
 
 /// The SQLite store.
@@ -249,6 +262,11 @@ impl Store for SqliteStore {
             params![source, super::now_rfc3339(), error],
         )?;
         Ok(())
+    }
+
+    fn connector_state(&self, source: &str) -> Result<super::connector_state::Saved, KbError> {
+        let conn = self.pool.get()?;
+        super::connector_state::load(&conn, source)
     }
 
     fn keyword_candidates(
@@ -449,6 +467,9 @@ fn write(tx: &rusqlite::Connection, changes: &[Change]) -> Result<(), KbError> {
                 tx.prepare_cached("DELETE FROM documents WHERE source = ?1 AND source_id = ?2")?
                     .execute(params![source, source_id])?;
             }
+            Change::SourceSynced { source, started_at, state } => {
+                super::connector_state::save(tx, source, started_at, state.as_ref())?;
+            }
         }
     }
     // Every chunk inserted by this call has an id at or above the first one (ids are max + 1
@@ -459,7 +480,10 @@ fn write(tx: &rusqlite::Connection, changes: &[Change]) -> Result<(), KbError> {
         )?
         .execute([first])?;
     }
-    tx.prepare_cached("UPDATE store_meta SET value = value + 1 WHERE key = 'generation'")?.execute([])?;
+    // Readers cache what documents hold; a connector's own state is not theirs to see.
+    if changes.iter().any(|c| !matches!(c, Change::SourceSynced { .. })) {
+        tx.prepare_cached("UPDATE store_meta SET value = value + 1 WHERE key = 'generation'")?.execute([])?;
+    }
     Ok(())
 }
 

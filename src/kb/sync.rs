@@ -6,7 +6,9 @@
 //! transaction ([`Commit::Whole`]): its items all come from one `scan()` return, bounded by its
 //! `max_bytes`, and a script stopped half-way (its deadline, its budget) leaves the source as it
 //! was. Deletions happen only after a scan completed: a source that fails half-way never loses
-//! documents it did not get to see.
+//! documents it did not get to see. A script source's `context` for its next sync (when this one
+//! started, and its `context.state`) is written by the same transaction, and an incremental
+//! scan (`{items, deleted}`) deletes only what it names.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -101,6 +103,9 @@ pub fn sync_source(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> SourceSummary {
     let started = Instant::now();
+    // A script's cursor "since the last sync" must not miss what changed while this one ran.
+    let started_at = super::now_rfc3339();
+    let mut end = crate::connectors::ScanEnd::default();
     let mut summary = SourceSummary { source: source.to_string(), dry_run: options.dry_run, ..Default::default() };
     let known = match store.known_hashes(source) {
         Ok(known) => known,
@@ -151,6 +156,7 @@ pub fn sync_source(
                     // A skipped item still exists at its source: don't delete its old version.
                     seen.insert(source_id);
                 }
+                Event::End(said) => end = said,
             }
             Ok(())
         };
@@ -164,17 +170,35 @@ pub fn sync_source(
     }
     match scanned {
         Ok(()) if write_error.is_none() => {
-            let gone: Vec<Change> = known
-                .keys()
-                .filter(|id| !seen.contains(*id))
-                .map(|id| Change::Delete { source: source.to_string(), source_id: id.clone() })
-                .collect();
+            // An incremental scan names what it deleted; a full one deletes what it did not see.
+            let gone: Vec<Change> = match &end.deleted {
+                Some(deleted) => deleted
+                    .iter()
+                    .filter(|id| known.contains_key(*id) && !seen.contains(*id))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .map(|id| Change::Delete { source: source.to_string(), source_id: id.clone() })
+                    .collect(),
+                None => known
+                    .keys()
+                    .filter(|id| !seen.contains(*id))
+                    .map(|id| Change::Delete { source: source.to_string(), source_id: id.clone() })
+                    .collect(),
+            };
             summary.deleted = gone.len();
             if !options.dry_run {
                 for part in gone.chunks(BATCH * 4) {
                     if let Err(e) = writer.apply(part) {
                         write_error = Some(e.to_string());
                         break;
+                    }
+                }
+                // A script source's last success and state land in the same transaction as its
+                // documents: both, or neither.
+                if commit == Commit::Whole && write_error.is_none() {
+                    let synced = Change::SourceSynced { source: source.to_string(), started_at, state: end.state };
+                    if let Err(e) = writer.apply(&[synced]) {
+                        write_error = Some(e.to_string());
                     }
                 }
             }
@@ -303,7 +327,16 @@ pub fn sync_target(
                             None => ConnectorError::Source(format!("{source} is not configured")),
                         }
                     })?;
-                    crate::connectors::lua::LuaConnector::for_section(&config, section).scan(sink).map(|_| ())
+                    let connector = crate::connectors::lua::LuaConnector::for_section(&config, section);
+                    // A full sync starts the script over too, as on its first sync.
+                    let connector = if options.full {
+                        connector.afresh()
+                    } else {
+                        connector.with_saved(kb.store().connector_state(source).map_err(|e| {
+                            ConnectorError::Source(format!("cannot read the state this connector saved: {e}"))
+                        })?)
+                    };
+                    connector.scan(sink).map(|_| ())
                 }
                 other => Err(ConnectorError::Source(format!("unknown connector type {other:?}"))),
             }

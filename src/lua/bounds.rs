@@ -216,9 +216,10 @@ pub(super) fn checker(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<mlua::Fu
                 let count = (last as i128) - (first as i128) + 1;
                 let most = (state.limits.memory_bytes / BYTES_PER_ELEMENT) as i128;
                 if count > most {
-                    return Err(super::api::fail(format!(
+                    let message = format!(
                         "{name}: a range of {count} elements is more than this script's memory limit could hold (at most {most})"
-                    )));
+                    );
+                    return Err(super::api::located(lua, name, super::api::fail(message)));
                 }
                 if count > i128::from(INLINE_ELEMENTS) {
                     state.check_blocking()?;
@@ -232,9 +233,9 @@ pub(super) fn checker(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<mlua::Fu
                     other => coerced_len(other).unwrap_or(0),
                 };
                 if size > MAX_LOAD {
-                    return Err(super::api::fail(format!(
-                        "load: the chunk is {size} bytes; the sandbox compiles at most {MAX_LOAD} bytes at a time"
-                    )));
+                    let message =
+                        format!("load: the chunk is {size} bytes; the sandbox compiles at most {MAX_LOAD} bytes at a time");
+                    return Err(super::api::located(lua, "load", super::api::fail(message)));
                 }
                 state.check_data(size)?;
                 Ok(false)

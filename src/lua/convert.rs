@@ -5,6 +5,9 @@
 //! - A table whose keys are exactly 1..n encodes as an array; any other keys make an object
 //!   (integer keys become strings).
 //! - JSON `null` decodes to `json.null` (a light userdata), so `null` survives a round trip.
+//! - Where a schema says what a value must be (a tool table, an agent's result, a connector
+//!   item), an empty table becomes `[]` wherever the schema takes a list there and not an
+//!   object ([`lists_where_expected`]): `parameters = {}`, `messages = {}`.
 
 use mlua::{Lua, Table, Value};
 use serde_json::{Map, Number, Value as Json};
@@ -189,6 +192,73 @@ fn convert(
     })
 }
 
+/// The most empty tables one value is checked for: each is one more validation.
+const MAX_EMPTY_TABLES: usize = 64;
+
+/// The one rule for a Lua `{}`: Lua has a single table type, so an empty table is both an empty
+/// object and an empty list, and [`to_json`] writes it as `{}`. Where the schema turns that
+/// object down and accepts an empty list instead, it was meant as a list: each empty object in
+/// `value` becomes `[]` when that clears every problem at or under its place. `problems` lists
+/// where a value breaks the schema (paths of keys and indexes).
+///
+/// An empty object the schema accepts stays an object (a free-form `default = {}`, `config`), and
+/// so does one that no list would fix either (`{}` where a non-empty list is due): its message
+/// then says what the place expects.
+pub fn lists_where_expected(value: &mut Json, problems: &dyn Fn(&Json) -> Vec<Vec<String>>) {
+    let mut spots = Vec::new();
+    empty_objects(value, &mut Vec::new(), &mut spots);
+    if spots.is_empty() {
+        return;
+    }
+    let under = |value: &Json, spot: &[String]| problems(value).iter().filter(|p| p.starts_with(spot)).count();
+    for spot in spots {
+        let before = under(value, &spot);
+        if before == 0 {
+            continue;
+        }
+        let Some(slot) = pointer_mut(value, &spot) else { continue };
+        *slot = Json::Array(Vec::new());
+        if under(value, &spot) > 0 {
+            if let Some(slot) = pointer_mut(value, &spot) {
+                *slot = Json::Object(Map::new());
+            }
+        }
+    }
+}
+
+/// The paths of the empty objects in `value`, outermost first, at most [`MAX_EMPTY_TABLES`].
+fn empty_objects(value: &Json, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    if out.len() >= MAX_EMPTY_TABLES {
+        return;
+    }
+    match value {
+        Json::Object(map) if map.is_empty() => out.push(path.clone()),
+        Json::Object(map) => {
+            for (key, item) in map {
+                path.push(key.clone());
+                empty_objects(item, path, out);
+                path.pop();
+            }
+        }
+        Json::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                path.push(i.to_string());
+                empty_objects(item, path, out);
+                path.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+fn pointer_mut<'a>(value: &'a mut Json, path: &[String]) -> Option<&'a mut Json> {
+    path.iter().try_fold(value, |node, key| match node {
+        Json::Object(map) => map.get_mut(key),
+        Json::Array(items) => items.get_mut(key.parse::<usize>().ok()?),
+        _ => None,
+    })
+}
+
 /// Converts JSON to a Lua value. Arrays get the array marker; `null` becomes `json.null`.
 pub fn to_lua(lua: &Lua, value: &Json) -> mlua::Result<Value> {
     Ok(match value {
@@ -322,5 +392,41 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
             self.lua(table.raw_set(key, item))?;
         }
         Ok(Value::Table(table))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{Dialect, SchemaValidator};
+    use serde_json::json;
+
+    fn settle(schema: Json, mut value: Json) -> Json {
+        let validator = SchemaValidator::compile(schema).unwrap();
+        lists_where_expected(&mut value, &|v| {
+            validator.problems(v, Dialect::Json).into_iter().map(|p| p.path).collect()
+        });
+        value
+    }
+
+    #[test]
+    fn an_empty_table_is_a_list_only_where_the_schema_wants_one() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "list": {"type": "array"},
+                "object": {"type": "object"},
+                "anything": {},
+                "either": {"oneOf": [{"type": "array"}, {"type": "object", "required": ["kind"]}]},
+                "non_empty": {"type": "array", "minItems": 1},
+                "items": {"type": "array", "items": {"type": "object", "properties": {"tags": {"type": "array"}}}},
+            },
+        });
+        let value = json!({"list": {}, "object": {}, "anything": {}, "either": {}, "non_empty": {}, "items": [{"tags": {}}, {}]});
+        assert_eq!(
+            settle(schema, value),
+            // `non_empty` stays an object: no list would do there either, and its message says so.
+            json!({"list": [], "object": {}, "anything": {}, "either": [], "non_empty": {}, "items": [{"tags": []}, {}]})
+        );
     }
 }

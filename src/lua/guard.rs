@@ -277,7 +277,7 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
     super::pattern::install(lua, &string, Arc::new(move || check_state.check()))?;
 
     let guard_state = Arc::clone(state);
-    let guard = lua.create_function(move |_, results: MultiValue| {
+    let guard = lua.create_function(move |lua, mut results: MultiValue| {
         guard_state.check()?;
         // A memory error caught by pcall must stop the script too, or a loop could keep
         // hitting the cap. Lua reports its own with this exact message; one raised in a host
@@ -293,6 +293,14 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
         if out_of_memory {
             guard_state.out_of_memory();
             guard_state.check()?;
+        }
+        // A host function's error arrives as mlua's error value, a userdata whose `tostring` is a
+        // Rust error chain with a traceback through the sandbox. The script gets its message: a
+        // plain string, already placed at the script's line (see `api::function`), sanitised like
+        // any message that leaves a script.
+        if let (Some(Value::Boolean(false) | Value::Nil), Some(Value::Error(e))) = (results.front(), results.get(1)) {
+            let message = super::sanitize(e, &guard_state.info);
+            results[1] = Value::String(lua.create_string(message)?);
         }
         Ok(results)
     })?;

@@ -24,7 +24,7 @@ impl Vm {
     /// the script reports it, with its line.
     pub fn read_script(&self) -> Result<Script, ScriptError> {
         let info = &self.state().info;
-        let source = read_source(info)?;
+        let source = runnable(&read_source(info)?).into_owned();
         let code = compile(self.lua(), &format!("@{}", info.display_path), &source).map(Arc::new);
         Ok(Script { source: Arc::new(source), code })
     }
@@ -47,6 +47,7 @@ impl Vm {
 
     /// Like [`Vm::load_extension`], from source text already in memory.
     pub fn load_extension_from(&self, source: &[u8], global: &str) -> Result<Table, ScriptError> {
+        let source = &runnable(source)[..];
         let name = format!("@{}", self.state().info.display_path);
         let code = compiled(self.lua(), &name, source);
         let returned = self.run_chunk(name, code.as_deref().map(|c| &c[..]), source)?;
@@ -107,12 +108,16 @@ impl Vm {
     }
 
     /// The data fields of an extension table (`tool`, `agent`) as JSON, functions left out: the
-    /// metadata that gets validated against its schema. Errors name the script and the field.
+    /// metadata that `schema` validates next, its empty tables read as lists where the schema
+    /// expects lists (see [`convert::lists_where_expected`](super::convert::lists_where_expected)).
+    /// `defaults` fills fields the table leaves out. Errors name the script and the field.
     pub fn metadata(
         &self,
         ext: &Table,
         global: &str,
         budget: usize,
+        schema: &crate::schema::SchemaValidator,
+        defaults: serde_json::Map<String, serde_json::Value>,
     ) -> Result<serde_json::Map<String, serde_json::Value>, String> {
         let path = &self.state().info.display_path;
         let mut meta = serde_json::Map::new();
@@ -128,7 +133,27 @@ impl Vm {
                 .map_err(|e| format!("{path}: {global}.{key}: {e}"))?;
             meta.insert(key, json);
         }
-        Ok(meta)
+        for (key, value) in defaults {
+            meta.entry(key).or_insert(value);
+        }
+        let mut meta = Json::Object(meta);
+        super::convert::lists_where_expected(&mut meta, &|v| {
+            schema.problems(v, crate::schema::Dialect::Json).into_iter().map(|p| p.path).collect()
+        });
+        match meta {
+            Json::Object(map) => Ok(map),
+            _ => Err(format!("{path}: the {global} table is empty")),
+        }
+    }
+
+    /// [`Vm::result_json`] for a value that `schema` validates next: its empty tables read as
+    /// lists where the schema expects lists.
+    pub fn result_json_for(&self, value: &Value, schema: &crate::schema::SchemaValidator) -> Result<Json, ScriptError> {
+        let mut json = self.result_json(value)?;
+        super::convert::lists_where_expected(&mut json, &|v| {
+            schema.problems(v, crate::schema::Dialect::Json).into_iter().map(|p| p.path).collect()
+        });
+        Ok(json)
     }
 
     /// Calls a script function under the VM's limits.
@@ -248,6 +273,19 @@ fn read_source(info: &super::ScriptInfo) -> Result<Vec<u8>, ScriptError> {
             _ => e.to_string(),
         },
     })
+}
+
+/// A script file's text as Lua's own `lua` command reads it: without a UTF-8 byte order mark
+/// (Windows editors write one) and with a first line starting with `#` (a `#!` line) left empty.
+/// Lua's loader for text in memory accepts neither. The line stays, empty, so every line keeps
+/// its number in messages.
+pub(crate) fn runnable(source: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let text = source.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(source);
+    if !text.starts_with(b"#") {
+        return if text.len() == source.len() { source.into() } else { text.into() };
+    }
+    let end = text.iter().position(|&b| b == b'\n').unwrap_or(text.len());
+    text[end..].to_vec().into()
 }
 
 /// The error of a conversion that stopped because its run was stopped: [`Vm::classify`] turns it

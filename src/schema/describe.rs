@@ -103,7 +103,44 @@ pub(super) fn problems(error: &ValidationError<'_>, document: &Value, dialect: D
             vec![Problem { path: at(name), message: format!("missing; expected {wanted}") }]
         }
         ValidationErrorKind::Enum { options } => {
-            vec![Problem { path, message: format!("{got} is not one of {}", compact(options)) }]
+            vec![Problem { path, message: format!("expected one of {}, got {got}", compact(options)) }]
+        }
+        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
+            // "expected A or B" says little when the value plainly meant one of them (an array
+            // of parameter specs with one bad entry): the branch that fits is asked instead.
+            let keyword = keyword_path.last().map(String::as_str).unwrap_or("oneOf");
+            match branch_problems(context, schema.get(keyword), instance, document, dialect) {
+                Some(inner) => inner,
+                None => {
+                    vec![Problem {
+                        path,
+                        message: format!("expected {}, got {got}", describe(schema, document, dialect)),
+                    }]
+                }
+            }
+        }
+        ValidationErrorKind::MaxItems { limit } => {
+            vec![Problem {
+                path,
+                message: format!("expected at most {limit} {}, got {}", plural(*limit, "item"), size(instance)),
+            }]
+        }
+        ValidationErrorKind::MinItems { limit } => {
+            vec![Problem {
+                path,
+                message: format!("expected at least {limit} {}, got {}", plural(*limit, "item"), size(instance)),
+            }]
+        }
+        ValidationErrorKind::MaxProperties { limit } => {
+            let noun = plural(*limit, if dialect == Dialect::Toml { "key" } else { "field" });
+            vec![Problem { path, message: format!("expected at most {limit} {noun}, got {}", size(instance)) }]
+        }
+        ValidationErrorKind::MinProperties { limit } => {
+            let noun = plural(*limit, if dialect == Dialect::Toml { "key" } else { "field" });
+            vec![Problem { path, message: format!("expected at least {limit} {noun}, got {}", size(instance)) }]
+        }
+        ValidationErrorKind::UniqueItems => {
+            vec![Problem { path, message: "expected every item to be different, got a repeated item".to_string() }]
         }
         ValidationErrorKind::PropertyNames { error: inner } => {
             let name = inner.instance().as_str().unwrap_or_default().to_string();
@@ -120,15 +157,94 @@ pub(super) fn problems(error: &ValidationError<'_>, document: &Value, dialect: D
         | ValidationErrorKind::MinLength { .. }
         | ValidationErrorKind::MaxLength { .. }
         | ValidationErrorKind::Pattern { .. }
-        | ValidationErrorKind::MinItems { .. }
-        | ValidationErrorKind::MaxItems { .. }
         | ValidationErrorKind::Constant { .. }
-        | ValidationErrorKind::OneOfNotValid { .. }
-        | ValidationErrorKind::AnyOf { .. }
         | ValidationErrorKind::Format { .. } => {
             vec![Problem { path, message: format!("expected {}, got {got}", describe(schema, document, dialect)) }]
         }
         _ => vec![Problem { path, message: error.to_string() }],
+    }
+}
+
+/// The problems of the `oneOf`/`anyOf` branch the value was evidently meant for: among the
+/// branches whose type fits the value, the one whose problems reach deepest into it. `None` when
+/// no branch's type fits (the value is of a type none of them takes).
+fn branch_problems(
+    context: &[Vec<ValidationError<'static>>],
+    branches: Option<&Value>,
+    instance: &Value,
+    document: &Value,
+    dialect: Dialect,
+) -> Option<Vec<Problem>> {
+    let branches = branches?.as_array()?;
+    let mut best: Option<(usize, Vec<Problem>)> = None;
+    for (branch, errors) in branches.iter().zip(context) {
+        if errors.is_empty() || !fits_type(branch, instance, document, 0) {
+            continue;
+        }
+        let found: Vec<Problem> = errors.iter().flat_map(|e| problems(e, document, dialect)).collect();
+        let depth = found.iter().map(|p| p.path.len()).max().unwrap_or(0);
+        if best.as_ref().is_none_or(|(deepest, _)| depth > *deepest) {
+            best = Some((depth, found));
+        }
+    }
+    best.map(|(_, found)| found).filter(|found| !found.is_empty())
+}
+
+/// Whether `schema` takes values of the instance's JSON type at all (its other constraints
+/// aside): its `type`, or the types of its `const`/`enum` values, or any branch of its own
+/// `oneOf`/`anyOf`. A schema that names no type takes every type.
+fn fits_type(schema: &Value, instance: &Value, document: &Value, depth: usize) -> bool {
+    if depth > 16 {
+        return true;
+    }
+    if let Some(target) = schema.get("$ref").and_then(|r| resolve(r, document)) {
+        return fits_type(target, instance, document, depth + 1);
+    }
+    let kind = json_type(instance);
+    let same = |t: &str| t == kind || (t == "number" && kind == "integer");
+    match schema.get("type") {
+        Some(Value::String(t)) => return same(t),
+        Some(Value::Array(ts)) => return ts.iter().filter_map(Value::as_str).any(same),
+        _ => {}
+    }
+    if let Some(value) = schema.get("const") {
+        return same(json_type(value));
+    }
+    if let Some(Value::Array(options)) = schema.get("enum") {
+        return options.iter().any(|o| same(json_type(o)));
+    }
+    if let Some(Value::Array(alternatives)) = schema.get("oneOf").or_else(|| schema.get("anyOf")) {
+        return alternatives.iter().any(|a| fits_type(a, instance, document, depth + 1));
+    }
+    true
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// "4", the size an items or fields constraint counts.
+fn size(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => items.len(),
+        Value::Object(map) => map.len(),
+        _ => 0,
+    }
+}
+
+fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        noun.to_string()
+    } else {
+        format!("{noun}s")
     }
 }
 
@@ -213,8 +329,11 @@ pub fn describe(schema: &Value, document: &Value, dialect: Dialect) -> String {
         if let Some(items) = schema.get("items") {
             words += &format!(" of {}", describe(items, document, dialect));
         }
-        if let Some(n) = num("minItems") {
-            words += &format!(" (at least {})", show(n));
+        match (num("minItems"), num("maxItems")) {
+            (Some(lo), Some(hi)) => words += &format!(" ({} to {} items)", show(lo), show(hi)),
+            (Some(lo), None) => words += &format!(" (at least {})", show(lo)),
+            (None, Some(hi)) => words += &format!(" (at most {} items)", show(hi)),
+            _ => {}
         }
     }
     words

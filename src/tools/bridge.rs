@@ -11,7 +11,7 @@ use serde_json::{Map, Value as Json};
 
 use super::builtin;
 use crate::kb::Kb;
-use crate::lua::{convert, Vm};
+use crate::lua::{api, convert, Vm};
 
 /// Largest argument table a script may pass to the bridge, as JSON.
 const ARG_BUDGET: usize = 64 * 1024;
@@ -25,7 +25,7 @@ pub fn context_table(vm: &Vm, kb: &Kb, config: &Map<String, Json>) -> mlua::Resu
     let (kb_s, st) = (kb.clone(), Arc::clone(&state));
     context.raw_set(
         "search",
-        lua.create_function(move |lua, args: MultiValue| {
+        api::function(lua, "context.search", move |lua, args: MultiValue| {
             st.check_blocking()?;
             let request = search_request(lua, args)?;
             let params = builtin::search_params()
@@ -41,7 +41,7 @@ pub fn context_table(vm: &Vm, kb: &Kb, config: &Map<String, Json>) -> mlua::Resu
     let (kb_g, st) = (kb.clone(), Arc::clone(&state));
     context.raw_set(
         "get",
-        lua.create_function(move |lua, id: Value| {
+        api::function(lua, "context.get", move |lua, id: Value| {
             st.check_blocking()?;
             let Value::String(id) = id else {
                 return Err(fail(format!("context.get: expected a document id (string), got {}", id.type_name())));
@@ -63,7 +63,7 @@ pub fn context_table(vm: &Vm, kb: &Kb, config: &Map<String, Json>) -> mlua::Resu
     let (kb_l, st) = (kb.clone(), Arc::clone(&state));
     context.raw_set(
         "sources",
-        lua.create_function(move |lua, ()| {
+        api::function(lua, "context.sources", move |lua, ()| {
             st.check_blocking()?;
             let json = builtin::sources(&kb_l).map_err(|e| fail(format!("context.sources: {e}")))?;
             convert::to_lua(lua, json.get("sources").unwrap_or(&Json::Array(Vec::new())))

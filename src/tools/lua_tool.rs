@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 use mlua::Value;
-use serde_json::{Map, Value as Json};
+use serde_json::{json, Map, Value as Json};
 
 use super::{bridge, params, CallEnv, CallError, Output, Params, Tool, ToolSpec, INLINE_BUDGET};
 use crate::config::ScriptSection;
@@ -54,11 +54,16 @@ impl LuaTool {
         let vm = Vm::new(info.clone(), limits, CancelHandle::new()).map_err(|e| e.to_string())?;
         let script = vm.read_script().map_err(|e| e.to_string())?;
         let ext = vm.load_script(&script, "tool").map_err(|e| e.to_string())?;
-        vm.function(&ext, "tool", "execute").map_err(|e| e.to_string())?;
+        entry_point(&vm, &ext).map_err(|e| e.to_string())?;
 
-        let mut meta = vm.metadata(&ext, "tool", METADATA_BUDGET)?;
         // The config key names the tool when the script does not.
-        meta.entry("name").or_insert_with(|| Json::String(section.name.clone()));
+        let name = Map::from_iter([("name".to_string(), Json::String(section.name.clone()))]);
+        let mut meta = vm.metadata(&ext, "tool", METADATA_BUDGET, metadata_validator(), name)?;
+        // The JSON Schema form is itself checked against JSON Schema's own schema, which says
+        // where it expects lists (`required = {}`, `enum = {}`).
+        if let Some(schema @ Json::Object(_)) = meta.get_mut("parameters") {
+            convert::lists_where_expected(schema, &meta_schema_problems);
+        }
         let meta = Json::Object(meta);
         let problems = metadata_validator().problems(&meta, Dialect::Json);
         if !problems.is_empty() {
@@ -81,8 +86,14 @@ impl LuaTool {
             }
             Some(schema) => schema.clone(),
         };
-        let params =
-            Params::compile(schema).map_err(|e| format!("{path}: tool.parameters is not a valid JSON Schema: {e}"))?;
+        let compile = |schema| {
+            Params::compile(schema).map_err(|e| format!("{path}: tool.parameters is not a valid JSON Schema: {e}"))
+        };
+        let mut params = compile(schema)?;
+        // `default = {}` for a list parameter is an empty list, by the parameter's own schema.
+        if let Some(schema) = defaults_as_lists(&params) {
+            params = compile(schema)?;
+        }
         check_defaults(&params).map_err(|e| format!("{path}: {e}"))?;
         let output_schema = (!tool.output_schema.is_empty()).then(|| tool.output_schema.clone());
         Ok(LuaTool {
@@ -119,7 +130,7 @@ impl LuaTool {
             vm.set_progress(sink.clone());
         }
         let ext = vm.load_script(&self.script, "tool").map_err(fail)?;
-        let execute = vm.function(&ext, "tool", "execute").map_err(fail)?;
+        let execute = entry_point(vm, &ext).map_err(fail)?;
         let lua = vm.lua();
         let prepare = |e: mlua::Error| match vm.state().killed() {
             // A limit hit while preparing the call (the inline budget or allowance, the memory
@@ -173,6 +184,22 @@ impl Tool for LuaTool {
     }
 }
 
+/// The function a call runs: `tool.execute`, or `tool.handler`, the name seed 003's tools use for
+/// it. A script that defines both is refused rather than one of them being silently ignored.
+fn entry_point(vm: &Vm, ext: &mlua::Table) -> Result<mlua::Function, ScriptError> {
+    let defined = |name: &str| !matches!(ext.get::<Value>(name), Ok(Value::Nil) | Err(_));
+    match (defined("execute"), defined("handler")) {
+        (true, true) => Err(ScriptError::Contract {
+            path: vm.state().info.display_path.clone(),
+            message: "`tool.execute` and `tool.handler` are both defined; `handler` is another name for `execute`, \
+                      so keep one of them"
+                .to_string(),
+        }),
+        (false, true) => vm.function(ext, "tool", "handler"),
+        _ => vm.function(ext, "tool", "execute"),
+    }
+}
+
 /// Reads what `execute` returned: an `MCP.*` helper result, a handled `{error=...}` table, or a
 /// plain value. Every text in it counts against `max_result_bytes`, like any returned value.
 fn output(vm: &Vm, tool: &str, returned: Value) -> Result<Output, CallError> {
@@ -192,9 +219,11 @@ fn output(vm: &Vm, tool: &str, returned: Value) -> Result<Output, CallError> {
             Json::String(text) => Ok(Output::Text(text)),
             other => Ok(Output::Text(other.to_string())),
         },
-        "content" => content_blocks(vm.result_json(&field("data")).map_err(fail)?).map_err(|problem| {
-            CallError::ToolFailed { message: format!("MCP.content: {problem}"), tool_code: None, data: None }
-        }),
+        "content" => {
+            content_blocks(vm.result_json_for(&field("data"), content_list()).map_err(fail)?).map_err(|problem| {
+                CallError::ToolFailed { message: format!("MCP.content: {problem}"), tool_code: None, data: None }
+            })
+        }
         "error" => Err(helper_error(vm, tool, &field("code"), &field("message"), &field("data"))),
         _ => Ok(Output::Value(vm.result_json(&field("data")).map_err(fail)?)),
     }
@@ -238,6 +267,17 @@ fn helper_error(vm: &Vm, tool: &str, code: &Value, message: &Value, data: &Value
     CallError::ToolFailed { message, tool_code: Some(code), data }
 }
 
+/// The schema of `MCP.content`'s argument, for reading `MCP.content({})` as no blocks.
+fn content_list() -> &'static SchemaValidator {
+    static SCHEMA: OnceLock<SchemaValidator> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let defs = crate::schema::definitions("#/$defs/");
+        let list = json!({"$schema": crate::schema::DIALECT, "type": "array", "items": {"$ref": "#/$defs/ContentBlock"}, "$defs": defs});
+        // The bundled schemas are checked by build.rs and by the schema tests.
+        SchemaValidator::compile(list).expect("the ContentBlock schema compiles")
+    })
+}
+
 /// `MCP.content(blocks)`: an array of content blocks, each valid against `ContentBlock`.
 fn content_blocks(value: Json) -> Result<Output, String> {
     static SCHEMA: OnceLock<SchemaValidator> = OnceLock::new();
@@ -260,6 +300,35 @@ fn content_blocks(value: Json) -> Result<Output, String> {
     Ok(Output::Content(blocks))
 }
 
+/// The parameter schema again, when an empty-table default of some parameter reads as a list by
+/// that parameter's schema (see [`convert::lists_where_expected`]); `None` when nothing changed.
+fn defaults_as_lists(params: &Params) -> Option<Json> {
+    let props = params.schema().get("properties").and_then(Json::as_object)?;
+    let empty = |d: &Json| d.as_object().is_some_and(Map::is_empty);
+    let mut defaults: Map<String, Json> = props
+        .iter()
+        .filter(|(_, p)| p.get("default").is_some_and(empty))
+        .map(|(k, _)| (k.clone(), json!({})))
+        .collect();
+    if defaults.is_empty() {
+        return None;
+    }
+    let mut value = Json::Object(defaults.clone());
+    convert::lists_where_expected(&mut value, &|v| {
+        params.problems(v).into_iter().map(|p| p.path.split('/').skip(1).map(str::to_string).collect()).collect()
+    });
+    let Json::Object(settled) = value else { return None };
+    defaults.retain(|k, _| settled.get(k).is_some_and(Json::is_array));
+    if defaults.is_empty() {
+        return None;
+    }
+    let mut schema = params.schema().clone();
+    for key in defaults.keys() {
+        schema["properties"][key]["default"] = json!([]);
+    }
+    Some(schema)
+}
+
 /// Each parameter's declared default must pass its own schema.
 fn check_defaults(params: &Params) -> Result<(), String> {
     let Some(props) = params.schema().get("properties").and_then(Json::as_object) else { return Ok(()) };
@@ -280,6 +349,27 @@ fn check_defaults(params: &Params) -> Result<(), String> {
     } else {
         Err(bad.join("; "))
     }
+}
+
+/// Where a JSON Schema document breaks the rules of JSON Schema (draft 2020-12) itself.
+fn meta_schema_problems(schema: &Json) -> Vec<Vec<String>> {
+    let mut document = schema.clone();
+    if let Json::Object(map) = &mut document {
+        map.insert("$schema".into(), Json::String(crate::schema::DIALECT.into()));
+    }
+    let Ok(validator) = jsonschema::meta::validator_for(&document) else { return Vec::new() };
+    validator
+        .iter_errors(&document)
+        .map(|e| {
+            e.instance_path()
+                .iter()
+                .map(|segment| match segment {
+                    jsonschema::paths::LocationSegment::Property(p) => p.to_string(),
+                    jsonschema::paths::LocationSegment::Index(i) => i.to_string(),
+                })
+                .collect()
+        })
+        .collect()
 }
 
 fn metadata_validator() -> &'static SchemaValidator {

@@ -202,7 +202,7 @@ mod tests {
         let err = priority_tool().check(json!({"priority": "urgent", "limit": "5", "extra": 1})).unwrap_err();
         let lines: Vec<String> = err.iter().map(|d| format!("{}: {}", d.path, d.message)).collect();
         assert!(
-            lines.contains(&r#"/priority: "urgent" is not one of ["low","medium","high"]"#.to_string()),
+            lines.contains(&r#"/priority: expected one of ["low","medium","high"], got "urgent""#.to_string()),
             "{lines:?}"
         );
         assert!(lines.iter().any(|l| l.starts_with("/title: missing")), "{lines:?}");

@@ -16,5 +16,6 @@ mod link_order;
 mod mcp;
 mod sandbox;
 mod schemas;
+mod scripting;
 mod tools;
 mod wire;

@@ -184,7 +184,9 @@ fn validation_reports_every_field_and_injects_defaults() {
     assert!(all.contains(&"/title: missing; expected string".to_string()), "{all:?}");
     assert!(all.contains(&"/body: expected string, got 5".to_string()), "{all:?}");
     assert!(
-        all.contains(&r#"/priority: "urgent" is not one of ["Lowest","Low","Medium","High","Highest"]"#.to_string()),
+        all.contains(
+            &r#"/priority: expected one of ["Lowest","Low","Medium","High","Highest"], got "urgent""#.to_string()
+        ),
         "{all:?}"
     );
     assert!(all.contains(&"/labels/1: expected string, got 3".to_string()), "{all:?}");

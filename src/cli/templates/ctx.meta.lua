@@ -13,8 +13,18 @@
 -- takes text chunks only; `collectgarbage` keeps "collect", "count", "step" and "isrunning";
 -- `__gc` finalizers are refused.
 --
--- Host functions raise ordinary Lua errors (catch them with pcall). Running out of time or memory,
--- or the caller cancelling, stops the script whatever it does: pcall cannot catch that.
+-- Host functions raise ordinary Lua errors: catch them with pcall, and the error is a plain string
+-- that starts with your script's file and line and the function's name
+-- ("jira.lua:12: http.get: ..."), so `"down: " .. err` works. Uncaught, the same message reaches
+-- the caller. Running out of time or memory, or the caller cancelling, stops the script whatever
+-- it does: pcall cannot catch that.
+--
+-- A script file may start with a UTF-8 byte order mark or a `#!` line, as `lua` itself allows;
+-- line numbers in messages stay those of the file.
+--
+-- An empty table `{}` is an empty list wherever ctx expects a list: `parameters = {}`,
+-- `arguments = {}`, and `messages = {}` or `tools = {}` in what `agent.resolve` returns. Where
+-- any JSON is allowed (a tool's result), `{}` stays an empty object: use `json.array()` for `[]`.
 
 ---JSON `null`. A light userdata, so it is truthy: compare with `json.null` to detect it.
 ---@alias ctx.Null lightuserdata
@@ -445,6 +455,9 @@ function Context.sources() end
 ---handled. An error raised here (or a timeout, or the memory cap) fails the call with a message
 ---that names the script and line.
 ---@field execute? fun(params: table<string, any>, context: ctx.Context): any
+---Another name for `execute` (the name some tool collections use). Define one of the two: a
+---script that defines both fails to load.
+---@field handler? fun(params: table<string, any>, context: ctx.Context): any
 
 ---The tool this script defines. `function tool.execute(params, context) ... end` fills in
 ---`execute`.
@@ -518,8 +531,8 @@ function progress(done, total, message) end
 
 ---One document produced by `connector.scan`.
 ---@class ctx.ConnectorItem
----Required: a stable id within this connector (1 to 1024 characters). Items that the next scan
----does not return are deleted from the index.
+---Required: a stable id within this connector (1 to 1024 characters). Items that the next full
+---scan does not return are deleted from the index.
 ---@field source_id string
 ---Required: the full text to index.
 ---@field body string
@@ -536,6 +549,41 @@ function progress(done, total, message) end
 ---Extra metadata: any JSON value, or a string holding JSON text.
 ---@field metadata_json? any
 
+---A small key-value state a connector keeps from one sync to the next, per source: a cursor, the
+---newest `updated_at` seen, a page token. `ctx sync` saves it in the database together with the
+---sync's documents, and only when the sync succeeds: after a failed or stopped sync, the next
+---one sees the state of the last good one. At most 64 KiB of JSON in all, keys of 1 to 256 bytes.
+---@class ctx.ConnectorState
+local ConnectorState = {}
+
+---The value saved under `key`, or nil.
+---@param key string
+---@return any
+function ConnectorState.get(key) end
+
+---Saves `value` (any JSON-able value; nil removes the key) for the next sync. Raises an error when
+---the state would pass 64 KiB; the state then stays as it was.
+---@param key string
+---@param value any
+function ConnectorState.set(key, value) end
+
+---The second argument of `connector.scan`: where the last sync of this source stopped.
+---@class ctx.ConnectorContext
+---When the last successful sync of this source started (RFC 3339, UTC), or nil on the first sync
+---(and in `ctx connector test`). Ask the source for what changed since then, and return it as a
+---`ctx.IncrementalScan`.
+---@field last_sync? string
+---@field state ctx.ConnectorState
+
+---What an incremental `scan` returns: only what changed. Documents it neither returns nor names in
+---`deleted` stay as they are. (A plain list of items is a full scan: the documents it does not
+---return are deleted.)
+---@class ctx.IncrementalScan
+---New and changed items.
+---@field items ctx.ConnectorItem[]
+---The source ids of items deleted at the source since the last sync.
+---@field deleted? string[]
+
 ---A Lua connector: set the global `connector` to this table, or `return` it from the script.
 ---@class ctx.Connector
 ---@field name? string
@@ -543,9 +591,10 @@ function progress(done, total, message) end
 ---@field description? string
 ---Required: returns every item of the source. `config` holds the extra keys of the
 ---`[connectors.script.<name>]` section, with `${VAR}` expanded.
----@field scan? fun(config: table<string, any>): ctx.ConnectorItem[]
+---@field scan? fun(config: table<string, any>, context: ctx.ConnectorContext): ctx.ConnectorItem[]|ctx.IncrementalScan
 
----The connector this script defines. `function connector.scan(config) ... end` fills in `scan`.
+---The connector this script defines. `function connector.scan(config, context) ... end` fills in
+---`scan`.
 ---@type ctx.Connector
 connector = {}
 

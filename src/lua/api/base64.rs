@@ -13,14 +13,14 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let (encode_state, decode_state) = (Arc::clone(state), Arc::clone(state));
     b64.set(
         "encode",
-        lua.create_function(move |_, data: mlua::LuaString| {
+        super::function(lua, "base64.encode", move |_, data: mlua::LuaString| {
             encode_state.check_data(data.as_bytes().len())?;
             Ok(base64::engine::general_purpose::STANDARD.encode(data.as_bytes()))
         })?,
     )?;
     b64.set(
         "decode",
-        lua.create_function(move |lua, text: mlua::LuaString| {
+        super::function(lua, "base64.decode", move |lua, text: mlua::LuaString| {
             decode_state.check_data(text.as_bytes().len())?;
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(text.as_bytes().trim_ascii())

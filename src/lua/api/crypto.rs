@@ -15,7 +15,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let st = Arc::clone(state);
     crypto.set(
         "sha256",
-        lua.create_function(move |_, data: mlua::LuaString| {
+        super::function(lua, "crypto.sha256", move |_, data: mlua::LuaString| {
             st.check_data(data.as_bytes().len())?;
             Ok(hex(&Sha256::digest(data.as_bytes())))
         })?,
@@ -23,7 +23,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let st = Arc::clone(state);
     crypto.set(
         "hmac_sha256",
-        lua.create_function(move |_, (key, data): (mlua::LuaString, mlua::LuaString)| {
+        super::function(lua, "crypto.hmac_sha256", move |_, (key, data): (mlua::LuaString, mlua::LuaString)| {
             st.check_data(key.as_bytes().len() + data.as_bytes().len())?;
             let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key.as_bytes())
                 .map_err(|e| fail(format!("crypto.hmac_sha256: {e}")))?;

@@ -17,7 +17,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let state = Arc::clone(state);
     env.set(
         "get",
-        lua.create_function(move |_, name: String| {
+        super::function(lua, "env.get", move |_, name: String| {
             let info = &state.info;
             let section = format!("[{}.{}]", info.kind.section(), info.name);
             if let Some(reserved) = info.reserved_env.iter().find(|r| r.var == name) {

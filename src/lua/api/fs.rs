@@ -40,7 +40,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let read_state = Arc::clone(state);
     fs.set(
         "read",
-        lua.create_function(move |lua, rel: String| {
+        super::function(lua, "fs.read", move |lua, rel: String| {
             let path = confine(&read_state, "fs.read", &rel)?;
             let meta = std::fs::metadata(&path).map_err(|e| fail(format!("fs.read: {rel:?}: {e}")))?;
             if !meta.is_file() {
@@ -56,7 +56,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let list_state = Arc::clone(state);
     fs.set(
         "list",
-        lua.create_function(move |lua, (rel, pattern): (Option<String>, Option<String>)| {
+        super::function(lua, "fs.list", move |lua, (rel, pattern): (Option<String>, Option<String>)| {
             let rel = rel.unwrap_or_else(|| ".".to_string());
             let dir = confine(&list_state, "fs.list", &rel)?;
             let matcher = match &pattern {

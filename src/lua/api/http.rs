@@ -40,21 +40,21 @@ pub fn io_runtime() -> &'static tokio::runtime::Runtime {
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let http = lua.create_table()?;
-    for method in ["get", "delete"] {
+    for (method, name) in [("get", "http.get"), ("delete", "http.delete")] {
         let state = Arc::clone(state);
         http.set(
             method,
-            lua.create_function(move |lua, (url, opts): (String, Option<Table>)| {
+            super::function(lua, name, move |lua, (url, opts): (String, Option<Table>)| {
                 let spec = Spec::from_opts(method, url, None, opts.as_ref())?;
                 perform(lua, &state, spec)
             })?,
         )?;
     }
-    for method in ["post", "put", "patch"] {
+    for (method, name) in [("post", "http.post"), ("put", "http.put"), ("patch", "http.patch")] {
         let state = Arc::clone(state);
         http.set(
             method,
-            lua.create_function(move |lua, (url, body, opts): (String, Value, Option<Table>)| {
+            super::function(lua, name, move |lua, (url, body, opts): (String, Value, Option<Table>)| {
                 let spec = Spec::from_opts(method, url, Some(body_of(lua, &state, method, body)?), opts.as_ref())?;
                 perform(lua, &state, spec)
             })?,
@@ -63,7 +63,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let request_state = Arc::clone(state);
     http.set(
         "request",
-        lua.create_function(move |lua, req: Table| {
+        super::function(lua, "http.request", move |lua, req: Table| {
             let method: String = req.get::<Option<String>>("method")?.unwrap_or_else(|| "GET".to_string());
             let url: String =
                 req.get::<Option<String>>("url")?.ok_or_else(|| fail("http.request: `url` is required"))?;

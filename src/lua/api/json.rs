@@ -13,7 +13,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let (parse_state, encode_state) = (Arc::clone(state), Arc::clone(state));
     json.set(
         "parse",
-        lua.create_function(move |lua, text: mlua::LuaString| {
+        super::function(lua, "json.parse", move |lua, text: mlua::LuaString| {
             parse_state.check_data(text.as_bytes().len())?;
             convert::parse_to_lua(lua, &text.as_bytes(), &|| parse_state.check()).map_err(|e| match e {
                 mlua::Error::RuntimeError(m) if !m.starts_with("ctx: ") => fail(format!("json.parse: {m}")),
@@ -24,7 +24,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let budget = state.limits.memory_bytes;
     json.set(
         "encode",
-        lua.create_function(move |lua, value: Value| {
+        super::function(lua, "json.encode", move |lua, value: Value| {
             let wording = |e| match e {
                 ConvertError::TooLarge { size } => fail(format!("json.encode: the value is over {size} bytes")),
                 ConvertError::Invalid(m) => fail(format!("json.encode: {m}")),
@@ -48,7 +48,7 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     json.set("null", Value::NULL)?;
     json.set(
         "array",
-        lua.create_function(|lua, table: Option<Table>| {
+        super::function(lua, "json.array", |lua, table: Option<Table>| {
             let table = match table {
                 Some(t) => t,
                 None => lua.create_table()?,

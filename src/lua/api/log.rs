@@ -58,9 +58,12 @@ impl CappedCopy for [u8] {
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let log = lua.create_table()?;
-    for level in ["debug", "info", "warn", "error"] {
+    // `print` is `log.info` under its own name, so that its errors name it.
+    let levels =
+        [("debug", "log.debug"), ("info", "log.info"), ("warn", "log.warn"), ("error", "log.error"), ("info", "print")];
+    for (level, name) in levels {
         let state = Arc::clone(state);
-        let f = lua.create_function(move |_, args: MultiValue| {
+        let f = super::function(lua, name, move |_, args: MultiValue| {
             state.check_blocking()?;
             if !state.note_log_line() {
                 return Ok(());
@@ -77,8 +80,11 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             }
             Ok(())
         })?;
-        log.set(level, f)?;
+        if name == "print" {
+            lua.globals().set("print", f)?;
+        } else {
+            log.set(level, f)?;
+        }
     }
-    lua.globals().set("print", log.get::<mlua::Function>("info")?)?;
     lua.globals().set("log", log)
 }

@@ -33,13 +33,16 @@ pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
         }
     };
     let success = make("success");
-    mcp.raw_set("success", lua.create_function(move |lua, data: Value| success(lua, vec![("data", data)]))?)?;
+    mcp.raw_set(
+        "success",
+        super::function(lua, "MCP.success", move |lua, data: Value| success(lua, vec![("data", data)]))?,
+    )?;
     let json = make("json");
-    mcp.raw_set("json", lua.create_function(move |lua, data: Value| json(lua, vec![("data", data)]))?)?;
+    mcp.raw_set("json", super::function(lua, "MCP.json", move |lua, data: Value| json(lua, vec![("data", data)]))?)?;
     let content = make("content");
     mcp.raw_set(
         "content",
-        lua.create_function(move |lua, blocks: Value| match blocks {
+        super::function(lua, "MCP.content", move |lua, blocks: Value| match blocks {
             Value::Table(_) => content(lua, vec![("data", blocks)]),
             other => Err(fail(format!("MCP.content: expected an array of content blocks, got {}", other.type_name()))),
         })?,
@@ -47,7 +50,7 @@ pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
     let text = make("text");
     mcp.raw_set(
         "text",
-        lua.create_function(move |lua, value: Value| {
+        super::function(lua, "MCP.text", move |lua, value: Value| {
             let s = match value {
                 Value::Nil => return Err(fail("MCP.text: expected the text to show, got nil")),
                 other => scalar_text(lua, other, "MCP.text: the text")?,
@@ -58,7 +61,7 @@ pub fn register(lua: &Lua, _state: &Arc<RunState>) -> mlua::Result<()> {
     let error = make("error");
     mcp.raw_set(
         "error",
-        lua.create_function(move |lua, (code, message, data): (Value, Value, Value)| {
+        super::function(lua, "MCP.error", move |lua, (code, message, data): (Value, Value, Value)| {
             let code = match code {
                 Value::Nil => return Err(fail("MCP.error: expected (code, message, data?), got no code")),
                 other => scalar_text(lua, other, "MCP.error: the code")?,

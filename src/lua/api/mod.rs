@@ -63,3 +63,97 @@ pub fn register_all(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
 pub(crate) fn fail(message: impl Into<String>) -> mlua::Error {
     mlua::Error::RuntimeError(message.into())
 }
+
+/// Makes the host function `name` (`http.get`, `context.search`): `f` with its arguments
+/// converted, and its errors made into what a script expects of a library function. Every host
+/// function a script can reach is made here.
+///
+/// An error reads `jira.lua:12: http.get: <what went wrong>`: the script's own file and line (the
+/// innermost frame of the script's code, not the sandbox's or a C function's), then the function.
+/// Caught with `pcall`, it arrives as that plain string (the sandbox's `pcall` turns mlua's error
+/// value into its message, see `guard.rs`); uncaught, it is the message the caller gets.
+pub(crate) fn function<A, R, F>(lua: &Lua, name: &'static str, f: F) -> mlua::Result<mlua::Function>
+where
+    A: mlua::FromLuaMulti,
+    R: mlua::IntoLuaMulti,
+    F: Fn(&Lua, A) -> mlua::Result<R> + mlua::MaybeSend + 'static,
+{
+    lua.create_function(move |lua, args: mlua::MultiValue| {
+        let args = A::from_lua_args(args, 1, Some(name), lua).map_err(|e| located(lua, name, e))?;
+        f(lua, args).map_err(|e| located(lua, name, e))
+    })
+}
+
+/// `err`, raised by the host function `name`, as a message with the script's file and line.
+/// The sandbox's own stops (a deadline, the memory cap, a cancel) pass unchanged: they are not
+/// the script's errors, and the kill flag says what they were.
+pub(crate) fn located(lua: &Lua, name: &str, err: mlua::Error) -> mlua::Error {
+    let message = match &err {
+        mlua::Error::MemoryError(_) => return err,
+        mlua::Error::RuntimeError(m) if m.starts_with("ctx: script stopped") => return err,
+        mlua::Error::BadArgument { pos, cause, .. } => format!("bad argument #{pos} ({})", conversion(cause)),
+        mlua::Error::CallbackError { cause, .. } | mlua::Error::WithContext { cause, .. } => {
+            return located(lua, name, (**cause).clone())
+        }
+        mlua::Error::RuntimeError(m) => m.clone(),
+        other => other.to_string(),
+    };
+    // Most messages already name their function, or a sibling (`http.request` reports the
+    // method it sent, `http.post: ...`).
+    let module = name.split('.').next().unwrap_or(name);
+    let named = message.strip_prefix(module).is_some_and(|rest| rest.starts_with(['.', ':']));
+    let message = if named { message } else { format!("{name}: {message}") };
+    fail(format!("{}{message}", script_location(lua)))
+}
+
+/// "string expected, got nil", for an argument mlua could not convert.
+fn conversion(cause: &mlua::Error) -> String {
+    match cause {
+        mlua::Error::FromLuaConversionError { from, to, .. } => {
+            let wanted = match to.as_ref() {
+                "String" | "LuaString" | "string" | "str" => "string",
+                "f64" | "f32" | "number" => "number",
+                "i64" | "i32" | "u64" | "u32" | "usize" | "isize" | "integer" => "integer",
+                "Table" | "table" => "table",
+                "Function" | "function" => "function",
+                "bool" | "boolean" => "boolean",
+                other => other,
+            };
+            format!("{wanted} expected, got {from}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// `file:line: ` of the innermost frame that runs the script's code (a `require`d module and a
+/// chunk the script `load`ed count as its code), or nothing when there is none.
+pub(crate) fn script_location(lua: &Lua) -> String {
+    // Deep enough for any sandbox wrapper between a host function and the script.
+    for level in 0..32 {
+        let found = lua.inspect_stack(level, |debug| {
+            let source = debug.source();
+            if source.what == "C" {
+                return None;
+            }
+            let chunk = source.source.as_deref().unwrap_or_default();
+            if INTERNAL_CHUNKS.contains(&chunk) {
+                return None;
+            }
+            let line = debug.current_line()?;
+            let file = match chunk.strip_prefix('@') {
+                Some(path) => path.to_string(),
+                None => source.short_src.as_deref().unwrap_or("?").to_string(),
+            };
+            Some(format!("{file}:{line}: "))
+        });
+        match found {
+            None => break,
+            Some(Some(place)) => return place,
+            Some(None) => continue,
+        }
+    }
+    String::new()
+}
+
+/// Chunks of ctx's own Lua (the sandbox's wrappers): never the place an error is reported at.
+const INTERNAL_CHUNKS: [&str; 2] = ["=sandbox", "=[string patterns]"];

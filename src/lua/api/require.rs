@@ -20,48 +20,70 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     by_run.set_metatable(Some(weak))?;
     lua.set_named_registry_value(LOADED, by_run)?;
     let state = Arc::clone(state);
-    let require = lua.create_function(move |lua, name: String| {
-        state.check_blocking()?;
-        let valid = !name.is_empty()
-            && name.split('.').all(|part| !part.is_empty() && part.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'));
-        if !valid {
-            return Err(fail(format!(
-                "require: {name:?} is not a module name; use dotted names like \"lib.util\" for lib/util.lua next to the script"
-            )));
-        }
-        let env: Table = lua.named_registry_value(RUN_ENV)?;
-        let by_run: Table = lua.named_registry_value(LOADED)?;
-        let loaded: Table = match by_run.raw_get::<Value>(&env)? {
-            Value::Table(t) => t,
-            _ => {
-                let t = lua.create_table()?;
-                by_run.raw_set(&env, &t)?;
-                t
-            }
+    // Not made by `api::function`: an error the module itself raises is the module's, already
+    // placed at its own line, and passes unchanged. Only require's own errors are placed at the
+    // line of the `require` call.
+    let require = lua.create_function(move |lua, args: mlua::MultiValue| {
+        let own = |e| super::located(lua, "require", e);
+        let name = <String as mlua::FromLuaMulti>::from_lua_args(args, 1, Some("require"), lua).map_err(own)?;
+        let (chunk, loaded) = match find(lua, &state, &name).map_err(own)? {
+            Found::Loaded(value) => return Ok(value),
+            Found::Chunk(chunk, loaded) => (chunk, loaded),
         };
-        if let Ok(value) = loaded.raw_get::<Value>(name.as_str()) {
-            if !value.is_nil() {
-                return Ok(value);
-            }
-        }
-        let rel = format!("{}.lua", name.replace('.', "/"));
-        let path = confine(&state, "require", &rel).map_err(|_| {
-            fail(format!("require: module {name:?} not found: expected {rel} in the script's folder"))
-        })?;
-        let source = std::fs::read(&path).map_err(|e| fail(format!("require: {rel}: {e}")))?;
-        let shown = match state.info.display_path.rsplit_once('/') {
-            Some((dir, _)) => format!("{dir}/{rel}"),
-            None => rel.clone(),
-        };
-        let value: Value =
-            lua.load(source)
-                .set_name(format!("@{shown}"))
-                .set_environment(env)
-                .set_mode(mlua::chunk::ChunkMode::Text)
-                .call(name.as_str())?;
+        let value: Value = chunk.call(name.as_str())?;
         let value = if value.is_nil() { Value::Boolean(true) } else { value };
         loaded.raw_set(name.as_str(), value.clone())?;
         Ok(value)
     })?;
     lua.globals().set("require", require)
+}
+
+/// A module already loaded by this run, or its compiled chunk and the run's table of loaded
+/// modules.
+enum Found {
+    Loaded(Value),
+    Chunk(mlua::Function, Table),
+}
+
+fn find(lua: &Lua, state: &Arc<RunState>, name: &str) -> mlua::Result<Found> {
+    state.check_blocking()?;
+    let valid = !name.is_empty()
+        && name
+            .split('.')
+            .all(|part| !part.is_empty() && part.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'));
+    if !valid {
+        return Err(fail(format!(
+            "require: {name:?} is not a module name; use dotted names like \"lib.util\" for lib/util.lua next to the script"
+        )));
+    }
+    let env: Table = lua.named_registry_value(RUN_ENV)?;
+    let by_run: Table = lua.named_registry_value(LOADED)?;
+    let loaded: Table = match by_run.raw_get::<Value>(&env)? {
+        Value::Table(t) => t,
+        _ => {
+            let t = lua.create_table()?;
+            by_run.raw_set(&env, &t)?;
+            t
+        }
+    };
+    if let Ok(value) = loaded.raw_get::<Value>(name) {
+        if !value.is_nil() {
+            return Ok(Found::Loaded(value));
+        }
+    }
+    let rel = format!("{}.lua", name.replace('.', "/"));
+    let path = confine(state, "require", &rel)
+        .map_err(|_| fail(format!("require: module {name:?} not found: expected {rel} in the script's folder")))?;
+    let source = std::fs::read(&path).map_err(|e| fail(format!("require: {rel}: {e}")))?;
+    let shown = match state.info.display_path.rsplit_once('/') {
+        Some((dir, _)) => format!("{dir}/{rel}"),
+        None => rel.clone(),
+    };
+    let chunk = lua
+        .load(crate::lua::script::runnable(&source).into_owned())
+        .set_name(format!("@{shown}"))
+        .set_environment(env)
+        .set_mode(mlua::chunk::ChunkMode::Text)
+        .into_function()?;
+    Ok(Found::Chunk(chunk, loaded))
 }

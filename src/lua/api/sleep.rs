@@ -13,7 +13,7 @@ const STEP: Duration = Duration::from_millis(20);
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let state = Arc::clone(state);
-    let sleep = lua.create_function(move |_, seconds: f64| {
+    let sleep = super::function(lua, "sleep", move |_, seconds: f64| {
         state.check_blocking()?;
         if !seconds.is_finite() || seconds < 0.0 {
             return Err(fail(format!("sleep: expected a number of seconds ≥ 0, got {seconds}")));
