@@ -172,7 +172,7 @@ fn run_test(
         note(json, using);
     }
     say(true, "Script loaded".into());
-    say(true, "tool.execute defined".into());
+    say(true, "Entry point defined (tool.execute, or its alias tool.handler)".into());
     say(true, format!("{} parameter(s) declared", param_count(spec)));
     for warning in registry.warnings() {
         eprintln!("warning: {}", warning.message);
