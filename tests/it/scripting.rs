@@ -49,6 +49,15 @@ impl Served {
         self.send(reqwest::Client::new().post(format!("{}/tools/{tool}", self.base)).json(&params))
     }
 
+    /// `POST /agents/{name}/prompt` with the arguments object as the body, or no body.
+    fn prompt(&self, agent: &str, args: Option<Value>) -> (u16, Value) {
+        let request = reqwest::Client::new().post(format!("{}/agents/{agent}/prompt", self.base));
+        self.send(match args {
+            Some(args) => request.json(&args),
+            None => request,
+        })
+    }
+
     /// The load problems `/health` reports.
     fn problems(&self) -> Vec<String> {
         let (status, health) = self.send(reqwest::Client::new().get(format!("{}/health", self.base)));
@@ -620,6 +629,16 @@ fn scripting_16_reference_forms_load_and_run() {
     let (code, prompt) = agent_test(|a| served.ctx(a), "release-planner", &["feature=deploy"]);
     assert_eq!(code, 0, "{prompt}");
     ran_ok("release-planner");
+    // The same agents over REST, with the flat body the reference clients send (and no body at
+    // all where nothing is required).
+    let (status, prompt) = served.prompt("incident-briefer", Some(json!({"service": "payments"})));
+    assert_eq!(status, 200, "{prompt}");
+    assert_eq!(prompt["tools"], json!(["search", "get"]));
+    assert!(prompt["messages"][0]["content"].as_str().unwrap().contains("score"), "{prompt}");
+    let (status, prompt) = served.prompt("incident-briefer", Some(json!({"service": "zebra-quasar"})));
+    assert_eq!((status, &prompt["messages"]), (200, &json!([])), "{prompt}");
+    let (status, prompt) = served.prompt("release-planner", None);
+    assert_eq!((status, &prompt["messages"], &prompt["tools"]), (200, &json!([]), &json!([])), "{prompt}");
 
     // Tools.
     let (status, body) = served.call("echo-back", json!({"message": "deploy", "search": true}));
