@@ -346,7 +346,7 @@ fn hardening_09_verbose_logs_carry_a_bounded_message() {
 }
 
 #[test]
-fn hardening_15a_a_raised_table_reaches_rest_and_mcp_as_its_message() {
+fn scripting_16_04_and_hardening_15a_a_raised_table_reaches_rest_and_mcp_as_its_message() {
     let served = serve();
 
     let (status, body) = served.post("raise-table");
@@ -394,7 +394,7 @@ fn hardening_15a_a_raised_table_reaches_rest_and_mcp_as_its_message() {
 }
 
 #[test]
-fn hardening_15a_agents_connectors_and_the_cli_report_a_raised_tables_message() {
+fn scripting_16_04_and_hardening_15a_agents_connectors_and_the_cli_report_a_raised_tables_message() {
     let served = serve();
     let registry = served.tools.current();
     let err =
