@@ -10,12 +10,29 @@
 //! wrk comes from Debian: when it is missing and we are root, the bench runs
 //! `apt-get install -y wrk`; otherwise it says what to install.
 //!
-//! Targets (issue 6): echo >= 20,000 calls/s with p50 <= 0.4 ms; search (10k chunks) >= 5,000/s;
-//! idle RSS <= 15 MB; RSS within 10% after 1M calls.
+//! Every tool call's answer is read, not only its status: a REST call counts as failed unless it
+//! is a 200 with the expected body, an MCP call unless it carries a JSON-RPC `result` without
+//! `"isError":true` (the direct route and rmcp answer 200 either way). The summary requires 0.
+//!
+//! Lines (route, protocol era, corpus, query class):
+//! - `GET /health`: the floor.
+//! - `POST /tools/echo`; `POST /tools/search` over the 10k-chunk corpus, the 16 queries mixed, then
+//!   the 6 that reduce to one term (the fast path) and the 10 of several terms apart.
+//! - MCP `tools/call` echo on `/mcp`: stateless 2026-07-28 requests (answered by ctx's direct
+//!   route), then one 2025-11-25 session shared by the 8 connections (rmcp, SSE replies).
+//! - MCP over stdio, 2025-11-25, one call at a time.
+//! - RSS: the server idle, after one echo and one search, after the runs and after the soak, on
+//!   the bench corpus; idle and after one echo and one search on the `ctx init --sample`
+//!   workspace (the README's); with where the idle bytes live (ctx's code, ctx's data,
+//!   anonymous memory, shared libraries).
+//!
+//! Targets (issue 6): echo >= 20,000 calls/s with p50 <= 0.4 ms; search (10k chunks, the mix)
+//! >= 5,000/s; idle RSS <= 15 MB; RSS within 10% after 1M calls.
 //!
 //! Targets (issue 7): MCP `tools/call` echo over Streamable HTTP at c=8 (stateless 2026-07-28
 //! requests, one JSON-RPC call per POST) >= 70% of the REST echo rate of the same run; over
-//! stdio (`ctx serve mcp --stdio`) >= 5,000 sequential echo calls/s.
+//! stdio (`ctx serve mcp --stdio`) >= 5,000 sequential echo calls/s. The 2025-11-25 session rate
+//! has no target; it is printed next to the stateless one.
 
 #[path = "support/corpus.rs"]
 mod corpus;
@@ -25,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use corpus::{load_average, verdict, Corpus, QUERIES};
+use corpus::{load_average, verdict, Corpus, QueryClass, QUERIES};
 
 const CHUNKS: usize = 10_000;
 const ECHO_RATE: f64 = 20_000.0;
@@ -109,6 +126,8 @@ fn main() {
     println!("measuring {}", ctx_bin().display());
     println!("{}", startup_layout(&ctx_bin()));
 
+    let sample = sample_workspace_rss();
+
     let echo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/echo.lua")).expect("tools/echo.lua");
     let extra = "[tools.script.echo]\npath = \"tools/echo.lua\"\ngreeting = \"hi\"\n";
     let mut corpus = Corpus::with_files(extra, &[("tools/echo.lua", &echo)]);
@@ -120,31 +139,44 @@ fn main() {
     std::thread::sleep(Duration::from_millis(500));
     let idle_rss = server.rss_mb();
     println!("server pid {} on {}; idle RSS {idle_rss:.1} MB", server.child.id(), server.base);
+    println!("  where it lives: {}", rss_breakdown(server.child.id()));
+    one_echo_and_one_search(&server.base);
+    let first_calls_rss = server.rss_mb();
+    println!("RSS after one echo and one search: {first_calls_rss:.1} MB");
+    let session = open_session(&server.base);
+    write_session_script(corpus.dir.path(), &session);
 
     let run = |label: &str, path: &str, script: Option<&Path>, secs: u64| {
         let load = wrk_run(&wrk, &server.base, path, script, secs);
         println!(
-            "{label:<28} {:>9.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms   {} requests, {} errors",
+            "{label:<44} {:>9.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms   {} requests, {} errors",
             load.rate,
             millis(load.p50),
             millis(load.p99),
             load.requests,
             load.errors
         );
-        assert_eq!(load.errors, 0, "{label}: wrk saw errors or non-2xx answers");
+        assert_eq!(load.errors, 0, "{label}: wrk saw socket errors, non-2xx answers or failed calls");
         load
     };
     println!("\nwrk -t2 -c8, {span} s each:");
     let health = run("GET /health", "/health", None, span);
     let echo = run("POST /tools/echo", "/tools/echo", Some(&scripts.echo), span);
-    let search = run("POST /tools/search (10k)", "/tools/search", Some(&scripts.search), span);
-    let mcp = run("MCP tools/call echo", "/mcp", Some(&scripts.mcp), span);
+    let search = run("POST /tools/search (10k, 16 queries mixed)", "/tools/search", Some(&scripts.search), span);
+    let mut search_by_class = Vec::new();
+    for (class, script) in QueryClass::ALL.iter().zip(&scripts.search_by_class) {
+        let label = format!("POST /tools/search (10k, {})", class.label());
+        search_by_class.push((class.label(), run(&label, "/tools/search", Some(script), span)));
+    }
+    let mcp = run("MCP tools/call echo, 2026-07-28 stateless", "/mcp", Some(&scripts.mcp), span);
+    let mcp_session =
+        run("MCP tools/call echo, 2025-11-25 session", "/mcp", Some(&corpus.dir.path().join("wrk-session.lua")), span);
     let warm_rss = server.rss_mb();
 
     // The soak: keep calling echo until `soak_calls` have been answered, then compare RSS.
     // Rounds of wrk until `soak_calls` have been answered (the rate drifts, so no single
     // duration is right).
-    println!("\nsoak: echo until {soak_calls} calls have been answered; RSS after warm-up {warm_rss:.1} MB");
+    println!("\nsoak: echo until {soak_calls} calls have been answered; RSS after the runs above {warm_rss:.1} MB");
     let mut soak = Load { rate: 0.0, p50: Duration::ZERO, p99: Duration::ZERO, requests: 0, errors: 0 };
     while soak.requests < soak_calls {
         let left = soak_calls - soak.requests;
@@ -160,7 +192,9 @@ fn main() {
 
     let stdio_calls = if quick { 5_000 } else { 20_000 };
     let stdio = stdio_rate(&corpus.dir.path().join("ctx.toml"), stdio_calls);
-    println!("\nMCP over stdio: {stdio:.0} sequential echo calls/s ({stdio_calls} calls)");
+    println!(
+        "\nMCP over stdio (2025-11-25): {stdio:.0} sequential echo calls/s ({stdio_calls} calls, every result checked)"
+    );
 
     println!("\n== summary (load average now {}) ==", load_average());
     println!(
@@ -178,24 +212,41 @@ fn main() {
         millis(ECHO_P50)
     );
     println!(
-        "{} search {:.0}/s (target >= {:.0}/s) = {:.0}% of /health",
+        "{} search (10k chunks, 16 queries mixed) {:.0}/s (target >= {:.0}/s) = {:.0}% of /health; {}",
         verdict(search.rate >= SEARCH_RATE),
         search.rate,
         SEARCH_RATE,
-        100.0 * search.rate / health.rate
+        100.0 * search.rate / health.rate,
+        search_by_class
+            .iter()
+            .map(|(label, load)| format!("{label} {:.0}/s p50 {:.3} ms", load.rate, millis(load.p50)))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!(
-        "{} MCP echo over HTTP {:.0}/s = {:.0}% of REST echo (target >= {:.0}%)",
+        "{} MCP echo over HTTP, 2026-07-28 stateless {:.0}/s = {:.0}% of REST echo (target >= {:.0}%); \
+         2025-11-25 session {:.0}/s = {:.0}% of REST echo (no target)",
         verdict(mcp.rate >= MCP_RATIO * echo.rate),
         mcp.rate,
         100.0 * mcp.rate / echo.rate,
-        MCP_RATIO * 100.0
+        MCP_RATIO * 100.0,
+        mcp_session.rate,
+        100.0 * mcp_session.rate / echo.rate,
     );
     println!(
         "{} MCP echo over stdio {stdio:.0}/s sequential (target >= {STDIO_RATE:.0}/s)",
         verdict(stdio >= STDIO_RATE)
     );
-    println!("{} idle RSS {idle_rss:.1} MB (target <= {IDLE_RSS_MB:.0} MB)", verdict(idle_rss <= IDLE_RSS_MB));
+    println!(
+        "{} idle RSS {idle_rss:.1} MB on the bench corpus (target <= {IDLE_RSS_MB:.0} MB); {first_calls_rss:.1} MB after one echo and one search",
+        verdict(idle_rss <= IDLE_RSS_MB)
+    );
+    println!(
+        "{} idle RSS {:.1} MB on the sample workspace (target <= {IDLE_RSS_MB:.0} MB); {:.1} MB after one echo and one search",
+        verdict(sample.0 <= IDLE_RSS_MB),
+        sample.0,
+        sample.1
+    );
     println!(
         "{} RSS {warm_rss:.1} -> {soak_rss:.1} MB over {} calls ({:+.1}%, target within {:.0}%)",
         verdict(soak.requests >= soak_calls && growth.abs() <= RSS_GROWTH),
@@ -203,6 +254,129 @@ fn main() {
         growth * 100.0,
         RSS_GROWTH * 100.0
     );
+}
+
+/// `ctx init --sample` (the README's workspace), synced, served: RSS idle and after one echo and
+/// one search, in MB.
+fn sample_workspace_rss() -> (f64, f64) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ws = dir.path().join("sample");
+    let run = |args: &[&str]| {
+        let status = Command::new(ctx_bin()).args(args).stdout(Stdio::null()).status().expect("run ctx");
+        assert!(status.success(), "ctx {args:?} failed");
+    };
+    let ws_text = ws.to_str().expect("UTF-8 temp path");
+    run(&["-q", "init", "--sample", ws_text]);
+    let config = ws.join("ctx.toml");
+    run(&["-q", "--config", config.to_str().expect("UTF-8"), "sync"]);
+    let server = Server::start(&config);
+    std::thread::sleep(Duration::from_millis(500));
+    let idle = server.rss_mb();
+    println!("sample workspace (ctx init --sample): idle RSS {idle:.1} MB");
+    println!("  where it lives: {}", rss_breakdown(server.child.id()));
+    one_echo_and_one_search(&server.base);
+    let after = server.rss_mb();
+    println!("  after one echo and one search: {after:.1} MB");
+    (idle, after)
+}
+
+/// One `POST /tools/echo` and one `POST /tools/search`, each checked.
+fn one_echo_and_one_search(base: &str) {
+    let (status, body) = http_post(base, "/tools/echo", &[], &serde_json::json!({"message": "hello"}).to_string());
+    assert!(status == 200 && body.contains("hello"), "echo: {status} {body}");
+    let (status, body) = http_post(base, "/tools/search", &[], &serde_json::json!({"query": "deploy"}).to_string());
+    assert!(status == 200 && body.contains("\"results\""), "search: {status} {body}");
+    std::thread::sleep(Duration::from_millis(200));
+}
+
+/// One POST on a fresh connection (`Connection: close`); the status, the response head and the
+/// body (chunked bodies are returned as sent, which is enough for `contains` checks).
+fn http_post_full(base: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String, String) {
+    use std::io::Read;
+    let addr = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to ctx");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("read timeout");
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    stream.write_all(format!("{head}\r\n{body}").as_bytes()).expect("send");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("read the reply");
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+fn http_post(base: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let (status, _, body) = http_post_full(base, path, headers, body);
+    (status, body)
+}
+
+/// A 2025-11-25 session: `initialize`, then `notifications/initialized`; its id.
+fn open_session(base: &str) -> String {
+    let accept = ("Accept", "application/json, text/event-stream");
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}});
+    let (status, head, body) = http_post_full(base, "/mcp", &[accept], &init.to_string());
+    assert_eq!(status, 200, "initialize: {body}");
+    let id = head
+        .lines()
+        .find_map(|l| {
+            l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id")).map(|(_, v)| v.trim())
+        })
+        .expect("a session id")
+        .to_string();
+    let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let headers = [accept, ("Mcp-Session-Id", id.as_str()), ("MCP-Protocol-Version", "2025-11-25")];
+    let (status, body) = http_post(base, "/mcp", &headers, &note);
+    assert_eq!(status, 202, "notifications/initialized: {body}");
+    id
+}
+
+/// Where a process's resident memory lives, from `/proc/<pid>/smaps`: ctx's own code, ctx's
+/// other pages (read-only data, relocated data), anonymous memory (heap, stacks) and shared
+/// libraries with the loader.
+fn rss_breakdown(pid: u32) -> String {
+    let Ok(smaps) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
+        return "n/a (no /proc/<pid>/smaps)".to_string();
+    };
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    // KiB in: ctx's code, ctx's other pages, anonymous memory, shared libraries.
+    let mut kib = [0u64; 4];
+    let mut bucket = None;
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let is_header =
+            fields.first().is_some_and(|f| f.contains('-') && f.chars().all(|c| c.is_ascii_hexdigit() || c == '-'));
+        if is_header {
+            let perms = fields.get(1).copied().unwrap_or("");
+            let name = fields.get(5).copied().unwrap_or("");
+            let own = !exe.as_os_str().is_empty() && Path::new(name) == exe;
+            bucket = Some(match name {
+                _ if own && perms.contains('x') => 0,
+                _ if own => 1,
+                "" => 2,
+                "[vdso]" | "[vvar]" | "[vsyscall]" => 3,
+                _ if name.starts_with('[') => 2,
+                _ => 3,
+            });
+        } else if let (Some(b), Some(&"Rss:")) = (bucket, fields.first()) {
+            kib[b] += fields.get(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    let [code, data, anon, libs] = kib;
+    let mb = |kib: u64| kib as f64 * 1024.0 / 1e6;
+    format!(
+        "{:.1} MB ctx code, {:.1} MB ctx data (read-only and relocated), {:.1} MB anonymous (heap, stacks), {:.1} MB shared libraries and loader",
+        mb(code),
+        mb(data),
+        mb(anon),
+        mb(libs)
+    )
 }
 
 /// `ctx serve` from the release build, on a free loopback port, killed on drop.
@@ -253,45 +427,111 @@ impl Drop for Server {
 struct Scripts {
     echo: PathBuf,
     search: PathBuf,
+    /// One per [`QueryClass::ALL`], in that order.
+    search_by_class: Vec<PathBuf>,
     mcp: PathBuf,
 }
 
-/// wrk Lua scripts: a JSON POST for echo, and a round-robin over the kb bench's queries.
+/// What every wrk script shares: each response is checked (status 200, the body holds `need`,
+/// no `"isError":true`), and `done` prints the failed count, which [`parse_wrk`] reads.
+fn checked(need: &str, rest: &str) -> String {
+    format!(
+        "local threads = {{}}\n\
+         function setup(thread) table.insert(threads, thread) end\n\
+         function init(args) failed = 0 end\n\
+         function response(status, headers, body)\n\
+         \x20 if status ~= 200 or not body:find({need:?}, 1, true) or body:find('\"isError\":true', 1, true) then\n\
+         \x20   failed = failed + 1\n\
+         \x20 end\n\
+         end\n\
+         function done(summary, latency, requests)\n\
+         \x20 local total = 0\n\
+         \x20 for _, t in ipairs(threads) do total = total + t:get(\"failed\") end\n\
+         \x20 io.write(string.format(\"Failed calls: %d\\n\", total))\n\
+         end\n{rest}"
+    )
+}
+
+/// wrk Lua scripts: a JSON POST for echo, a round-robin over the kb bench's queries (all, and
+/// each query class), and a stateless MCP call.
 fn write_wrk_scripts(dir: &Path) -> Scripts {
-    let echo = dir.join("wrk-echo.lua");
-    std::fs::write(
-        &echo,
-        "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n\
-         wrk.body = '{\"message\": \"hello\"}'\n",
-    )
-    .expect("write wrk script");
-    let bodies: Vec<String> =
-        QUERIES.iter().map(|q| format!("'{}'", serde_json::json!({"query": q, "limit": 10}))).collect();
-    let search = dir.join("wrk-search.lua");
-    let mut file = std::fs::File::create(&search).expect("write wrk script");
-    write!(
-        file,
-        "local bodies = {{ {} }}\nlocal i = 0\n\
-         request = function()\n  i = i + 1\n  return wrk.format(\"POST\", nil, \
-         {{[\"Content-Type\"] = \"application/json\"}}, bodies[(i % #bodies) + 1])\nend\n",
-        bodies.join(", ")
-    )
-    .expect("write wrk script");
-    // A stateless (2026-07-28) tools/call: no session, so every connection is independent.
-    let mcp = dir.join("wrk-mcp.lua");
-    std::fs::write(
-        &mcp,
-        format!(
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write wrk script");
+        path
+    };
+    let echo = write(
+        "wrk-echo.lua",
+        checked(
+            "\"message\":\"hello\"",
             "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n\
-             wrk.headers[\"Accept\"] = \"application/json, text/event-stream\"\n\
-             wrk.headers[\"MCP-Protocol-Version\"] = \"2026-07-28\"\n\
-             wrk.headers[\"Mcp-Method\"] = \"tools/call\"\nwrk.headers[\"Mcp-Name\"] = \"echo\"\n\
-             wrk.body = '{}'\n",
-            mcp_call(1)
+             wrk.body = '{\"message\": \"hello\"}'\n",
         ),
-    )
-    .expect("write wrk script");
-    Scripts { echo, search, mcp }
+    );
+    let round_robin = |queries: &[&str]| {
+        let bodies: Vec<String> =
+            queries.iter().map(|q| format!("'{}'", serde_json::json!({"query": q, "limit": 10}))).collect();
+        checked(
+            "\"results\"",
+            &format!(
+                "local bodies = {{ {} }}\nlocal i = 0\n\
+                 request = function()\n  i = i + 1\n  return wrk.format(\"POST\", nil, \
+                 {{[\"Content-Type\"] = \"application/json\"}}, bodies[(i % #bodies) + 1])\nend\n",
+                bodies.join(", ")
+            ),
+        )
+    };
+    let search = write("wrk-search.lua", round_robin(QUERIES));
+    let search_by_class = QueryClass::ALL
+        .iter()
+        .enumerate()
+        .map(|(n, class)| {
+            let queries: Vec<&str> = class.members().into_iter().map(|q| QUERIES[q]).collect();
+            write(&format!("wrk-search-{n}.lua"), round_robin(&queries))
+        })
+        .collect();
+    // A stateless (2026-07-28) tools/call: no session, so every connection is independent.
+    let mcp = write(
+        "wrk-mcp.lua",
+        checked(
+            "\"result\"",
+            &format!(
+                "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n\
+                 wrk.headers[\"Accept\"] = \"application/json, text/event-stream\"\n\
+                 wrk.headers[\"MCP-Protocol-Version\"] = \"2026-07-28\"\n\
+                 wrk.headers[\"Mcp-Method\"] = \"tools/call\"\nwrk.headers[\"Mcp-Name\"] = \"echo\"\n\
+                 wrk.body = '{}'\n",
+                mcp_call(1)
+            ),
+        ),
+    );
+    Scripts { echo, search, search_by_class, mcp }
+}
+
+/// `wrk-session.lua`: 2025-11-25 `tools/call` echo in the session `id`, shared by every
+/// connection. Each request gets its own JSON-RPC id (one session, many calls in flight).
+fn write_session_script(dir: &Path, id: &str) {
+    let call = |n: &str| {
+        format!(
+            "'{{\"jsonrpc\":\"2.0\",\"id\":' .. {n} .. ',\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"message\":\"hello\"}}}}}}'"
+        )
+    };
+    let rest = format!(
+        "local headers = {{[\"Content-Type\"] = \"application/json\", [\"Accept\"] = \"application/json, text/event-stream\", \
+         [\"Mcp-Session-Id\"] = \"{id}\", [\"MCP-Protocol-Version\"] = \"2025-11-25\"}}\n\
+         local next_id = 0\n\
+         local thread_no = 0\n\
+         function setup_ids(thread) thread_no = thread_no + 1 thread:set(\"base\", thread_no * 1000000000) end\n\
+         request = function()\n  next_id = next_id + 1\n  return wrk.format(\"POST\", nil, headers, {})\nend\n",
+        call("(base + next_id)")
+    );
+    // `setup` is taken by the failure count: chain it.
+    let text = checked("\"result\"", &rest).replacen(
+        "function setup(thread) table.insert(threads, thread) end",
+        "function setup(thread) table.insert(threads, thread) setup_ids(thread) end",
+        1,
+    );
+    std::fs::write(dir.join("wrk-session.lua"), text).expect("write wrk script");
 }
 
 /// A 2026-07-28 `tools/call` of echo (it carries its protocol metadata, so it needs no session).
@@ -325,7 +565,9 @@ fn stdio_rate(config: &Path, calls: u64) -> f64 {
         if wait {
             line.clear();
             stdout.read_line(&mut line).expect("read from ctx");
-            assert!(line.contains("\"result\""), "unexpected answer: {line}");
+            // A JSON-RPC result is not a success by itself: a failed call is a result with isError.
+            let answer: serde_json::Value = serde_json::from_str(&line).expect("a JSON-RPC line");
+            assert!(answer.get("result").is_some() && answer["result"]["isError"] != true, "unexpected answer: {line}");
         }
     };
     exchange(
@@ -393,7 +635,8 @@ fn wrk_run(wrk: &Path, base: &str, path: &str, script: Option<&Path>, secs: u64)
 }
 
 /// Reads requests/s, the 50% and 99% latencies, the request count and the errors from wrk's
-/// `--latency` report.
+/// `--latency` report; errors are socket errors, non-2xx answers and the failed calls the
+/// script's `done` printed (see [`checked`]).
 fn parse_wrk(text: &str) -> Option<Load> {
     let field = |prefix: &str| {
         text.lines().find_map(|l| l.trim_start().strip_prefix(prefix).map(|rest| rest.trim().to_string()))
@@ -403,10 +646,11 @@ fn parse_wrk(text: &str) -> Option<Load> {
     let p99 = duration(&field("99%")?)?;
     let requests = text.lines().find(|l| l.contains("requests in"))?.split_whitespace().next()?.parse().ok()?;
     let non_2xx: u64 = field("Non-2xx or 3xx responses:").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let failed: u64 = field("Failed calls:").and_then(|v| v.parse().ok()).unwrap_or(0);
     let socket: u64 = field("Socket errors:")
         .map(|v| v.split(',').filter_map(|p| p.split_whitespace().last()?.parse::<u64>().ok()).sum())
         .unwrap_or(0);
-    Some(Load { rate, p50, p99, requests, errors: non_2xx + socket })
+    Some(Load { rate, p50, p99, requests, errors: non_2xx + socket + failed })
 }
 
 /// wrk's latency units: us, ms, s.

@@ -214,14 +214,32 @@ fn bench_search(full: bool, verdicts: &mut Vec<String>) {
             ms(pct(&wiki, 99.0)),
             target_text(pct(&wiki, 50.0))
         );
+        // The mix above is 6 one-term queries (the fast path) and 10 of several terms: apart.
+        let mut by_class = Vec::new();
+        for class in QueryClass::ALL {
+            let members = class.members();
+            let own: Vec<Vec<Duration>> = members.iter().map(|&q| plain_samples[q].clone()).collect();
+            let own = sorted(&own);
+            let names: Vec<&str> = members.iter().map(|&q| QUERIES[q]).collect();
+            println!(
+                "Kb::search, {} ({} queries: {}): p50 {}  p95 {}",
+                class.label(),
+                members.len(),
+                names.join(", "),
+                ms(pct(&own, 50.0)),
+                ms(pct(&own, 95.0))
+            );
+            by_class.push(format!("{} {}", class.label(), ms(pct(&own, 50.0))));
+        }
         if let Some(t) = target {
             verdicts.push(format!(
-                "search p50 at {size} chunks: {} (target <= {}) {}; source-filtered p50 {} {}",
+                "search p50 at {size} chunks: {} (target <= {}) {}; source-filtered p50 {} {}; by class: {}",
                 ms(pct(&all, 50.0)),
                 ms(t),
                 verdict(pct(&all, 50.0) <= t),
                 ms(pct(&wiki, 50.0)),
-                verdict(pct(&wiki, 50.0) <= t)
+                verdict(pct(&wiki, 50.0) <= t),
+                by_class.join(", ")
             ));
         }
 

@@ -67,6 +67,38 @@ pub const QUERIES: &[&str] = &[
     "vacuum compaction",
     "grafana alert",
 ];
+/// What a query reduces to once stop words are dropped: one term takes the fast path (scored in
+/// Rust from FTS5's index data, `kb/term_rank.rs`), several go through FTS5's `bm25()`. Their
+/// latencies differ by several times, so every bench reports them apart as well as mixed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryClass {
+    OneTerm,
+    Several,
+}
+
+impl QueryClass {
+    pub const ALL: [QueryClass; 2] = [QueryClass::OneTerm, QueryClass::Several];
+
+    pub fn of(query: &str) -> QueryClass {
+        match ctx::kb::query::fts_query(query).expect("query has terms").terms.len() {
+            1 => QueryClass::OneTerm,
+            _ => QueryClass::Several,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            QueryClass::OneTerm => "one term",
+            QueryClass::Several => "several terms",
+        }
+    }
+
+    /// The indexes into [`QUERIES`] of this class.
+    pub fn members(self) -> Vec<usize> {
+        (0..QUERIES.len()).filter(|&i| QueryClass::of(QUERIES[i]) == self).collect()
+    }
+}
+
 /// The 1, 5 and 15 minute load averages: other work on the machine skews every number here.
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")

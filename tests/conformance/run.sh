@@ -16,7 +16,9 @@
 #
 # Prints one line per release, `conformance <version>: N passed, M failed, K not applicable`,
 # with the failed checks under it. Scenarios listed in baseline-<version>.yml are "not
-# applicable". Exits 1 when an applicable scenario fails (2 on a usage or setup problem).
+# applicable". Every scenario listed for that line in must-pass.txt has to pass. Exits 1 when an
+# applicable scenario fails or a must-pass one does not pass (2 on a usage or setup problem);
+# with --strict-baseline also when a baseline entry passes or a passing scenario is not listed.
 # Node and the suite come from scripts/test-env: CTX_TEST_NODE and CTX_TEST_NODE_MODULES, or
 # target/test-env when they are unset.
 set -uo pipefail
@@ -93,8 +95,8 @@ suite_exit=$?
     -o "$dir/results" >"$dir/json-schema-2020-12.log" 2>&1
 echo "json-schema-2020-12 $?" >"$dir/exit-codes"
 "$node" "$here/summarize.mjs" --label "conformance $v" --results "$dir/results" --log "$dir/suite.log" \
-    --baseline "$baseline" --exit-codes "$dir/exit-codes" --expect-summary --suite-exit "$suite_exit" \
-    "${strict[@]}" || status=1
+    --baseline "$baseline" --exit-codes "$dir/exit-codes" --must-pass "$here/must-pass.txt" \
+    --expect-summary --suite-exit "$suite_exit" "${strict[@]}" || status=1
 
 # ---- 0.2.0-alpha: the 2025-11-25 requirement set ----
 v=$(version_of "$next") || exit 2
@@ -105,7 +107,8 @@ echo "run.sh: conformance $v --requirements 2025-11-25 against $url (log: $dir/s
     --expected-failures "$baseline" >"$dir/suite.log" 2>&1
 suite_exit=$?
 "$node" "$here/summarize.mjs" --label "conformance $v" --results "$dir/results" --log "$dir/suite.log" \
-    --baseline "$baseline" --expect-summary --suite-exit "$suite_exit" "${strict[@]}" || status=1
+    --baseline "$baseline" --must-pass "$here/must-pass.txt" --expect-summary --suite-exit "$suite_exit" \
+    "${strict[@]}" || status=1
 
 # ---- optional: the tools scenarios on the 2026-07-28 stateless wire ----
 # Not a suite run: the 2026-07-28 requirement set also needs server/discover diagnostics tools,
@@ -122,7 +125,8 @@ if $with_2026; then
         echo "$scenario $?" >>"$dir/exit-codes"
     done
     "$node" "$here/summarize.mjs" --label "conformance $v @2026-07-28" --results "$dir/results" \
-        --log "$dir/tools-list.log" --exit-codes "$dir/exit-codes" || status=1
+        --log "$dir/tools-list.log" --exit-codes "$dir/exit-codes" --must-pass "$here/must-pass.txt" \
+        "${strict[@]}" || status=1
 fi
 
 exit "$status"

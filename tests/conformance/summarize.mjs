@@ -1,11 +1,12 @@
 // Summarises one conformance run for tests/conformance/run.sh: one line
 //   <label>: N passed, M failed, K not applicable
 // then a line per failed check, warning and stale baseline entry. Exits 1 when an applicable
-// scenario failed, when the suite did not finish, or (with --strict-baseline) when a baseline
-// entry now passes.
+// scenario failed, when the suite did not finish, when a scenario the --must-pass list names for
+// this label did not pass (so the pass count cannot fall, to 0 or by one, unnoticed), or (with
+// --strict-baseline) when a baseline entry now passes or a passing scenario is not on that list.
 //
 //   node summarize.mjs --label L --results DIR --log FILE [--baseline FILE] [--exit-codes FILE]
-//                      [--expect-summary] [--suite-exit N] [--strict-baseline]
+//                      [--must-pass FILE] [--expect-summary] [--suite-exit N] [--strict-baseline]
 //
 // Sources, in order: the suite's "=== SUMMARY ===" lines in the log (every scenario a suite run
 // attempted, even one that crashed before writing results), the checks.json files under
@@ -30,6 +31,7 @@ function parseArgs(argv) {
       case '--log': args.log = value(); break;
       case '--baseline': args.baseline = value(); break;
       case '--exit-codes': args.exitCodes = value(); break;
+      case '--must-pass': args.mustPass = value(); break;
       case '--suite-exit': args.suiteExit = Number(value()); break;
       case '--expect-summary': args.expectSummary = true; break;
       case '--strict-baseline': args.strictBaseline = true; break;
@@ -54,6 +56,24 @@ function readBaseline(file) {
     if (/^\S/.test(line) && !line.startsWith('#')) inServer = /^server:\s*(#.*)?$/.test(line);
     const entry = line.match(/^\s+-\s+([^\s#]+)/);
     if (inServer && entry) names.add(entry[1].replace(/^['"]|['"]$/g, ''));
+  }
+  return names;
+}
+
+/** The scenarios listed under `[label]` in a must-pass file; null when it has no such section. */
+function readMustPass(file, label) {
+  if (!file) return null;
+  let names = null;
+  let inSection = false;
+  for (const raw of readFileSync(file, 'utf8').split('\n')) {
+    const line = raw.replace(/#.*/, '').trim();
+    const header = line.match(/^\[(.+)\]$/);
+    if (header) {
+      inSection = header[1] === label;
+      if (inSection) names = new Set();
+    } else if (inSection && line) {
+      names.add(line);
+    }
   }
   return names;
 }
@@ -111,6 +131,8 @@ function main() {
   const exitCodes = readExitCodes(args.exitCodes);
   const scenarios = new Set([...(summary?.keys() ?? []), ...results.keys(), ...exitCodes.keys()]);
 
+  const mustPass = readMustPass(args.mustPass, args.label);
+  const passedNames = new Set();
   let passed = 0;
   let notApplicable = 0;
   const failed = [];
@@ -146,6 +168,7 @@ function main() {
       }
     } else {
       passed += 1;
+      passedNames.add(scenario);
       if (skipped) details.push(`  - ${scenario}: only SKIPPED/INFO checks`);
     }
     for (const check of warnings) {
@@ -164,6 +187,24 @@ function main() {
     const line = `baseline entries that now pass (remove them from ${path.basename(args.baseline)}): ${stale.join(', ')}`;
     if (args.strictBaseline) problems.push(line);
     else details.push(`  note: ${line}`);
+  }
+  if (args.mustPass) {
+    const file = path.basename(args.mustPass);
+    if (mustPass === null) {
+      problems.push(`${file} has no [${args.label}] section: list the scenarios this run must pass`);
+    } else {
+      for (const scenario of [...mustPass].sort()) {
+        if (passedNames.has(scenario)) continue;
+        const why = failed.includes(scenario) ? 'failed' : scenarios.has(scenario) ? 'was not applicable' : 'did not run';
+        problems.push(`${scenario} must pass (${file}) but ${why}`);
+      }
+      const unlisted = [...passedNames].filter((s) => !mustPass.has(s)).sort();
+      if (unlisted.length > 0) {
+        const line = `passing scenarios not in ${file} [${args.label}] (add them): ${unlisted.join(', ')}`;
+        if (args.strictBaseline) problems.push(line);
+        else details.push(`  note: ${line}`);
+      }
+    }
   }
   if (args.suiteExit !== undefined && args.suiteExit !== 0 && failed.length === 0 && problems.length === 0) {
     details.push(`  note: the suite itself exited ${args.suiteExit} (stale baseline entries or warnings count there); see ${args.log}`);

@@ -80,27 +80,27 @@ impl Drop for Server {
     }
 }
 
-struct Reply {
-    status: u16,
-    headers: BTreeMap<String, String>,
-    body: String,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) body: String,
 }
 
 /// One keep-alive HTTP/1.1 connection.
-struct Conn {
+pub(crate) struct Conn {
     addr: SocketAddr,
     reader: BufReader<TcpStream>,
 }
 
 impl Conn {
-    fn open(addr: SocketAddr) -> Conn {
+    pub(crate) fn open(addr: SocketAddr) -> Conn {
         let stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         stream.set_nodelay(true).unwrap();
         Conn { addr, reader: BufReader::new(stream) }
     }
 
-    fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    pub(crate) fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
         let mut head = format!("{method} {path} HTTP/1.1\r\nContent-Length: {}\r\n", body.len());
         if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
             head.push_str(&format!("Host: {}\r\n", self.addr));
@@ -164,13 +164,13 @@ impl Conn {
 
 const SESSION_VERSION: &str = "2025-11-25";
 
-fn initialize_body() -> String {
+pub(crate) fn initialize_body() -> String {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": SESSION_VERSION, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}})
     .to_string()
 }
 
-const MCP_POST: [(&str, &str); 2] =
+pub(crate) const MCP_POST: [(&str, &str); 2] =
     [("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json")];
 
 /// A session-era handshake (initialize, then `notifications/initialized`); the session id.

@@ -193,8 +193,10 @@ fn dry_run_writes_nothing_and_unknown_target_lists_sources() {
     assert_eq!(titles(&ws, "heron", &[]), vec!["a.md"]);
 }
 
+/// The kill must land mid-sync: the child is still running when it is killed and some, not all,
+/// documents are committed. A sync that finished before the first poll fails this test.
 #[test]
-fn killed_sync_leaves_a_consistent_database_and_resync_completes() {
+fn proof_23_01_killed_sync_leaves_a_consistent_database_and_resync_completes() {
     let ws = Workspace::new(FS_CONFIG);
     let total = 6000;
     for i in 0..total {
@@ -218,9 +220,11 @@ fn killed_sync_leaves_a_consistent_database_and_resync_completes() {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    let finished = child.try_wait().unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(seen > 0, "the sync wrote something before the kill");
+    assert_eq!(finished, None, "the sync had already exited when it was killed: the kill proved nothing");
 
     let db = ws.db();
     let integrity: String = db.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
@@ -236,6 +240,7 @@ fn killed_sync_leaves_a_consistent_database_and_resync_completes() {
     assert_eq!(orphans, 0);
     let committed: i64 = db.query_row("SELECT COUNT(*) FROM documents", [], |r| r.get(0)).unwrap();
     drop(db);
+    assert!(0 < committed && committed < total as i64, "the kill landed mid-sync: {committed} of {total} committed");
 
     let s = summary(&ws, &[]);
     assert_eq!(s["added"].as_u64().unwrap() + s["unchanged"].as_u64().unwrap(), total as u64);

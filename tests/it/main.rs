@@ -14,6 +14,7 @@ mod kb;
 mod limits;
 mod link_order;
 mod mcp;
+mod proof;
 mod sandbox;
 mod schemas;
 mod scripting;

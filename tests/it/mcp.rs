@@ -521,9 +521,11 @@ fn typescript_sdk_over_streamable_http() {
     assert!(out.contains("ok:"), "{out}");
 }
 
-/// The official conformance suite, both versions; the summary lands in target/conformance.
+/// The official conformance suite, both versions; the summary lands in target/conformance. Each
+/// version's pass count must equal its list in tests/conformance/must-pass.txt (run.sh also
+/// fails when a listed scenario does not pass), so a count that falls, even to 0, fails here.
 #[test]
-fn conformance_suite_passes_every_applicable_scenario() {
+fn proof_23_03_conformance_suite_passes_every_applicable_scenario() {
     let Some((node, _)) = node() else { return };
     let served = serve(&repo().join("tests/conformance"));
     let results = repo().join("target/conformance");
@@ -540,8 +542,46 @@ fn conformance_suite_passes_every_applicable_scenario() {
     );
     let summary: Vec<&str> = out.lines().filter(|l| l.starts_with("conformance ")).collect();
     assert_eq!(summary.len(), 3, "{out}");
+    let must_pass = must_pass_lists();
     for line in &summary {
+        let (label, counts) = line.split_once(": ").unwrap_or_else(|| panic!("{line}"));
+        let passed: usize =
+            counts.split(" passed").next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"));
+        let listed = must_pass.get(label).unwrap_or_else(|| panic!("no [{label}] in tests/conformance/must-pass.txt"));
+        assert!(passed > 0 && passed == listed.len(), "{line}: must-pass.txt lists {}\n{out}", listed.len());
         assert!(line.contains(" 0 failed"), "{line}\n{out}");
     }
     std::fs::write(results.join("summary.txt"), summary.join("\n") + "\n").unwrap();
+}
+
+/// `tests/conformance/must-pass.txt`: the scenarios each summary line (by label) must pass.
+fn must_pass_lists() -> std::collections::BTreeMap<String, Vec<String>> {
+    let text = std::fs::read_to_string(repo().join("tests/conformance/must-pass.txt")).unwrap();
+    let mut lists = std::collections::BTreeMap::<String, Vec<String>>::new();
+    let mut current = None;
+    for line in text.lines().map(|l| l.split('#').next().unwrap_or_default().trim()).filter(|l| !l.is_empty()) {
+        if let Some(label) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            current = Some(label.to_string());
+            lists.entry(label.to_string()).or_default();
+        } else if let Some(label) = &current {
+            lists.get_mut(label).unwrap().push(line.to_string());
+        }
+    }
+    lists
+}
+
+/// The README's "Last run" figures are the checked-in pass counts, and no list is empty or
+/// repeats a scenario. This runs without Node, so a bare `cargo test` sees an edited list too.
+#[test]
+fn proof_23_03_the_conformance_pass_counts_are_pinned() {
+    let lists = must_pass_lists();
+    assert_eq!(lists.len(), 3, "one list per summary line of run.sh: {:?}", lists.keys());
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    for (label, list) in &lists {
+        assert!(!list.is_empty(), "[{label}] is empty");
+        let unique: std::collections::BTreeSet<&String> = list.iter().collect();
+        assert_eq!(unique.len(), list.len(), "[{label}] lists a scenario twice");
+        let figure = format!("`{label}: {} passed, 0 failed", list.len());
+        assert!(readme.contains(&figure), "README.md should quote {figure}` (the must-pass list of that run)");
+    }
 }

@@ -96,10 +96,12 @@ fn memory(result: Result<Value, ScriptError>) {
 // ---- escape attempts ----
 
 #[test]
-fn no_os_execute_io_or_debug() {
+fn proof_23_02_no_os_execute_io_or_debug() {
     let p = probe();
     runtime_error(p.run("os.execute('touch /tmp/ctx-pwned')"), "execute");
-    runtime_error(p.run("return io.open('/etc/passwd')"), "io");
+    // The whole `io` library is absent, not just `io.open` refused: the error names the global.
+    runtime_error(p.run("return io.open('/etc/passwd')"), "global 'io'");
+    assert_eq!(p.run("return io == nil").unwrap(), json!(true));
     runtime_error(p.run("return debug.getinfo(1)"), "debug");
     runtime_error(p.run("return os.getenv('HOME')"), "getenv");
     runtime_error(p.run("os.exit(1)"), "exit");
@@ -532,10 +534,66 @@ fn env_base64_crypto_log() {
         p.run("return crypto.hmac_sha256('key', 'The quick brown fox jumps over the lazy dog')").unwrap(),
         json!("f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8")
     );
-    assert_eq!(
-        p.run("log.info('hi', 1) log.warn('w') log.error('e') log.debug('d') print('to the log') return true").unwrap(),
-        json!(true)
-    );
+}
+
+/// A tracing writer that keeps what it is given, for tests that read the log.
+#[derive(Clone, Default)]
+pub(crate) struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// Runs `f` with this thread's log going here, every level, no colours.
+    pub(crate) fn during<T>(&self, f: impl FnOnce() -> T) -> T {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(self.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f)
+    }
+}
+
+impl Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
+    type Writer = CapturedLog;
+    fn make_writer(&'a self) -> CapturedLog {
+        self.clone()
+    }
+}
+
+/// `log.*` and `print` reach the log, each at its level, tagged with the script; stdout stays
+/// clean (it carries the CLI's output and the MCP stdio transport).
+#[test]
+fn proof_23_02_log_and_print_go_to_the_log_tagged_with_the_script() {
+    let p = probe();
+    let log = CapturedLog::default();
+    let result = log.during(|| {
+        p.run("log.info('hi', 1) log.warn('w-line') log.error('e-line') log.debug('d-line') print('to the', 'log') return true")
+    });
+    assert_eq!(result.unwrap(), json!(true));
+    let text = log.text();
+    let line = |needle: &str| {
+        text.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no log line with {needle:?} in:\n{text}"))
+    };
+    for (needle, level) in [("hi 1", "INFO"), ("w-line", "WARN"), ("e-line", "ERROR"), ("d-line", "DEBUG")] {
+        let found = line(needle);
+        assert!(found.contains(level), "{needle:?} is logged at {level}: {found}");
+        assert!(found.contains("ctx::script") && found.contains("probe"), "tagged with the script: {found}");
+    }
+    let printed = line("to the log");
+    assert!(printed.contains("INFO") && printed.contains("probe"), "print is log.info: {printed}");
 }
 
 /// A tiny HTTP server that answers every request with a JSON echo of what it received.
@@ -645,8 +703,10 @@ fn http_allow_hosts_is_enforced() {
     assert!(!ctx::lua::api::http::host_allowed("corp.example.evil", &["*.corp.example".into()]));
 }
 
+/// Each thread's next run is clean after its own abusive one. The server-level version, with many
+/// runs and other callers served meanwhile, is `proof_23_01_many_abusive_runs_...` in proof.rs.
 #[test]
-fn the_process_survives_many_abusive_runs_in_parallel() {
+fn abusive_runs_on_four_threads_leave_each_thread_usable() {
     let handles: Vec<_> = (0..4)
         .map(|i| {
             std::thread::spawn(move || {

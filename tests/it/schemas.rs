@@ -35,22 +35,57 @@ fn assert_descriptions(file: &str, at: &str, schema: &serde_json::Value) {
     }
 }
 
+/// Every `.toml` config the repository ships or tests with (outside `target/` and the Cargo and
+/// lint settings) loads and validates. The walk must find the four known ones, so a move that
+/// leaves it finding nothing fails instead of passing quietly.
 #[test]
-fn example_configs_validate() {
-    let mut configs = vec![repo().join("examples/ctx.toml"), repo().join("src/cli/templates/ctx.toml")];
-    for dir in ["tests/fixtures", "examples"] {
-        if let Ok(entries) = std::fs::read_dir(repo().join(dir)) {
-            configs.extend(
-                entries
-                    .map(|e| e.unwrap().path())
-                    .filter(|p| p.extension().is_some_and(|e| e == "toml") && !p.ends_with("ctx.toml")),
-            );
+fn proof_23_02_every_checked_in_config_validates() {
+    fn walk(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !matches!(name.as_str(), "target" | "node_modules" | ".git" | ".cargo") {
+                    walk(&path, found);
+                }
+            } else if name.ends_with(".toml") && !matches!(name.as_str(), "Cargo.toml" | "clippy.toml" | "rustfmt.toml")
+            {
+                found.push(path);
+            }
         }
     }
-    for config in configs {
-        let text = std::fs::read_to_string(&config).unwrap();
-        ctx::config::Config::from_text(&text, &config, &config, &|_| Some("x".repeat(32)))
+    let mut configs = Vec::new();
+    walk(&repo(), &mut configs);
+    configs.sort();
+    let relative: Vec<String> =
+        configs.iter().map(|c| c.strip_prefix(repo()).unwrap().to_string_lossy().into_owned()).collect();
+    for known in [
+        "examples/ctx.toml",
+        "src/cli/templates/ctx.toml",
+        "tests/clients/mcp_workspace/ctx.toml",
+        "tests/conformance/ctx.toml",
+    ] {
+        assert!(relative.iter().any(|r| r == known), "{known} not found by the walk: {relative:?}");
+    }
+    for config in &configs {
+        let text = std::fs::read_to_string(config).unwrap();
+        let parsed = ctx::config::Config::from_text(&text, config, config, &|_| Some("x".repeat(32)))
             .unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+        // Validated, not just parsed: the scripts it names are there (the template's are written
+        // next to it by `ctx init`, which tests/it/cli.rs covers).
+        if config.ends_with("src/cli/templates/ctx.toml") {
+            continue;
+        }
+        for script in &parsed.scripts {
+            // The client workspace gets the shipped tools/echo.lua copied in by its test.
+            let shipped = repo().join("tools").join(script.path.file_name().unwrap());
+            assert!(
+                script.path.is_file() || shipped.is_file(),
+                "{}: {} does not exist",
+                config.display(),
+                script.path.display()
+            );
+        }
     }
 }
 
