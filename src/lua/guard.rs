@@ -234,8 +234,9 @@ local function new_env()
 end
 -- Functions whose one call can do a lot of work look at the deadline first when given a lot.
 local rawlen = rawlen
-local function wrap_sized(lib, source)
-  raw_load(source, "=sandbox", "t", { lib = lib, big = big, big_args = big_args, type = type, rawlen = rawlen, select = select })()
+-- `chunk` is one library's wrappers (bounds.rs), compiled once per process.
+local function wrap_sized(lib, chunk)
+  chunk(lib, big, big_args, type, rawlen, select)
 end
 -- Drops the sandbox's own references to the last run's tables (the string metatable's index,
 -- `load`'s default env), so an idle VM does not keep them alive.
@@ -311,7 +312,7 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
     let (big, big_args) = super::bounds::sized_checks(lua, state)?;
     lua.set_named_registry_value(RAW_PCALL, globals.get::<Value>("pcall")?)?;
     let (wrap_coroutine, new_env, wrap_sized, end_run): (Function, Function, Function, Function) =
-        lua.load(wrappers_bytecode()).set_name("=sandbox").set_mode(mlua::chunk::ChunkMode::Binary).call((
+        super::precompiled::function(lua, "sandbox", "=sandbox", || WRAPPERS.to_string(), None)?.call((
             guard,
             globals.get::<Value>("pcall")?,
             globals.get::<Value>("load")?,
@@ -333,7 +334,7 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
     lua.set_named_registry_value(WRAP_COROUTINE, wrap_coroutine)?;
     for library in ["string", "table", "_G"] {
         let table: Table = if library == "_G" { globals.clone() } else { globals.get(library)? };
-        wrap_sized.call::<()>((table, super::bounds::sized_wrappers(library)))?;
+        wrap_sized.call::<()>((table, sized_wrappers(lua, library)?))?;
     }
     lua.set_named_registry_value(WRAP_SIZED, wrap_sized)?;
     lua.set_named_registry_value(END_RUN, end_run)?;
@@ -355,7 +356,7 @@ pub(super) fn load_std(lua: &Lua, name: &[u8]) -> mlua::Result<bool> {
             let utf8: Table = globals.raw_get("utf8")?;
             globals.raw_set("utf8", Value::Nil)?;
             let wrap: Function = lua.named_registry_value(WRAP_SIZED)?;
-            wrap.call::<()>((&utf8, super::bounds::sized_wrappers("utf8")))?;
+            wrap.call::<()>((&utf8, sized_wrappers(lua, "utf8")?))?;
             globals.raw_set("utf8", utf8)?;
         }
         // Both are taken out of the globals before they are curated, and put back only once
@@ -378,7 +379,7 @@ pub(super) fn load_std(lua: &Lua, name: &[u8]) -> mlua::Result<bool> {
                 safe_os.raw_set(name, os.raw_get::<Value>(name)?)?;
             }
             let wrap: Function = lua.named_registry_value(WRAP_SIZED)?;
-            wrap.call::<()>((&safe_os, super::bounds::sized_wrappers("os")))?;
+            wrap.call::<()>((&safe_os, sized_wrappers(lua, "os")?))?;
             globals.raw_set("os", safe_os)?;
         }
         _ => return Ok(false),
@@ -404,16 +405,10 @@ fn table_fn(globals: &Table, name: &str) -> mlua::Result<Value> {
     globals.get::<Table>("table")?.get(name)
 }
 
-/// The wrapper chunk, compiled once per process: loading bytecode is much cheaper than parsing,
-/// and every VM needs it. The bytecode is ours, never a script's.
-fn wrappers_bytecode() -> &'static [u8] {
-    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    BYTECODE.get_or_init(|| {
-        #[allow(clippy::disallowed_methods)] // a bare compiler state that never runs any code
-        let lua = Lua::new_with(mlua::StdLib::NONE, mlua::LuaOptions::default()).expect("a bare Lua state");
-        let function = lua.load(WRAPPERS).set_name("=sandbox").into_function().expect("the wrapper chunk compiles");
-        // Not stripped: the pattern wrappers need their locals' names, so that an argument error
-        // names `find` rather than `?`.
-        function.dump(false)
-    })
+/// One library's sized wrappers (see `bounds::sized_wrappers`) as a function of the library and
+/// the checks, with no globals to reach.
+fn sized_wrappers(lua: &Lua, library: &'static str) -> mlua::Result<Function> {
+    let source =
+        || format!("local lib, big, big_args, type, rawlen, select = ...\n{}", super::bounds::sized_wrappers(library));
+    super::precompiled::function(lua, library, "=sandbox", source, Some(lua.create_table()?))
 }

@@ -13,6 +13,7 @@ pub mod convert;
 mod error;
 mod guard;
 mod pattern;
+mod precompiled;
 pub mod reuse;
 pub mod script;
 pub mod watchdog;

@@ -77,7 +77,13 @@ pub(crate) fn install(lua: &Lua, string: &Table, check: Check) -> mlua::Result<(
     let pcall: Function = lua.globals().raw_get("pcall")?;
     // Indexing a table with a metatable may run `__index`; through `pcall`, its error stays the
     // value it was.
-    let index = lua.load("local t, k = ... return t[k]").set_name("=[string patterns]").into_function()?;
+    let index = super::precompiled::function(
+        lua,
+        "patterns.index",
+        "=[string patterns]",
+        || "local t, k = ... return t[k]".to_string(),
+        None,
+    )?;
     let replace = Arc::new(Callers { pcall, index });
 
     let find_check = Arc::clone(&check);
@@ -92,7 +98,8 @@ pub(crate) fn install(lua: &Lua, string: &Table, check: Check) -> mlua::Result<(
     let raw_gsub = lua.create_function(move |lua, args: MultiValue| answer(lua, gsub(lua, &args, &check, &replace)))?;
 
     let (find, match_, gmatch_, gsub_): (Function, Function, Function, Function) =
-        lua.load(WRAPPERS).set_name("=[string patterns]").call((raw_find, raw_match, raw_gmatch, raw_gsub))?;
+        super::precompiled::function(lua, "patterns", "=[string patterns]", || WRAPPERS.to_string(), None)?
+            .call((raw_find, raw_match, raw_gmatch, raw_gsub))?;
     string.raw_set("find", find)?;
     string.raw_set("match", match_)?;
     string.raw_set("gmatch", gmatch_)?;
