@@ -14,6 +14,7 @@ mod kb;
 mod limits;
 mod link_order;
 mod mcp;
+mod review_16;
 mod sandbox;
 mod schemas;
 mod scripting;
