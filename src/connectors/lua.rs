@@ -358,13 +358,24 @@ fn validator() -> &'static SchemaValidator {
     V.get_or_init(|| SchemaValidator::for_definition("ConnectorItem"))
 }
 
+/// The most problems an invalid item's warning lists.
+const SHOWN_PROBLEMS: usize = 5;
+
 /// Checks one item against the schema and fills in defaults.
 pub fn item_from_json(json: Json) -> Result<Item, (Option<String>, String)> {
     let id = json.get("source_id").and_then(Json::as_str).map(str::to_owned);
     let problems = validator().problems(&json, Dialect::Json);
     if !problems.is_empty() {
-        let text =
-            problems.iter().map(|p| format!("{}: {}", field(&p.pointer()), p.message)).collect::<Vec<_>>().join("; ");
+        // An item with thousands of unknown fields would make a log line of megabytes.
+        let mut text = problems
+            .iter()
+            .take(SHOWN_PROBLEMS)
+            .map(|p| format!("{}: {}", field(&p.pointer()), p.message))
+            .collect::<Vec<_>>()
+            .join("; ");
+        if problems.len() > SHOWN_PROBLEMS {
+            text.push_str(&format!("; and {} more problem(s)", problems.len() - SHOWN_PROBLEMS));
+        }
         return Err((id, text));
     }
     let text = |key: &str| json.get(key).and_then(Json::as_str).map(str::to_owned);

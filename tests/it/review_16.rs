@@ -536,3 +536,26 @@ token = "${{{UNSET}}}"
     assert_eq!(stopped.code(), 2, "{}\n{}", stopped.stdout(), stopped.stderr());
     assert!(stopped.stderr().contains(&format!("environment variable {UNSET} is not set")), "{}", stopped.stderr());
 }
+
+/// Found (older than issue 16, on the path it extended): an item with many unknown fields was
+/// skipped with every problem in its warning, one line of 11 MB for 80,000 fields. The warning
+/// now lists the first few and counts the rest.
+#[test]
+fn review_16_an_invalid_items_warning_stays_one_short_line() {
+    let ws = Workspace::new("[connectors.script.wide]\npath = \"wide.lua\"\n");
+    ws.write(
+        "wide.lua",
+        r#"connector = { name = "wide" }
+function connector.scan(config, context)
+  local item = { source_id = "w", title = "t", body = "b", updated_at = 0 }
+  for i = 1, 5000 do item["unknown" .. i] = 1 end
+  return { item }
+end
+"#,
+    );
+    let run = ws.ctx(&["sync"]);
+    run.ok();
+    let warning = run.stderr().lines().find(|l| l.contains("skipped: invalid item")).unwrap_or_default().to_string();
+    assert!(warning.contains("and 4995 more problem(s)"), "{}", &warning[..warning.len().min(500)]);
+    assert!(warning.len() < 2000, "{} bytes", warning.len());
+}
