@@ -166,18 +166,35 @@ impl LuaConnector {
         let Value::Table(table) = returned else {
             return Err(wrong(format!("it returned a {}", returned.type_name())));
         };
+        let deleted = table.raw_get::<Value>("deleted").map_err(|e| wrong(e.to_string()))?;
         let items = match table.raw_get::<Value>("items").map_err(|e| wrong(e.to_string()))? {
+            // Read as a full scan with no items, it would delete every document of the source.
+            Value::Nil if !deleted.is_nil() => {
+                return Err(wrong(
+                    "it returned `deleted` without `items` (nothing was synced or deleted); return items = {} \
+                     when nothing changed"
+                        .to_string(),
+                ))
+            }
             Value::Nil => return Ok((table, None)),
             Value::Table(items) => items,
             other => return Err(wrong(format!("`items` is a {}", other.type_name()))),
         };
-        let deleted = match table.raw_get::<Value>("deleted").map_err(|e| wrong(e.to_string()))? {
+        let deleted = match deleted {
             Value::Nil => Vec::new(),
             Value::Table(ids) => {
-                let mut out = Vec::with_capacity(ids.raw_len());
+                // Each id is copied out of Lua, where a list may hold one long string millions of
+                // times: the copies count against the budget as they are made.
+                let budget = self.budget();
+                let mut total = 0usize;
+                let mut out = Vec::new();
                 for i in 1..=ids.raw_len() {
                     match ids.raw_get::<Value>(i).map_err(|e| wrong(e.to_string()))? {
                         Value::String(id) if !id.as_bytes().is_empty() && id.as_bytes().len() <= MAX_SOURCE_ID => {
+                            total += id.as_bytes().len() + 2;
+                            if total > budget {
+                                return Err(self.over_budget(0, items.raw_len()));
+                            }
                             out.push(id.to_string_lossy())
                         }
                         other => {
@@ -341,13 +358,24 @@ fn validator() -> &'static SchemaValidator {
     V.get_or_init(|| SchemaValidator::for_definition("ConnectorItem"))
 }
 
+/// The most problems an invalid item's warning lists.
+const SHOWN_PROBLEMS: usize = 5;
+
 /// Checks one item against the schema and fills in defaults.
 pub fn item_from_json(json: Json) -> Result<Item, (Option<String>, String)> {
     let id = json.get("source_id").and_then(Json::as_str).map(str::to_owned);
     let problems = validator().problems(&json, Dialect::Json);
     if !problems.is_empty() {
-        let text =
-            problems.iter().map(|p| format!("{}: {}", field(&p.pointer()), p.message)).collect::<Vec<_>>().join("; ");
+        // An item with thousands of unknown fields would make a log line of megabytes.
+        let mut text = problems
+            .iter()
+            .take(SHOWN_PROBLEMS)
+            .map(|p| format!("{}: {}", field(&p.pointer()), p.message))
+            .collect::<Vec<_>>()
+            .join("; ");
+        if problems.len() > SHOWN_PROBLEMS {
+            text.push_str(&format!("; and {} more problem(s)", problems.len() - SHOWN_PROBLEMS));
+        }
         return Err((id, text));
     }
     let text = |key: &str| json.get(key).and_then(Json::as_str).map(str::to_owned);

@@ -192,8 +192,11 @@ fn convert(
     })
 }
 
-/// The most empty tables one value is checked for: each is one more validation.
+/// The most empty tables one value is checked for.
 const MAX_EMPTY_TABLES: usize = 64;
+
+/// How many times the lists are checked again after they were all put in (see below).
+const SETTLING_ROUNDS: usize = 3;
 
 /// The one rule for a Lua `{}`: Lua has a single table type, so an empty table is both an empty
 /// object and an empty list, and [`to_json`] writes it as `{}`. Where the schema turns that
@@ -204,25 +207,41 @@ const MAX_EMPTY_TABLES: usize = 64;
 /// An empty object the schema accepts stays an object (a free-form `default = {}`, `config`), and
 /// so does one that no list would fix either (`{}` where a non-empty list is due): its message
 /// then says what the place expects.
+///
+/// This runs in Rust after the script returned, where no deadline is checked, and a validation
+/// costs as much as the value is large: the empty tables are tried all at once, so the whole
+/// rule costs at most `1 + SETTLING_ROUNDS` validations however many there are. Empty objects
+/// are leaves, so each one's problems are its own; the extra rounds settle the rare schema (a
+/// `oneOf` above two of them) where putting one back changes what another needs.
 pub fn lists_where_expected(value: &mut Json, problems: &dyn Fn(&Json) -> Vec<Vec<String>>) {
     let mut spots = Vec::new();
     empty_objects(value, &mut Vec::new(), &mut spots);
     if spots.is_empty() {
         return;
     }
-    let under = |value: &Json, spot: &[String]| problems(value).iter().filter(|p| p.starts_with(spot)).count();
-    for spot in spots {
-        let before = under(value, &spot);
-        if before == 0 {
-            continue;
+    let under = |found: &[Vec<String>], spot: &[String]| found.iter().any(|p| p.starts_with(spot));
+    let found = problems(value);
+    spots.retain(|spot| under(&found, spot));
+    for spot in &spots {
+        if let Some(slot) = pointer_mut(value, spot) {
+            *slot = Json::Array(Vec::new());
         }
-        let Some(slot) = pointer_mut(value, &spot) else { continue };
-        *slot = Json::Array(Vec::new());
-        if under(value, &spot) > 0 {
-            if let Some(slot) = pointer_mut(value, &spot) {
+    }
+    for _ in 0..SETTLING_ROUNDS {
+        if spots.is_empty() {
+            return;
+        }
+        let found = problems(value);
+        let (unfixed, fixed): (Vec<_>, Vec<_>) = spots.into_iter().partition(|spot| under(&found, spot));
+        if unfixed.is_empty() {
+            return;
+        }
+        for spot in &unfixed {
+            if let Some(slot) = pointer_mut(value, spot) {
                 *slot = Json::Object(Map::new());
             }
         }
+        spots = fixed;
     }
 }
 

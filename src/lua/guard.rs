@@ -23,6 +23,33 @@ const WRAPPERS: &str = r##"
 local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries, seed, bound, run_count, big, big_args = ...
 local next, type, rawset, select, error, tostring, tonumber, getmetatable = next, type, rawset, select, error, tostring, tonumber, getmetatable
 local format = string.format
+-- An error raised in Rust (a host function, a limit check) is mlua's error value, a userdata
+-- whose `tostring` is a Rust error chain with a traceback through the sandbox. pcall turns it
+-- into its plain message (see `guard`), but Lua 5.4 hands it to the `__close` handler of a
+-- to-be-closed variable as it is, while it unwinds: the two ways to read its text, `tostring` and
+-- `string.format("%s")`, give that plain message too.
+do
+  local tostring = tostring
+  local function plain(...)
+    local n = select("#", ...)
+    if n <= 2 then -- `tostring(v)`, `format(f, v)`: no table to build
+      local a, b = ...
+      if type(a) ~= "userdata" and type(b) ~= "userdata" then return ... end
+    end
+    local values = pack(...)
+    for k = 1, n do
+      if type(values[k]) == "userdata" then values[k] = (select(2, guard(false, values[k]))) end
+    end
+    return unpack(values, 1, n)
+  end
+  _ENV.tostring = function(...)
+    return (tostring(plain(...)))
+  end
+  local format = string.format
+  string.format = function(...)
+    return (format(plain(...)))
+  end
+end
 -- `getmetatable("")` would hand out the shared string metatable; lock it.
 local string_mt = getmetatable("")
 string_mt.__metatable = false

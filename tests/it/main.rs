@@ -15,6 +15,7 @@ mod limits;
 mod link_order;
 mod mcp;
 mod proof;
+mod review_16;
 mod sandbox;
 mod schemas;
 mod scripting;

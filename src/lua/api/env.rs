@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use mlua::Lua;
 
-use super::fail;
+use super::{fail, quoted};
 use crate::lua::RunState;
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
@@ -31,13 +31,15 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             match &info.allow_env {
                 Some(allowed) if allowed.contains(&name) => Ok(std::env::var(&name).ok()),
                 Some(allowed) => Err(fail(format!(
-                    "env.get: {name:?} is not in this script's allow_env list ({}); add it to allow_env in {section} of ctx.toml",
+                    "env.get: {} is not in this script's allow_env list ({}); add it to allow_env in {section} of ctx.toml",
+                    quoted(&name),
                     allowed.join(", ")
                 ))),
                 None => Err(fail(format!(
                     "env.get: {} may not read environment variables; list the ones it needs in {section} of ctx.toml, \
-                     for example allow_env = [{name:?}]",
-                    info.what()
+                     for example allow_env = [{}]",
+                    info.what(),
+                    quoted(&name)
                 ))),
             }
         })?,

@@ -8,13 +8,21 @@ use std::sync::Arc;
 
 use mlua::Lua;
 
-use super::fail;
+use super::{fail, quoted};
 use crate::lua::convert::array_metatable;
 use crate::lua::RunState;
+
+/// The longest path `confine` looks at, in bytes (Linux's `PATH_MAX`).
+pub(crate) const MAX_PATH: usize = 4096;
 
 /// Resolves `rel` inside the script's folder, or explains why it may not be used.
 pub(crate) fn confine(state: &RunState, function: &str, rel: &str) -> mlua::Result<PathBuf> {
     state.check_blocking()?;
+    // Refused before it is joined, canonicalised and quoted: each would copy it again, in Rust,
+    // outside the script's memory cap.
+    if rel.len() > MAX_PATH {
+        return Err(fail(format!("{function}: the path is {} bytes long; a path has at most {MAX_PATH}", rel.len())));
+    }
     if Path::new(rel).is_absolute() {
         return Err(fail(format!(
             "{function}: absolute paths are not allowed; use a path relative to the script's folder"
@@ -26,11 +34,11 @@ pub(crate) fn confine(state: &RunState, function: &str, rel: &str) -> mlua::Resu
         .canonicalize()
         .map_err(|e| fail(format!("{function}: the script's folder is not readable: {e}")))?;
     let real = root.join(rel).canonicalize().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => fail(format!("{function}: {rel:?} does not exist")),
-        _ => fail(format!("{function}: {rel:?}: {e}")),
+        std::io::ErrorKind::NotFound => fail(format!("{function}: {} does not exist", quoted(rel))),
+        _ => fail(format!("{function}: {}: {e}", quoted(rel))),
     })?;
     if !real.starts_with(&root) {
-        return Err(fail(format!("{function}: {rel:?} is outside the script's folder")));
+        return Err(fail(format!("{function}: {} is outside the script's folder", quoted(rel))));
     }
     Ok(real)
 }
@@ -42,14 +50,14 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
         "read",
         super::function(lua, "fs.read", move |lua, rel: String| {
             let path = confine(&read_state, "fs.read", &rel)?;
-            let meta = std::fs::metadata(&path).map_err(|e| fail(format!("fs.read: {rel:?}: {e}")))?;
+            let meta = std::fs::metadata(&path).map_err(|e| fail(format!("fs.read: {}: {e}", quoted(&rel))))?;
             if !meta.is_file() {
-                return Err(fail(format!("fs.read: {rel:?} is not a file")));
+                return Err(fail(format!("fs.read: {} is not a file", quoted(&rel))));
             }
             if meta.len() as usize > read_state.limits.memory_bytes {
-                return Err(fail(format!("fs.read: {rel:?} is larger than the script's memory limit")));
+                return Err(fail(format!("fs.read: {} is larger than the script's memory limit", quoted(&rel))));
             }
-            let bytes = std::fs::read(&path).map_err(|e| fail(format!("fs.read: {rel:?}: {e}")))?;
+            let bytes = std::fs::read(&path).map_err(|e| fail(format!("fs.read: {}: {e}", quoted(&rel))))?;
             lua.create_string(bytes)
         })?,
     )?;
@@ -61,12 +69,14 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             let dir = confine(&list_state, "fs.list", &rel)?;
             let matcher = match &pattern {
                 Some(p) => Some(
-                    globset::Glob::new(p).map_err(|e| fail(format!("fs.list: bad glob {p:?}: {e}")))?.compile_matcher(),
+                    globset::Glob::new(p)
+                        .map_err(|e| fail(format!("fs.list: bad glob {}: {e}", quoted(p))))?
+                        .compile_matcher(),
                 ),
                 None => None,
             };
             let mut names: Vec<String> = std::fs::read_dir(&dir)
-                .map_err(|e| fail(format!("fs.list: {rel:?}: {e}")))?
+                .map_err(|e| fail(format!("fs.list: {}: {e}", quoted(&rel))))?
                 .filter_map(|entry| entry.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
                 .filter(|name| matcher.as_ref().is_none_or(|m| m.is_match(name)))
                 .collect();

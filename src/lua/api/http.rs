@@ -159,8 +159,8 @@ fn failure(message: String) -> mlua::Error {
 fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> {
     let name = format!("http.{}", spec.method);
     state.check_blocking()?;
-    let mut url =
-        reqwest::Url::parse(&spec.url).map_err(|e| failure(format!("{name}: invalid URL {:?}: {e}", spec.url)))?;
+    let mut url = reqwest::Url::parse(&spec.url)
+        .map_err(|e| failure(format!("{name}: invalid URL {}: {e}", super::quoted(&spec.url))))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(fail(format!("{name}: only http and https URLs are allowed, not {}", url.scheme())));
     }

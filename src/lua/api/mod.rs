@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use mlua::Lua;
 
-use super::RunState;
+use super::{RunState, ScriptError};
 
 /// The globals the host APIs define, installed on first use.
 pub(crate) const NAMES: [&str; 12] =
@@ -60,8 +60,31 @@ pub fn register_all(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
 }
 
 /// A Lua error raised by a host function: a plain message, like `error("...")` would give.
+/// Cut to [`ScriptError::MESSAGE_CAP`]: the message is
+/// copied several times in Rust on its way back to the script (placed at its line, sanitised,
+/// redacted), outside the script's memory cap.
 pub(crate) fn fail(message: impl Into<String>) -> mlua::Error {
-    mlua::Error::RuntimeError(message.into())
+    mlua::Error::RuntimeError(capped(message.into()))
+}
+
+/// `text` quoted for an error message (`"lib/util.lua"`), at most [`QUOTED_CHARS`] characters of
+/// it: a message names what it was given, it does not carry it back whole.
+pub(crate) fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{text:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &text[..end], text.len()),
+    }
+}
+
+/// How many characters of an argument a host error quotes.
+const QUOTED_CHARS: usize = 200;
+
+fn capped(message: String) -> String {
+    if message.len() <= ScriptError::MESSAGE_CAP {
+        message
+    } else {
+        ScriptError::bounded_text(&message, ScriptError::MESSAGE_CAP)
+    }
 }
 
 /// Makes the host function `name` (`http.get`, `context.search`): `f` with its arguments
@@ -71,7 +94,8 @@ pub(crate) fn fail(message: impl Into<String>) -> mlua::Error {
 /// An error reads `jira.lua:12: http.get: <what went wrong>`: the script's own file and line (the
 /// innermost frame of the script's code, not the sandbox's or a C function's), then the function.
 /// Caught with `pcall`, it arrives as that plain string (the sandbox's `pcall` turns mlua's error
-/// value into its message, see `guard.rs`); uncaught, it is the message the caller gets.
+/// value into its message, see `guard.rs`), and `tostring` of it is that string wherever a script
+/// holds it (a `__close` handler); uncaught, it is the message the caller gets.
 pub(crate) fn function<A, R, F>(lua: &Lua, name: &'static str, f: F) -> mlua::Result<mlua::Function>
 where
     A: mlua::FromLuaMulti,
@@ -95,8 +119,9 @@ pub(crate) fn located(lua: &Lua, name: &str, err: mlua::Error) -> mlua::Error {
         mlua::Error::CallbackError { cause, .. } | mlua::Error::WithContext { cause, .. } => {
             return located(lua, name, (**cause).clone())
         }
-        mlua::Error::RuntimeError(m) => m.clone(),
-        other => other.to_string(),
+        // Cut before anything else copies it (a conversion error may quote its input).
+        mlua::Error::RuntimeError(m) => ScriptError::bounded_text(m, ScriptError::MESSAGE_CAP),
+        other => capped(other.to_string()),
     };
     // Most messages already name their function, or a sibling (`http.request` reports the
     // method it sent, `http.post: ...`).

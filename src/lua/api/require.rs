@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use mlua::{Lua, Table, Value};
 
-use super::fail;
 use super::fs::confine;
+use super::{fail, quoted};
 use crate::lua::{RunState, RUN_ENV};
 
 /// Modules loaded by the current run, keyed by the run's globals (a weak-keyed table), so a
@@ -48,12 +48,14 @@ enum Found {
 fn find(lua: &Lua, state: &Arc<RunState>, name: &str) -> mlua::Result<Found> {
     state.check_blocking()?;
     let valid = !name.is_empty()
+        && name.len() <= super::fs::MAX_PATH
         && name
             .split('.')
             .all(|part| !part.is_empty() && part.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'));
     if !valid {
         return Err(fail(format!(
-            "require: {name:?} is not a module name; use dotted names like \"lib.util\" for lib/util.lua next to the script"
+            "require: {} is not a module name; use dotted names like \"lib.util\" for lib/util.lua next to the script",
+            quoted(name)
         )));
     }
     let env: Table = lua.named_registry_value(RUN_ENV)?;
@@ -72,9 +74,10 @@ fn find(lua: &Lua, state: &Arc<RunState>, name: &str) -> mlua::Result<Found> {
         }
     }
     let rel = format!("{}.lua", name.replace('.', "/"));
-    let path = confine(state, "require", &rel)
-        .map_err(|_| fail(format!("require: module {name:?} not found: expected {rel} in the script's folder")))?;
-    let source = std::fs::read(&path).map_err(|e| fail(format!("require: {rel}: {e}")))?;
+    let path = confine(state, "require", &rel).map_err(|_| {
+        fail(format!("require: module {} not found: expected {} in the script's folder", quoted(name), quoted(&rel)))
+    })?;
+    let source = std::fs::read(&path).map_err(|e| fail(format!("require: {}: {e}", quoted(&rel))))?;
     let shown = match state.info.display_path.rsplit_once('/') {
         Some((dir, _)) => format!("{dir}/{rel}"),
         None => rel.clone(),
