@@ -435,8 +435,14 @@ allow_env = ["CTX_HE_BOOT"]
     assert!(health.contains("cannot start with key [redacted ${CTX_HE_BOOT}]"), "{health}");
     assert_clean("/health", &health);
 
+    // The server writes its log from another thread: wait (bounded) for the script's line.
+    let wanted = "calling with key [redacted ${CTX_HE_API_KEY}]";
+    let waited = std::time::Instant::now();
+    while !served.stderr.lock().unwrap().contains(wanted) && waited.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let log = served.stderr.lock().unwrap().clone();
-    assert!(log.contains("calling with key [redacted ${CTX_HE_API_KEY}]"), "the script's log line:\n{log}");
+    assert!(log.contains(wanted), "the script's log line:\n{log}");
     assert_clean("the server log", &log);
 }
 

@@ -258,7 +258,9 @@ fn hardening_01_every_library_call_ends_within_its_deadline_and_health_keeps_ans
         let took = started.elapsed();
         let message = body["error"]["message"].as_str().unwrap_or_default().to_string();
         report.push(format!("{:>6} ms  {:<14} {name}", took.as_millis(), outcome(status, &body)));
-        assert!(took < TIMEOUT + Duration::from_secs(1), "{name}: took {took:?} (deadline {TIMEOUT:?}): {body}");
+        // Generous for a loaded CI machine: a call the audit missed runs on in C until it is
+        // abandoned (and says "quarantined", checked below) or for far longer than this.
+        assert!(took < TIMEOUT + Duration::from_secs(3), "{name}: took {took:?} (deadline {TIMEOUT:?}): {body}");
         // Ending in time by abandonment would mean the audit missed this function.
         assert!(!message.contains("quarantined"), "{name}: {message}");
         // Errors raised through the sandbox's wrappers name no sandbox internals.
@@ -268,7 +270,9 @@ fn hardening_01_every_library_call_ends_within_its_deadline_and_health_keeps_ans
     let slowest = health.finish();
     eprintln!("{}", report.join("\n"));
     eprintln!("slowest /health answer: {slowest:?}");
-    assert!(slowest < Duration::from_millis(500), "/health took {slowest:?} while a case ran");
+    // A stalled server would hold /health for a whole case: the deadline (1 s) or beyond. The
+    // bound stays under that and leaves room for a loaded machine's scheduling.
+    assert!(slowest < Duration::from_millis(900), "/health took {slowest:?} while a case ran");
     // No case left a run behind: /health still reports no problems.
     let (status, body) = request(&server.addr, "GET", "/health", None, Duration::from_secs(5));
     assert_eq!((status, body["status"].as_str()), (200, Some("ok")), "{body}");
@@ -310,7 +314,7 @@ fn hardening_01_the_issue_reproductions_are_refused_or_end_in_time() {
     let (status, body) =
         request(&server.addr, "POST", "/tools/worst", Some(&json!({ "code": compare })), Duration::from_secs(30));
     let took = started.elapsed();
-    assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}");
+    assert!(took < TIMEOUT + Duration::from_secs(3), "took {took:?}");
     assert_eq!(body["error"]["code"], "timeout", "{status} {body}");
 }
 
