@@ -20,7 +20,7 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 use super::RunState;
 
 const WRAPPERS: &str = r##"
-local guard, raw_pcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries, seed, bound, run_count, big, big_args = ...
+local guard, raw_xpcall, raw_load, raw_collect, raw_setmetatable, pack, unpack, base, libraries, seed, bound, run_count, big, big_args, locate = ...
 local next, type, rawset, select, error, tostring, tonumber, getmetatable = next, type, rawset, select, error, tostring, tonumber, getmetatable
 local format = string.format
 -- An error raised in Rust (a host function, a limit check) is mlua's error value, a userdata
@@ -168,12 +168,14 @@ table.remove = function(t, ...)
 end
 -- The globals of the current run: what `load` gives a chunk when the caller names no env.
 local run_env = base
-pcall = function(f, ...) return guard(raw_pcall(f, ...)) end
+-- Lua's xpcall with `locate` as the message handler: it runs before the stack unwinds, so an
+-- error a library function raised inside one of these wrappers is placed at the script's line.
+pcall = function(f, ...) return guard(raw_xpcall(f, locate, ...)) end
 -- The handler runs after the protected call unwinds, as ordinary code, so the deadline hook
 -- governs it and nothing it does can be mistaken for error handling. (There is no `debug`
 -- library, so a handler could not have inspected the failing frames anyway.)
 xpcall = function(f, handler, ...)
-  local results = pack(guard(raw_pcall(f, ...)))
+  local results = pack(guard(raw_xpcall(f, locate, ...)))
   if results[1] then return unpack(results, 1, results.n) end
   return false, handler(results[2])
 end
@@ -277,7 +279,9 @@ return wrap_coroutine, new_env, wrap_sized, end_run
 const WRAP_COROUTINE: &str = "ctx.guard.wrap_coroutine";
 const WRAP_SIZED: &str = "ctx.guard.wrap_sized";
 /// Registry key of Lua's own `pcall`, before the sandbox wraps it.
-pub(super) const RAW_PCALL: &str = "ctx.guard.raw_pcall";
+pub(super) const RAW_XPCALL: &str = "ctx.guard.raw_xpcall";
+/// Registry key of the message handler that places errors at the script's line (see [`locate`]).
+pub(super) const LOCATE: &str = "ctx.guard.locate";
 /// Registry key of the chunk's `end_run` (see [`end_run`]).
 const END_RUN: &str = "ctx.guard.end_run";
 
@@ -337,11 +341,13 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
         libraries.raw_set(*name, true)?;
     }
     let (big, big_args) = super::bounds::sized_checks(lua, state)?;
-    lua.set_named_registry_value(RAW_PCALL, globals.get::<Value>("pcall")?)?;
+    lua.set_named_registry_value(RAW_XPCALL, globals.get::<Value>("xpcall")?)?;
+    let locate = lua.create_function(locate)?;
+    lua.set_named_registry_value(LOCATE, &locate)?;
     let (wrap_coroutine, new_env, wrap_sized, end_run): (Function, Function, Function, Function) =
         super::precompiled::function(lua, "sandbox", "=sandbox", || WRAPPERS.to_string(), None)?.call((
             guard,
-            globals.get::<Value>("pcall")?,
+            globals.get::<Value>("xpcall")?,
             globals.get::<Value>("load")?,
             globals.get::<Value>("collectgarbage")?,
             globals.get::<Value>("setmetatable")?,
@@ -357,6 +363,7 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
             },
             big,
             big_args,
+            locate,
         ))?;
     lua.set_named_registry_value(WRAP_COROUTINE, wrap_coroutine)?;
     for library in ["string", "table", "_G"] {
@@ -366,6 +373,32 @@ pub(super) fn install(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Function
     lua.set_named_registry_value(WRAP_SIZED, wrap_sized)?;
     lua.set_named_registry_value(END_RUN, end_run)?;
     Ok(new_env)
+}
+
+/// The message handler of every protected call (the sandbox's `pcall`/`xpcall` and a call into a
+/// script): a library function called from one of the sandbox's wrappers places its error at the
+/// wrapper (`sandbox:40: bad argument #2 to 'rep'`), a place that means nothing to the script's
+/// author. While the stack is still whole, that prefix becomes the script's own file and line.
+/// Anything else (mlua's error values, tables, a script's own messages) passes unchanged.
+fn locate(lua: &Lua, err: Value) -> mlua::Result<Value> {
+    // Long messages keep their prefix rather than be copied: they are the script's own.
+    const LONGEST: usize = 4096;
+    let Value::String(message) = &err else { return Ok(err) };
+    let bytes = message.as_bytes();
+    if bytes.len() > LONGEST {
+        return Ok(err);
+    }
+    for prefix in [&b"sandbox:"[..], b"[string patterns]:"] {
+        let Some(rest) = bytes.strip_prefix(prefix) else { continue };
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 || !rest[digits..].starts_with(b": ") {
+            continue;
+        }
+        let mut placed = super::api::script_location(lua).into_bytes();
+        placed.extend_from_slice(&rest[digits + 2..]);
+        return Ok(Value::String(lua.create_string(placed)?));
+    }
+    Ok(err)
 }
 
 /// Standard libraries loaded on first use.

@@ -373,7 +373,9 @@ pub struct Vm {
     /// An empty table that stands in for `env` while the VM is idle.
     idle_env: Table,
     /// Lua's own `pcall` (scripts get a wrapped one), for calling into a script.
-    raw_pcall: Function,
+    /// Lua's own `xpcall`, and the message handler a call into the script runs under.
+    raw_xpcall: Function,
+    locate: Function,
     /// Memory in use right after the sandbox was built.
     baseline: usize,
     /// The hook runs at the inline interval (the VM has run inline).
@@ -394,11 +396,12 @@ impl Vm {
         let (lua, new_env) = build(&state).map_err(setup)?;
         state.floor.store(lua.used_memory(), Ordering::Relaxed);
         let idle_env = lua.create_table().map_err(setup)?;
-        let raw_pcall = lua.named_registry_value(guard::RAW_PCALL).map_err(setup)?;
+        let raw_xpcall = lua.named_registry_value(guard::RAW_XPCALL).map_err(setup)?;
+        let locate = lua.named_registry_value(guard::LOCATE).map_err(setup)?;
         let baseline = lua.used_memory();
         let env = begin_run(&lua, &new_env, &state).map_err(setup)?;
         BUILT.with(|b| b.set(b.get() + 1));
-        Ok(Vm { lua, state, env, new_env, idle_env, raw_pcall, baseline, inline_hook: false })
+        Ok(Vm { lua, state, env, new_env, idle_env, raw_xpcall, locate, baseline, inline_hook: false })
     }
 
     /// Readies a VM whose last run has finished for a new run of the same script: a new
@@ -475,8 +478,9 @@ impl Vm {
         &self.state
     }
 
-    pub(crate) fn raw_pcall(&self) -> &Function {
-        &self.raw_pcall
+    /// Lua's own `xpcall` and the handler that places errors at the script's line.
+    pub(crate) fn protected(&self) -> (&Function, &Function) {
+        (&self.raw_xpcall, &self.locate)
     }
 
     /// Sends the script's `progress(...)` calls to `sink`.

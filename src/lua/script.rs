@@ -168,8 +168,10 @@ impl Vm {
         // Lua's own pcall, so that what the script raised (a table, say) arrives as it is.
         let protected = || -> mlua::Result<MultiValue> {
             let mut call = args.into_lua_multi(lua)?;
+            let (xpcall, locate) = self.protected();
+            call.push_front(Value::Function(locate.clone()));
             call.push_front(Value::Function(function.clone()));
-            self.raw_pcall().call::<MultiValue>(call)
+            xpcall.call::<MultiValue>(call)
         };
         let mut results = protected().map_err(|e| self.classify(&e).bounded(cap))?.into_iter();
         // A run stopped by a limit is that limit, even if it got to return (a comparison that

@@ -680,3 +680,49 @@ fn scripting_16_reference_forms_load_and_run() {
     ran.sort();
     assert_eq!(ran, names, "every fixture is run");
 }
+
+/// Library functions run inside the sandbox's wrappers (sized checks, tables with metatables, the
+/// pattern port): their errors must still read as Lua's would, at the script's line and naming
+/// the function, never `sandbox:N:` or `'?'`.
+#[test]
+fn scripting_16_03_library_errors_caught_or_not_carry_the_script_line_and_the_function() {
+    let script = r#"tool = { name = "libs", description = "Misuses the standard library.",
+  parameters = { { name = "raise", type = "boolean" } } }
+function tool.execute(p)
+  local out = {}
+  local function try(f) local ok, err = pcall(f) out[#out + 1] = err end
+  try(function() local s = string.upper({}) return s end)
+  try(function() local s = ("x"):rep({}) return s end)
+  try(function() local t = setmetatable({}, {}) table.insert(t, 1, 2, 3) end)
+  try(function() table.sort({3, 2, 1}, 5) end)
+  try(function() local n = tonumber("10", 99) return n end)
+  try(function() local a = string.find("x", "[") return a end)
+  if p.raise then
+    local s = string.rep("x", "y")
+    return s
+  end
+  return out
+end
+"#;
+    let served = Served::start("[tools.script.libs]\npath = \"tools/libs.lua\"\n", &[("libs.lua", script)]);
+    let (status, body) = served.call("libs", json!({}));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["result"],
+        json!([
+            "tools/libs.lua:6: bad argument #1 to 'upper' (string expected, got table)",
+            "tools/libs.lua:7: bad argument #2 to 'rep' (number expected, got table)",
+            "tools/libs.lua:8: wrong number of arguments to 'insert'",
+            "tools/libs.lua:9: bad argument #2 to 'sort' (function expected, got number)",
+            "tools/libs.lua:10: bad argument #2 to 'tonumber' (base out of range)",
+            "tools/libs.lua:11: malformed pattern (missing ']')",
+        ]),
+        "{body}"
+    );
+    let (status, body) = served.call("libs", json!({"raise": true}));
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(
+        body["error"]["message"], "tools/libs.lua:13: bad argument #2 to 'rep' (number expected, got string)",
+        "{body}"
+    );
+}
