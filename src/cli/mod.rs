@@ -128,7 +128,9 @@ impl Globals {
 /// Parses the command line, runs the command and returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose, cli.quiet);
+    // `ctx schema check` reports every problem and warning itself; its log would say each twice.
+    let checking = matches!(cli.command, Command::Schema(schema_cmd::SchemaCommand::Check));
+    init_logging(cli.verbose, cli.quiet || (checking && cli.verbose == 0));
     let globals = Globals { config: cli.config.clone(), verbose: cli.verbose, quiet: cli.quiet };
     match run(cli.command, &globals) {
         Ok(()) => ExitCode::SUCCESS,

@@ -204,3 +204,20 @@ pub fn listening_address(child: &mut std::process::Child) -> Result<String, Stri
         .map(|a| a.trim_end_matches('/').to_string())
         .ok_or(first)
 }
+
+/// Collects a child's stderr in the background (a server's log, read by the test as it goes).
+pub fn collect_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use std::io::Read;
+    let collected: std::sync::Arc<std::sync::Mutex<String>> = Default::default();
+    let (mut err, sink) = (child.stderr.take().expect("a child with piped stderr"), std::sync::Arc::clone(&collected));
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = err.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    collected
+}

@@ -355,17 +355,7 @@ fn serve(ws: &Workspace) -> Served {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr: Arc<Mutex<String>> = Default::default();
-    let (mut err, sink) = (child.stderr.take().unwrap(), Arc::clone(&stderr));
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = err.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
+    let stderr = crate::common::collect_stderr(&mut child);
     let addr = crate::common::listening_address(&mut child)
         .unwrap_or_else(|line| panic!("no address in {line:?}; stderr: {}", stderr.lock().unwrap()));
     Served { child, addr, stderr }
