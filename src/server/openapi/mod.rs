@@ -44,7 +44,7 @@ pub fn base() -> OpenApi {
     // vocabulary, which is what the schema files use, and Swagger UI shows a red warning for any
     // other value.
     let components = doc.components.get_or_insert_with(Default::default);
-    components.schemas.extend(schemas::components().iter().map(|(k, v)| (k.clone(), v.clone())));
+    components.schemas.extend(schemas::components());
     let bearer = HttpBuilder::new()
         .scheme(HttpAuthScheme::Bearer)
         .description(Some("server.auth_token, when it is set. Swagger UI's Authorize button sends it."))

@@ -30,9 +30,11 @@ pub fn definitions() -> &'static BTreeMap<String, Json> {
 }
 
 /// The same definitions in the typed model (the document's `components.schemas`).
-pub fn components() -> &'static BTreeMap<String, RefOr<Schema>> {
-    static TYPED: OnceLock<BTreeMap<String, RefOr<Schema>>> = OnceLock::new();
-    TYPED.get_or_init(|| definitions().iter().map(|(name, def)| (name.clone(), typed(def))).collect())
+///
+/// Built on each call, not kept: the typed model of every definition weighs more than a megabyte,
+/// and a serving process needs it only for the rare `/openapi.json` (whose document is cached).
+pub fn components() -> BTreeMap<String, RefOr<Schema>> {
+    definitions().iter().map(|(name, def)| (name.clone(), typed(def))).collect()
 }
 
 /// `schema` in the typed model; written out, it is the same JSON (see the module comment).
@@ -137,10 +139,10 @@ component!(
     ToolsList,
 );
 
-/// The typed definition `name`, or a reference to it when it failed to convert (logged once by
-/// [`components`]; the tests convert every definition).
+/// The typed definition `name`, or a reference to it when the schema files have no such
+/// definition (the tests check that every component resolves).
 fn component(name: &str) -> RefOr<Schema> {
-    components().get(name).cloned().unwrap_or_else(|| RefOr::Ref(utoipa::openapi::Ref::from_schema_name(name)))
+    definitions().get(name).map(typed).unwrap_or_else(|| RefOr::Ref(utoipa::openapi::Ref::from_schema_name(name)))
 }
 
 /// The `name` path parameter of the generic tool call: a tool name, but not one of the names that
@@ -192,8 +194,9 @@ mod tests {
 
     #[test]
     fn every_schema_file_definition_is_written_back_unchanged() {
+        let components = components();
         for (name, def) in definitions() {
-            let mut written = serde_json::to_value(&components()[name]).unwrap();
+            let mut written = serde_json::to_value(&components[name]).unwrap();
             assert_eq!(&written, def, "{name}");
             align(&mut written, def);
             assert_eq!(written.to_string(), def.to_string(), "{name}: key order");
