@@ -24,7 +24,8 @@ use crate::tools::{Registry, ToolSpec};
 /// The name of the bearer security scheme.
 const BEARER: &str = "bearer";
 
-/// What the routes add their operations to: info, security and the schema files as components.
+/// What the routes add their operations to: info and security. The schema files join as
+/// components in [`fixed`], once the routes are in.
 pub fn base() -> OpenApi {
     let mut doc = OpenApiBuilder::new()
         .info(
@@ -44,7 +45,6 @@ pub fn base() -> OpenApi {
     // vocabulary, which is what the schema files use, and Swagger UI shows a red warning for any
     // other value.
     let components = doc.components.get_or_insert_with(Default::default);
-    components.schemas.extend(schemas::components());
     let bearer = HttpBuilder::new()
         .scheme(HttpAuthScheme::Bearer)
         .description(Some("server.auth_token, when it is set. Swagger UI's Authorize button sends it."))
@@ -53,10 +53,17 @@ pub fn base() -> OpenApi {
     doc
 }
 
-/// The fixed part of the document (every route's operation), built once.
+/// The fixed part of the document (every route's operation), built once, on the first request
+/// for it. The routes name their bodies by reference only (see `schemas::component!`), so the
+/// server builds its router without converting a single schema; the schema files' definitions
+/// join here as the components those references resolve to.
 fn fixed() -> &'static OpenApi {
     static DOC: OnceLock<OpenApi> = OnceLock::new();
-    DOC.get_or_init(|| super::routes().into_openapi())
+    DOC.get_or_init(|| {
+        let mut doc = super::routes().into_openapi();
+        doc.components.get_or_insert_with(Default::default).schemas.extend(schemas::components());
+        doc
+    })
 }
 
 /// The document as JSON: checked in at `openapi/openapi.json` without a registry, served with one.
