@@ -221,3 +221,31 @@ pub fn collect_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sy
     });
     collected
 }
+
+/// A `ctx serve` child on 127.0.0.1:0: its address, its stderr as collected so far; killed and
+/// reaped on drop.
+pub struct ServeChild {
+    pub child: std::process::Child,
+    pub addr: String,
+    pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl ServeChild {
+    /// Spawns `command` (a `ctx ... serve --bind 127.0.0.1:0`; its stdout and stderr are piped
+    /// here) and waits for the address it prints.
+    pub fn spawn(command: &mut std::process::Command) -> ServeChild {
+        use std::process::Stdio;
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn ctx serve");
+        let stderr = collect_stderr(&mut child);
+        let addr = listening_address(&mut child)
+            .unwrap_or_else(|line| panic!("no address in {line:?}; stderr: {}", stderr.lock().unwrap()));
+        ServeChild { child, addr, stderr }
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -6,7 +6,6 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -78,34 +77,24 @@ system_prompt = "You guide."
 }
 
 /// `ctx serve` on 127.0.0.1:0 in a workspace; killed on drop. Its stderr is collected.
-struct Served {
-    child: Child,
-    addr: String,
-    stderr: Arc<Mutex<String>>,
-}
+struct Served(crate::common::ServeChild);
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Served {
+    type Target = crate::common::ServeChild;
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
 }
 
 fn serve(ws: &Workspace, extra: &[&str]) -> Served {
-    let mut child = Command::new(BIN)
-        .current_dir(ws.path())
-        .args(["--config", "ctx.toml", "serve", "--bind", "127.0.0.1:0"])
-        .args(extra)
-        .env_remove("CTX_CONFIG")
-        .env_remove("CTX_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ctx serve");
-    let stderr = crate::common::collect_stderr(&mut child);
-    let addr = crate::common::listening_address(&mut child)
-        .unwrap_or_else(|line| panic!("no address in {line:?}; stderr: {}", stderr.lock().unwrap()));
-    Served { child, addr, stderr }
+    Served(crate::common::ServeChild::spawn(
+        Command::new(BIN)
+            .current_dir(ws.path())
+            .args(["--config", "ctx.toml", "serve", "--bind", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("CTX_CONFIG")
+            .env_remove("CTX_LOG"),
+    ))
 }
 
 impl Served {

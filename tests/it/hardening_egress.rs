@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -329,36 +329,17 @@ error("cannot start with key " .. env.get("CTX_HE_BOOT"))
 "#;
 
 /// `ctx serve` on a free port, with its stderr collected.
-struct Served {
-    child: Child,
-    addr: String,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(ws: &Workspace) -> Served {
-    let mut child = Command::new(BIN)
-        .current_dir(ws.path())
-        .args(["--config", "ctx.toml", "-v", "serve", "--bind", "127.0.0.1:0"])
-        .env_remove("CTX_CONFIG")
-        .env_remove("CTX_LOG")
-        .env("CTX_HE_API_KEY", API_KEY)
-        .env("CTX_HE_BOOT", BOOT_KEY)
-        .env("CTX_HE_TOKEN", TOKEN)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = crate::common::collect_stderr(&mut child);
-    let addr = crate::common::listening_address(&mut child)
-        .unwrap_or_else(|line| panic!("no address in {line:?}; stderr: {}", stderr.lock().unwrap()));
-    Served { child, addr, stderr }
+fn serve(ws: &Workspace) -> crate::common::ServeChild {
+    crate::common::ServeChild::spawn(
+        Command::new(BIN)
+            .current_dir(ws.path())
+            .args(["--config", "ctx.toml", "-v", "serve", "--bind", "127.0.0.1:0"])
+            .env_remove("CTX_CONFIG")
+            .env_remove("CTX_LOG")
+            .env("CTX_HE_API_KEY", API_KEY)
+            .env("CTX_HE_BOOT", BOOT_KEY)
+            .env("CTX_HE_TOKEN", TOKEN),
+    )
 }
 
 /// One HTTP/1.1 request with the bearer token; the status and the body.
