@@ -239,6 +239,22 @@ struct State {
     changed: bool,
 }
 
+/// A `context.state` key as text, its length checked before anything copies it (a script may
+/// pass a string as large as its memory cap).
+fn state_key(function: &str, key: &mlua::LuaString) -> mlua::Result<String> {
+    let bytes = key.as_bytes();
+    if bytes.is_empty() || bytes.len() > connector_state::MAX_KEY_BYTES {
+        return Err(api::fail(format!(
+            "{function}: a key is 1 to {} bytes, got {}",
+            connector_state::MAX_KEY_BYTES,
+            bytes.len()
+        )));
+    }
+    std::str::from_utf8(&bytes)
+        .map(str::to_string)
+        .map_err(|_| api::fail(format!("{function}: a key must be UTF-8 text")))
+}
+
 /// The second argument of `scan`: `source`, `last_sync` and `state.get/set`.
 fn context_table(lua: &Lua, saved: &Saved, state: &Arc<Mutex<State>>) -> mlua::Result<Table> {
     let context = lua.create_table()?;
@@ -249,7 +265,8 @@ fn context_table(lua: &Lua, saved: &Saved, state: &Arc<Mutex<State>>) -> mlua::R
     let values = Arc::clone(state);
     table.raw_set(
         "get",
-        api::function(lua, "context.state.get", move |lua, key: String| {
+        api::function(lua, "context.state.get", move |lua, key: mlua::LuaString| {
+            let key = state_key("context.state.get", &key)?;
             let values = values.lock().unwrap_or_else(|p| p.into_inner());
             match values.values.get(&key) {
                 Some(value) => convert::to_lua(lua, value),
@@ -260,14 +277,8 @@ fn context_table(lua: &Lua, saved: &Saved, state: &Arc<Mutex<State>>) -> mlua::R
     let values = Arc::clone(state);
     table.raw_set(
         "set",
-        api::function(lua, "context.state.set", move |lua, (key, value): (String, Value)| {
-            if key.is_empty() || key.len() > connector_state::MAX_KEY_BYTES {
-                return Err(api::fail(format!(
-                    "context.state.set: a key is 1 to {} bytes, got {}",
-                    connector_state::MAX_KEY_BYTES,
-                    key.len()
-                )));
-            }
+        api::function(lua, "context.state.set", move |lua, (key, value): (mlua::LuaString, Value)| {
+            let key = state_key("context.state.set", &key)?;
             let too_large = |size: usize| {
                 api::fail(format!(
                     "context.state.set: the state would be {size} bytes of JSON or more, over its limit of {}; \
@@ -285,7 +296,7 @@ fn context_table(lua: &Lua, saved: &Saved, state: &Arc<Mutex<State>>) -> mlua::R
                 Json::Null => state.values.remove(&key),
                 json => state.values.insert(key.clone(), json),
             };
-            let size = Json::Object(state.values.clone()).to_string().len();
+            let size = serde_json::to_string(&state.values).map(|text| text.len()).unwrap_or(usize::MAX);
             if size > connector_state::MAX_BYTES {
                 // Refused whole: the state stays as it was before this call.
                 match old {

@@ -26,6 +26,8 @@
 //! | `collectgarbage("collect"/"step"/"count")` | one full cycle, O(heap): ~50 ms at 64 MiB | the heap is bounded by the cap; each call checks the deadline first (`count` collects too, see item 14) |
 //! | `math.*`, `utf8.*`, `os.time/clock/date/difftime` | O(1), or O(length) of one string | the cap |
 //! | `coroutine.*` | O(1) | resumed code is hooked (the hook is global) |
+//! | `context.state.get/set` (connectors) | one key lookup; `set` converts its value and re-measures the whole state, O(64 KiB) | keys over 256 bytes are refused before they are copied; the value converts against the state's 64 KiB limit and stops there; a state over 64 KiB is refused whole |
+//! | the message handler of every protected call (`guard::locate`), and `tostring`/`string.format` of a host error | one pass over the message and at most 32 stack frames | messages over 4 KiB pass unchanged; host error messages are cut to 4 KiB (`api::fail`) |
 //! | host APIs (`json`, `http`, `base64`, `crypto`, `fs`, `env`, `log`, `sleep`, `progress`, `MCP`, `require`, the knowledge base) | see each module | inline runs escalate before large data; conversions count their size against the cap before they build anything; blocking calls end at the deadline; an error message quotes at most 200 characters of an argument and is cut to 4 KiB (`api::fail`), and a path over 4096 bytes is refused before it is copied |
 //!
 //! Whatever this table misses is caught by the last line of defence: a call whose run overruns

@@ -559,3 +559,46 @@ end
     assert!(warning.contains("and 4995 more problem(s)"), "{}", &warning[..warning.len().min(500)]);
     assert!(warning.len() < 2000, "{} bytes", warning.len());
 }
+
+/// Worst-case arguments for `context.state`: a key and a value as large as a string can be, and a
+/// state that would pass its limit. Each is refused with what to do, before it is copied, and the
+/// state stays as it was.
+#[test]
+fn review_16_connector_state_refuses_worst_case_arguments_before_copying_them() {
+    let ws = Workspace::new("[connectors.script.greedy]\npath = \"greedy.lua\"\n");
+    ws.write(
+        "greedy.lua",
+        r#"connector = { name = "greedy" }
+function connector.scan(config, context)
+  local huge = string.rep("k", 32 << 20)
+  local errors = {}
+  local function try(f, ...) local ok, err = pcall(f, ...) errors[#errors + 1] = ok and "accepted" or err end
+  try(context.state.get, huge)
+  try(context.state.set, huge, 1)
+  try(context.state.set, "value", huge)
+  try(context.state.set, "first", string.rep("a", 40 * 1024))
+  try(context.state.set, "second", string.rep("b", 40 * 1024))
+  huge = nil
+  context.state.set("errors", errors)
+  return {}
+end
+"#,
+    );
+    ws.ctx(&["sync"]).ok();
+    let state: Value = ws
+        .db()
+        .query_row("SELECT state_json FROM connector_state WHERE source = 'script:greedy'", [], |r| {
+            Ok(serde_json::from_str(&r.get::<_, String>(0)?).unwrap())
+        })
+        .unwrap();
+    let errors: Vec<&str> = state["errors"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(errors[0], "greedy.lua:5: context.state.get: a key is 1 to 256 bytes, got 33554432");
+    assert_eq!(errors[1], "greedy.lua:5: context.state.set: a key is 1 to 256 bytes, got 33554432");
+    assert!(errors[2].starts_with("greedy.lua:5: context.state.set: the state would be"), "{}", errors[2]);
+    assert!(errors[2].contains("keep cursors and ids there, not documents"), "{}", errors[2]);
+    assert_eq!(errors[3], "accepted");
+    assert!(errors[4].contains("over its limit of 65536"), "{}", errors[4]);
+    // The refused calls left nothing behind; the accepted one is kept.
+    assert!(state.get("value").is_none() && state.get("second").is_none(), "{state}");
+    assert_eq!(state["first"].as_str().map(str::len), Some(40 * 1024));
+}
