@@ -23,3 +23,4 @@ pub mod schema;
 pub mod server;
 pub mod tools;
 pub mod types;
+pub mod upstream;

@@ -9,6 +9,7 @@ mod expand;
 pub mod hosts;
 pub mod redact;
 mod toml_source;
+pub mod upstream;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -148,6 +149,8 @@ pub struct Config {
     /// Sections an unset `${VAR}` disables, ordered by table then name. They are in neither
     /// `spec` nor `scripts`; whoever lists tools, agents or sources reports them as broken.
     pub broken: Vec<BrokenSection>,
+    /// The upstream MCP servers (`[mcp.servers.*]` and `mcp.import`), by name.
+    pub upstreams: Vec<upstream::UpstreamSection>,
 }
 
 impl Config {
@@ -258,7 +261,7 @@ impl Config {
             return Err(invalid(problems));
         }
         let scripts = script_sections(&value, &spec, &base_dir, &expansion.refs);
-        Ok(Config { file: file.to_path_buf(), base_dir, spec, scripts, broken: broken_sections })
+        Ok(Config { file: file.to_path_buf(), base_dir, spec, scripts, broken: broken_sections, upstreams: Vec::new() })
     }
 
     /// Resolves a path from the config against the config file's folder.
