@@ -7,6 +7,7 @@ mod agent_cmd;
 mod connector_cmd;
 mod init;
 mod kb_cmd;
+mod mcp_cmd;
 mod scaffold;
 mod schema_cmd;
 mod serve_cmd;
@@ -68,6 +69,9 @@ pub enum Command {
     /// Scaffold, list and try agents (served as MCP prompts and at /agents).
     #[command(subcommand)]
     Agent(agent_cmd::AgentCommand),
+    /// List and try the upstream MCP servers ctx connects to ([mcp.servers.*], mcp.import).
+    #[command(subcommand)]
+    Mcp(mcp_cmd::McpCommand),
     /// Print a shell completion script.
     Completions {
         /// Shell to generate for.
@@ -155,6 +159,7 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
         Command::Connector(cmd) => connector_cmd::run(cmd, globals),
         Command::Tool(cmd) => tool_cmd::run(cmd, globals),
         Command::Agent(cmd) => agent_cmd::run(cmd, globals),
+        Command::Mcp(cmd) => mcp_cmd::run(cmd, globals),
         Command::Serve(args) => serve_cmd::run(args, globals),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ctx", &mut std::io::stdout());

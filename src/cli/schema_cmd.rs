@@ -52,6 +52,7 @@ fn check(globals: &Globals) -> Result<(), CliError> {
             LoadProblemKind::Agent => "agents.script",
             LoadProblemKind::Connector => "connectors.script",
             LoadProblemKind::Tool => "tools.script",
+            LoadProblemKind::Upstream => "mcp.servers",
             LoadProblemKind::Config => "config",
         };
         for problem in &checked.problems {

@@ -9,6 +9,7 @@ use crate::kb::Kb;
 use crate::mcp::Mcp;
 use crate::server::{self, App};
 use crate::tools::{self, Registry, Tools};
+use crate::upstream::{Event, EventSink, Upstreams};
 
 /// Prints a status line. Unlike `println!` it never panics: whoever launched the server may have
 /// closed our stdout, and that must not take the server down.
@@ -46,6 +47,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     let max_body_bytes = config.spec.server.max_body_bytes as usize;
     let page_size = config.spec.server.mcp_page_size as usize;
     let limits = server::Limits::from_config(&config.spec.server);
+    let sections = config.upstreams.clone();
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = Registry::build(kb.clone(), None);
     let runtime =
@@ -53,12 +55,13 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     let tools = Arc::new(Tools::new(registry));
     tools.config_loaded(&located.path);
     let mcp = Mcp::with_page_size(Arc::clone(&tools), page_size);
+    let upstreams = start_upstreams(&runtime, &sections, &tools, &mcp)?;
     if !args.no_reload {
         let (mcp, handle) = (mcp.clone(), runtime.handle().clone());
         // The broadcast is sync, but enter the runtime so rmcp's tasks wake on it.
         tools::reload::watch(located, kb, Arc::clone(&tools), move |tools, prompts| {
             let _guard = handle.enter();
-            mcp.lists_changed(crate::mcp::Changed { tools, prompts });
+            mcp.lists_changed(crate::mcp::Changed { tools, prompts, resources: false });
         })
         .map_err(CliError::Usage)?;
     }
@@ -66,7 +69,12 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
         for problem in tools.current().problems() {
             tracing::error!("{} {} failed to load: {}", problem.kind, problem.name, problem.message);
         }
-        return runtime.block_on(mcp.serve_stdio()).map_err(|e| CliError::from(anyhow::anyhow!(e)));
+        let served = runtime.block_on(async {
+            let served = mcp.serve_stdio().await;
+            upstreams.shutdown().await;
+            served
+        });
+        return served.map_err(|e| CliError::from(anyhow::anyhow!(e)));
     }
     let registry = tools.current();
     runtime.block_on(async move {
@@ -91,11 +99,49 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
         }
         say!("  MCP (Streamable HTTP) at http://{local}/mcp");
         let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes).with_limits(limits));
-        server::run(listener, app, shutdown_signal()).await.context("the server failed")?;
+        let served = server::run(listener, app, shutdown_signal()).await.context("the server failed");
+        upstreams.shutdown().await;
+        served?;
         say!("ctx stopped");
         Ok::<(), anyhow::Error>(())
     })?;
     Ok(())
+}
+
+/// How long `ctx serve` waits for the servers marked `required` before it gives up.
+const REQUIRED_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Starts a supervisor per upstream MCP server (connections happen in the background, except
+/// that the `required` ones must be ready before ctx serves), and swaps their tools into the
+/// registry whenever one (re)connects or relists.
+fn start_upstreams(
+    runtime: &tokio::runtime::Runtime,
+    sections: &[crate::config::upstream::UpstreamSection],
+    tools: &Arc<Tools>,
+    mcp: &Mcp,
+) -> Result<Arc<Upstreams>, CliError> {
+    let (weak, mcp) = (Arc::downgrade(tools), mcp.clone());
+    let events: EventSink = Arc::new(move |event: Event| {
+        let Some(tools) = weak.upgrade() else { return };
+        let tools_changed = event.tools && tools.refresh_upstreams();
+        mcp.lists_changed(crate::mcp::Changed {
+            tools: tools_changed,
+            prompts: event.prompts,
+            resources: event.resources,
+        });
+    });
+    let _guard = runtime.enter();
+    let upstreams = Upstreams::start(sections, events);
+    tools.attach_upstreams(Arc::clone(&upstreams));
+    if sections.iter().any(|s| s.required && s.enabled) {
+        if let Err(e) = runtime.block_on(upstreams.required_ready(REQUIRED_WAIT)) {
+            runtime.block_on(upstreams.shutdown());
+            return Err(CliError::Usage(format!(
+                "{e}\n(a server with required = true must start before ctx serves; fix it, or drop `required` to let ctx start without it and keep retrying)"
+            )));
+        }
+    }
+    Ok(upstreams)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -97,7 +97,7 @@ fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Res
 }
 
 /// `--param KEY=VALUE` items as pairs.
-fn param_pairs(raw: &[String]) -> Result<Vec<(String, String)>, CliError> {
+pub(super) fn param_pairs(raw: &[String]) -> Result<Vec<(String, String)>, CliError> {
     let mut pairs = Vec::new();
     for item in raw {
         let (k, v) = item.split_once('=').ok_or_else(|| {
@@ -193,7 +193,7 @@ fn run_test(
 
 /// Prints a call's result (or its error envelope under `--json`). A failed call is exit 1 in
 /// both modes: 2 is for usage and config errors.
-fn print_outcome(outcome: Result<Output, CallError>, builtin: bool, json: bool) -> Result<(), CliError> {
+pub(super) fn print_outcome(outcome: Result<Output, CallError>, builtin: bool, json: bool) -> Result<(), CliError> {
     match outcome {
         Ok(output) if json => {
             // The body POST /tools/<name> answers: built-ins their own, Lua tools {"result": ...}.
@@ -290,16 +290,44 @@ fn note(json: bool, line: &str) {
 fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(), CliError> {
     let pairs = param_pairs(raw)?;
     let config = globals.load_config()?;
+    let (runtime, upstreams) = upstreams_of(&config)?;
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
-    let registry = Registry::build(kb, None);
+    let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
     // Without a spec (unknown, or failed to load) the call itself says why.
     let (params, builtin) = match registry.spec(name) {
         Some(spec) => (spec.params.coerce(&pairs).map_err(CliError::Usage)?, spec.builtin),
         None => (Json::Object(Default::default()), false),
     };
     let options = CallOptions { caller: "cli", ..Default::default() };
-    let outcome = registry.call(name, params, &options);
+    let outcome = {
+        let _guard = runtime.as_ref().map(|r| r.enter());
+        registry.call(name, params, &options)
+    };
+    if let (Some(runtime), Some(upstreams)) = (&runtime, &upstreams) {
+        runtime.block_on(upstreams.shutdown());
+    }
     print_outcome(outcome, builtin, json)
+}
+
+/// Connects the config's upstream MCP servers, when it has any, for a command that lists or
+/// calls their tools. The runtime must outlive every call.
+fn upstreams_of(
+    config: &Config,
+) -> Result<(Option<tokio::runtime::Runtime>, Option<Arc<crate::upstream::Upstreams>>), CliError> {
+    if config.upstreams.is_empty() {
+        return Ok((None, None));
+    }
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    let upstreams = super::mcp_cmd::connect(&runtime, &config.upstreams);
+    Ok((Some(runtime), Some(upstreams)))
+}
+
+fn with_upstreams(registry: Registry, upstreams: Option<&Arc<crate::upstream::Upstreams>>) -> Registry {
+    match upstreams {
+        Some(upstreams) => registry.with_upstreams(upstreams),
+        None => registry,
+    }
 }
 
 /// The config for `ctx tool test`: the workspace's when there is one (so context.search sees
@@ -321,15 +349,23 @@ fn config_for_test(globals: &Globals, required: bool) -> Result<(Config, Option<
 
 fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
     let config = globals.load_config()?;
+    let (runtime, upstreams) = upstreams_of(&config)?;
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
-    let registry = Registry::build(kb, None);
+    let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
+    if let (Some(runtime), Some(upstreams)) = (&runtime, &upstreams) {
+        runtime.block_on(upstreams.shutdown());
+    }
     if json {
         let body = json!({ "tools": registry.listing().tools, "problems": registry.problems() });
         println!("{}", serde_json::to_string_pretty(&body).unwrap_or_default());
         return Ok(());
     }
     for spec in registry.specs() {
-        let kind = if spec.builtin { "built-in".to_string() } else { spec.script.clone().unwrap_or_default() };
+        let kind = match (&spec.upstream, spec.builtin) {
+            (Some(origin), _) => format!("upstream {}", origin.server),
+            (None, true) => "built-in".to_string(),
+            (None, false) => spec.script.clone().unwrap_or_default(),
+        };
         println!("{}  ({kind})", spec.name);
         println!("    {}", spec.description);
         let params = param_summary(spec);
@@ -353,6 +389,7 @@ fn kind_word(problem: &LoadProblem) -> &'static str {
         LoadProblemKind::Tool => "tool",
         LoadProblemKind::Agent => "agent",
         LoadProblemKind::Connector => "connector",
+        LoadProblemKind::Upstream => "upstream",
         LoadProblemKind::Config => "config",
     }
 }

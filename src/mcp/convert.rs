@@ -10,12 +10,20 @@ use rmcp::ErrorData as McpError;
 use serde_json::Value as Json;
 
 use crate::agents::AgentSpec;
-use crate::tools::{CallError, ToolSpec};
+use crate::tools::{CallError, Output, ToolSpec};
 use crate::types::{AgentPrompt, McpCallResult, PromptMessageRole};
 
 /// The `tools/list` entry: `inputSchema` is exactly the REST parameter schema, and the
 /// annotations are what the tool declares (nothing declared, nothing claimed).
 pub fn tool(spec: &ToolSpec) -> Tool {
+    // An upstream's entry passes through as it sent it, under ctx's name for it.
+    if let Some(origin) = &spec.upstream {
+        let mut raw = origin.raw.clone();
+        raw.insert("name".into(), Json::String(spec.name.clone()));
+        if let Ok(tool) = serde_json::from_value::<Tool>(Json::Object(raw)) {
+            return tool;
+        }
+    }
     let schema: JsonObject = match spec.params.schema() {
         Json::Object(map) => map.clone(),
         _ => JsonObject::new(),
@@ -50,6 +58,22 @@ pub fn result(result: &McpCallResult) -> Result<CallToolResult, McpError> {
     let mut out = if result.is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
     if !result.structured_content.is_empty() {
         out.structured_content = Some(Json::Object(result.structured_content.clone()));
+    }
+    Ok(out)
+}
+
+/// The `tools/call` result of a call that succeeded: an upstream's result passes through
+/// whole (every content block kind, `structuredContent`, `isError`, `_meta`).
+pub fn output(output: &Output) -> Result<CallToolResult, McpError> {
+    let Output::Upstream(raw) = output else { return result(&output.mcp()) };
+    let internal = |e: serde_json::Error| McpError::internal_error(format!("upstream tool result: {e}"), None);
+    let content: Vec<ContentBlock> =
+        serde_json::from_value(raw.get("content").cloned().unwrap_or(Json::Array(Vec::new()))).map_err(internal)?;
+    let is_error = raw.get("isError").and_then(Json::as_bool).unwrap_or(false);
+    let mut out = if is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
+    out.structured_content = raw.get("structuredContent").filter(|s| !s.is_null()).cloned();
+    if let Some(meta) = raw.get("_meta") {
+        out.meta = serde_json::from_value(meta.clone()).ok();
     }
     Ok(out)
 }

@@ -95,7 +95,7 @@ impl DirectRoute {
             Err(e) if e.is_protocol_error() => {
                 return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
             }
-            Ok(output) => convert::result(&output.mcp()),
+            Ok(output) => convert::output(output),
             Err(e) => convert::result(&e.mcp()),
         };
         // The tool has run, so a result that cannot be written is answered here, as rmcp answers

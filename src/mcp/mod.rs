@@ -10,6 +10,7 @@ pub mod direct;
 mod notify;
 pub mod progress;
 pub mod sessions;
+mod upstream;
 
 use std::sync::Arc;
 
@@ -17,8 +18,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestMethod, CompleteRequestParams, CompleteResult,
     CustomRequest, CustomResult, ErrorCode as RpcCode, GetPromptRequestParams, GetPromptResponse, Implementation,
     ListPromptsResult, ListResourceTemplatesRequestMethod, ListResourceTemplatesResult, ListResourcesRequestMethod,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, SubscriptionFilter,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -39,6 +40,7 @@ pub const PAGE_SIZE: usize = 50;
 pub struct Changed {
     pub tools: bool,
     pub prompts: bool,
+    pub resources: bool,
 }
 
 /// The MCP server handler. Cheap to clone: rmcp makes one per session and per stateless request.
@@ -101,13 +103,13 @@ impl Mcp {
 
     /// Tells every connected client that the tool list changed (`notifications/tools/list_changed`).
     pub fn tools_changed(&self) {
-        self.lists_changed(Changed { tools: true, prompts: false });
+        self.lists_changed(Changed { tools: true, prompts: false, resources: false });
     }
 
     /// Tells every connected client which lists changed (`notifications/tools/list_changed`,
     /// `notifications/prompts/list_changed`).
     pub fn lists_changed(&self, changed: Changed) {
-        if changed.tools || changed.prompts {
+        if changed.tools || changed.prompts || changed.resources {
             let _ = self.inner.changed.send(changed);
         }
     }
@@ -210,7 +212,7 @@ impl Mcp {
             );
         }
         match result {
-            Ok(output) => Ok(convert::result(&output.mcp())?.into()),
+            Ok(output) => Ok(convert::output(&output)?.into()),
             Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
             Err(e) => Ok(convert::result(&e.mcp())?.into()),
         }
@@ -224,14 +226,18 @@ fn rmcp_body_limit(max_body_bytes: usize) -> usize {
 
 impl ServerHandler for Mcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .enable_prompts()
-                .enable_prompts_list_changed()
-                .build(),
-        )
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_prompts()
+            .enable_prompts_list_changed();
+        // Resources exist only through upstream servers that offer them.
+        let capabilities = if upstream::has_resources(&self.inner.tools) {
+            capabilities.enable_resources().enable_resources_list_changed().build()
+        } else {
+            capabilities.build()
+        };
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("ctx", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "ctx: search and read your team's knowledge base (search, get, sources), run the team's Lua tools, and start from its agents (prompts).",
@@ -302,7 +308,8 @@ impl ServerHandler for Mcp {
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         let registry = self.inner.tools.current();
-        let prompts = registry.agents().map(convert::prompt).collect();
+        let mut prompts: Vec<_> = registry.agents().map(convert::prompt).collect();
+        prompts.extend(upstream::prompts(&self.inner.tools));
         Ok(ListPromptsResult::with_all_items(prompts))
     }
 
@@ -311,6 +318,19 @@ impl ServerHandler for Mcp {
         request: GetPromptRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
+        let tools = &self.inner.tools;
+        let is_agent = tools.current().agents().any(|a| a.name == request.name);
+        if !is_agent {
+            let arguments = request.arguments.clone().unwrap_or_default();
+            let upstream = upstream::get_prompt(tools, &request.name, arguments);
+            let found = tokio::select! {
+                found = upstream => found,
+                _ = cx.ct.cancelled() => return Err(McpError::internal_error("cancelled", None)),
+            };
+            if let Some(result) = found {
+                return result.map(Into::into);
+            }
+        }
         let args = request.arguments.map(Json::Object).unwrap_or(Json::Null);
         let options = CallOptions { cancel: CancelHandle::new(), progress: None, caller: "mcp" };
         let resolve = self.inner.tools.prompt(request.name, args, options);
@@ -332,7 +352,10 @@ impl ServerHandler for Mcp {
         _request: Option<PaginatedRequestParams>,
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        Err(McpError::method_not_found::<ListResourcesRequestMethod>())
+        if !upstream::has_resources(&self.inner.tools) {
+            return Err(McpError::method_not_found::<ListResourcesRequestMethod>());
+        }
+        Ok(ListResourcesResult::with_all_items(upstream::resources(&self.inner.tools)))
     }
 
     async fn list_resource_templates(
@@ -340,7 +363,21 @@ impl ServerHandler for Mcp {
         _request: Option<PaginatedRequestParams>,
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        Err(McpError::method_not_found::<ListResourceTemplatesRequestMethod>())
+        if !upstream::has_resources(&self.inner.tools) {
+            return Err(McpError::method_not_found::<ListResourceTemplatesRequestMethod>());
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(upstream::templates(&self.inner.tools)))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        tokio::select! {
+            result = upstream::read(&self.inner.tools, &request.uri) => result.map(Into::into),
+            _ = cx.ct.cancelled() => Err(McpError::internal_error("cancelled", None)),
+        }
     }
 
     /// Session-era clients (2025-11-25) get `list_changed` on their session's stream.
@@ -355,9 +392,12 @@ impl ServerHandler for Mcp {
 
     async fn listen(&self, cx: SubscriptionContext) -> Result<(), McpError> {
         let accepted = cx.accepted();
-        let (want_tools, want_prompts) =
-            (accepted.tools_list_changed == Some(true), accepted.prompts_list_changed == Some(true));
-        if !want_tools && !want_prompts {
+        let (want_tools, want_prompts, want_resources) = (
+            accepted.tools_list_changed == Some(true),
+            accepted.prompts_list_changed == Some(true),
+            accepted.resources_list_changed == Some(true),
+        );
+        if !want_tools && !want_prompts && !want_resources {
             cx.cancelled().await;
             return Ok(());
         }
@@ -368,9 +408,12 @@ impl ServerHandler for Mcp {
                 received = changed.recv() => {
                     let lists = match received {
                         Ok(lists) => lists,
-                        Err(broadcast::error::RecvError::Lagged(_)) => Changed { tools: true, prompts: true },
+                        Err(broadcast::error::RecvError::Lagged(_)) => Changed { tools: true, prompts: true, resources: true },
                         Err(broadcast::error::RecvError::Closed) => return Ok(()),
                     };
+                    if want_resources && lists.resources && cx.sink().notify_resource_list_changed().await.is_err() {
+                        return Ok(());
+                    }
                     if want_tools && lists.tools && cx.sink().notify_tool_list_changed().await.is_err() {
                         return Ok(());
                     }

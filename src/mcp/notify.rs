@@ -57,7 +57,7 @@ async fn notifier(peers: Weak<SessionPeers>, mut changed: broadcast::Receiver<Ch
         let lists = tokio::select! {
             received = changed.recv() => match received {
                 Ok(lists) => Some(lists),
-                Err(broadcast::error::RecvError::Lagged(_)) => Some(Changed { tools: true, prompts: true }),
+                Err(broadcast::error::RecvError::Lagged(_)) => Some(Changed { tools: true, prompts: true, resources: true }),
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             _ = sweep.tick() => None,
@@ -71,6 +71,9 @@ async fn notifier(peers: Weak<SessionPeers>, mut changed: broadcast::Receiver<Ch
                 }
                 if lists.prompts {
                     peer.notify_prompt_list_changed().await?;
+                }
+                if lists.resources {
+                    peer.notify_resource_list_changed().await?;
                 }
                 Ok::<(), rmcp::service::ServiceError>(())
             })

@@ -21,7 +21,9 @@ use super::openapi::schemas::{
 use super::respond::{call_error, json_body, ok, ApiError};
 use super::App;
 use crate::tools::{CallError, CallOptions, Output};
-use crate::types::{ErrorCode, ErrorDetail, Health, HealthStatus, LoadProblem, LoadProblemKind, ServerLoad};
+use crate::types::{
+    ErrorCode, ErrorDetail, Health, HealthStatus, LoadProblem, LoadProblemKind, ServerLoad, UpstreamHealth,
+};
 
 /// Liveness and load problems. Needs no token.
 ///
@@ -64,6 +66,7 @@ pub async fn health(State(app): State<Arc<App>>, authorized: Option<Extension<gu
             tools: Some(registry.specs().count() as u64),
             agents: Some(registry.agents().count() as u64),
             problems,
+            upstreams: upstream_health(&app.tools),
             config,
             load: Some(ServerLoad {
                 connections: app.connections.count() as u64,
@@ -79,11 +82,38 @@ pub async fn health(State(app): State<Arc<App>>, authorized: Option<Extension<gu
             tools: None,
             agents: None,
             problems: Vec::new(),
+            upstreams: Vec::new(),
             config: None,
             load: None,
         }
     };
     ok(&serde_json::to_value(body).unwrap_or(Json::Null))
+}
+
+/// Each upstream MCP server's state, for `/health`.
+fn upstream_health(tools: &crate::tools::Tools) -> Vec<UpstreamHealth> {
+    let Some(upstreams) = tools.upstreams() else { return Vec::new() };
+    use crate::types::{UpstreamHealthState as S, UpstreamHealthTransport as T};
+    use crate::upstream::State;
+    let health = |status: crate::upstream::Status| UpstreamHealth {
+        transport: if status.transport == "http" { T::Http } else { T::Stdio },
+        state: match status.state {
+            State::Connecting => S::Connecting,
+            State::Ready => S::Ready,
+            State::Restarting => S::Restarting,
+            State::CrashLooping => S::CrashLooping,
+            State::Disabled => S::Disabled,
+        },
+        tools: status.tools as u64,
+        restarts: status.restarts,
+        attempt: status.attempt as u64,
+        last_error: status.last_error,
+        latency_p50_ms: status.latency_p50_ms,
+        calls: status.calls,
+        pid: status.pid.map(u64::from),
+        name: status.name,
+    };
+    upstreams.status().into_iter().map(health).collect()
 }
 
 /// Every tool with its parameter schema: built-ins first, then by name.

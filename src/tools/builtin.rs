@@ -85,6 +85,8 @@ fn spec(kind: Kind) -> ToolSpec {
         output_schema: None,
         script: None,
         section: None,
+        hidden: false,
+        upstream: None,
     }
 }
 

@@ -55,6 +55,24 @@ pub enum CallError {
 }
 
 impl CallError {
+    /// What a failed upstream request means for the caller of the tool `tool`.
+    pub fn from_upstream(tool: &str, limit: Duration, error: crate::upstream::UpstreamError) -> CallError {
+        use crate::upstream::UpstreamError as U;
+        match error {
+            U::Timeout { .. } => CallError::Timeout { subject: format!("tool '{tool}'"), limit },
+            // Invalid params from the upstream's own checks: the caller's mistake, as here.
+            U::Rpc { code: -32602, message, .. } => {
+                CallError::BadRequest(format!("tool '{tool}': the upstream server refused the arguments: {message}"))
+            }
+            e @ (U::UnknownServer(_) | U::Down { .. } | U::Disconnected { .. }) => {
+                CallError::Unavailable(format!("tool '{tool}': {e}"))
+            }
+            e @ U::Rpc { .. } => {
+                CallError::ToolFailed { message: format!("tool '{tool}': {e}"), tool_code: None, data: None }
+            }
+        }
+    }
+
     pub fn code(&self) -> ErrorCode {
         match self {
             CallError::UnknownTool(_) | CallError::UnknownAgent(_) | CallError::NotFound(_) => ErrorCode::NotFound,

@@ -107,6 +107,8 @@ impl LuaTool {
                 output_schema,
                 script: Some(info.display_path.clone()),
                 section: Some(section.name.clone()),
+                hidden: false,
+                upstream: None,
             },
             info,
             limits,

@@ -11,6 +11,7 @@ pub mod params;
 mod registry;
 pub mod reload;
 pub mod stuck;
+pub mod upstream_tool;
 
 use std::sync::Arc;
 
@@ -45,6 +46,18 @@ pub struct ToolSpec {
     pub script: Option<String>,
     /// The `[tools.script.<section>]` key, for Lua tools.
     pub section: Option<String>,
+    /// Left out of the flat listings (an upstream server with `expose = "discover"`): still
+    /// callable by name.
+    pub hidden: bool,
+    /// Where an upstream tool comes from, with its `tools/list` entry as the server sent it.
+    pub upstream: Option<UpstreamOrigin>,
+}
+
+/// The server and original name of an upstream tool, and its listing entry unchanged.
+pub struct UpstreamOrigin {
+    pub server: String,
+    pub tool: String,
+    pub raw: Map<String, Json>,
 }
 
 impl ToolSpec {
@@ -85,6 +98,20 @@ pub trait Tool: Send + Sync {
     fn deadline(&self) -> Option<std::time::Duration> {
         None
     }
+    /// Tools that wait on another process rather than compute (upstream MCP servers) run as a
+    /// future on the caller's runtime instead of a blocking thread: `Some` for those.
+    fn as_async(&self) -> Option<&dyn AsyncTool> {
+        None
+    }
+}
+
+/// A future a tool call returns.
+pub type CallFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Output, CallError>> + Send>>;
+
+/// A tool whose calls are futures (see [`Tool::as_async`]). Dropping the future cancels the
+/// call. [`Tool::run`] of such a tool blocks on it.
+pub trait AsyncTool: Send + Sync {
+    fn call(&self, params: Json, progress: Option<ProgressSink>) -> CallFuture;
 }
 
 pub type ToolRef = Arc<dyn Tool>;

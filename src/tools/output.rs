@@ -18,6 +18,9 @@ pub enum Output {
     /// `MCP.content(blocks)`: MCP content blocks (text, image, audio, resource), checked
     /// against the `ContentBlock` schema.
     Content(Vec<ContentBlock>),
+    /// An upstream MCP server's `CallToolResult`, as it sent it (resource URIs namespaced):
+    /// MCP passes it on unchanged.
+    Upstream(serde_json::Map<String, Json>),
 }
 
 impl Output {
@@ -32,6 +35,7 @@ impl Output {
             Output::Value(v) | Output::HandledError(v) => v.clone(),
             Output::Text(t) => Json::String(t.clone()),
             Output::Content(blocks) => json!({ "content": blocks }),
+            Output::Upstream(result) => upstream_value(result),
         }
     }
 
@@ -49,6 +53,17 @@ impl Output {
             Output::Content(blocks) => {
                 McpCallResult { content: blocks.clone(), structured_content: Default::default(), is_error: false }
             }
+            Output::Upstream(result) => McpCallResult {
+                // Blocks outside ctx's own content schema (resource links, ...) are left out
+                // here; the MCP adapter passes the upstream's result on whole instead.
+                content: result
+                    .get("content")
+                    .and_then(Json::as_array)
+                    .map(|blocks| blocks.iter().filter_map(|b| serde_json::from_value(b.clone()).ok()).collect())
+                    .unwrap_or_default(),
+                structured_content: result.get("structuredContent").map(structured).unwrap_or_default(),
+                is_error: is_error(result),
+            },
             Output::HandledError(v) => McpCallResult {
                 content: vec![text(v.get("error").map(as_text).unwrap_or_else(|| as_text(v)))],
                 structured_content: structured(v),
@@ -81,5 +96,37 @@ fn structured(v: &Json) -> serde_json::Map<String, Json> {
     match v {
         Json::Object(map) => map.clone(),
         _ => Default::default(),
+    }
+}
+
+fn is_error(result: &serde_json::Map<String, Json>) -> bool {
+    result.get("isError").and_then(Json::as_bool).unwrap_or(false)
+}
+
+/// An upstream result under REST's `result`: its `structuredContent` when it has one, else its
+/// text when it is all text, else its content blocks. A result the upstream marked `isError`
+/// reads `{"error": text, ...}`, like a script's handled error.
+fn upstream_value(result: &serde_json::Map<String, Json>) -> Json {
+    let blocks = result.get("content").and_then(Json::as_array).map(Vec::as_slice).unwrap_or_default();
+    let texts: Option<Vec<&str>> =
+        blocks.iter().map(|b| (b.get("type")? == "text").then(|| b.get("text")?.as_str()).flatten()).collect();
+    let text = texts.as_ref().map(|t| t.join("\n"));
+    if is_error(result) {
+        let mut error = serde_json::Map::new();
+        error.insert("error".into(), Json::String(text.clone().unwrap_or_else(|| "the upstream tool failed".into())));
+        if text.is_none() {
+            error.insert("content".into(), Json::Array(blocks.to_vec()));
+        }
+        if let Some(structured) = result.get("structuredContent") {
+            error.insert("structuredContent".into(), structured.clone());
+        }
+        return Json::Object(error);
+    }
+    if let Some(structured) = result.get("structuredContent").filter(|s| !s.is_null()) {
+        return structured.clone();
+    }
+    match text {
+        Some(text) if !blocks.is_empty() => Json::String(text),
+        _ => json!({ "content": blocks }),
     }
 }

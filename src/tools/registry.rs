@@ -40,6 +40,9 @@ pub struct Registry {
     problems: Vec<LoadProblem>,
     /// What loaded but looks wrong (a required parameter with a default).
     warnings: Vec<LoadProblem>,
+    /// How many of `tools`, `problems` and `warnings` come from the config; upstream tools and
+    /// their problems follow, and are replaced whenever an upstream relists.
+    own: (usize, usize, usize),
     kb: Kb,
 }
 
@@ -67,7 +70,44 @@ impl Registry {
         let mut registry = Registry::assemble(kb, loaded.tools, loaded.problems);
         registry.warnings = loaded.warnings;
         registry.agents = agents;
+        registry.own.2 = registry.warnings.len();
         registry
+    }
+
+    /// This registry with the tools of `upstreams` as they are listed now, in place of the ones
+    /// it had: what a relist or a reload swaps in.
+    pub fn with_upstreams(&self, upstreams: &Arc<crate::upstream::Upstreams>) -> Registry {
+        let (tools, problems, warnings) = self.own;
+        let mut taken: HashMap<String, String> = self.tools[..tools]
+            .iter()
+            .map(|t| {
+                let spec = t.spec();
+                let holder = if spec.builtin {
+                    format!("the built-in tool '{}'", spec.name)
+                } else {
+                    format!("the Lua tool of {}", spec.script.as_deref().unwrap_or("a script"))
+                };
+                (spec.name.clone(), holder)
+            })
+            .collect();
+        let catalog = upstreams.catalog();
+        let (extra, collisions, notes) = super::upstream_tool::build(&catalog, upstreams, &mut taken);
+        let mut all: Vec<ToolRef> = self.tools[..tools].to_vec();
+        all.extend(extra);
+        let mut all_problems = self.problems[..problems].to_vec();
+        all_problems.extend(collisions);
+        let mut all_warnings = self.warnings[..warnings].to_vec();
+        all_warnings.extend(notes);
+        let index = all.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
+        Registry {
+            tools: all,
+            index,
+            agents: self.agents.clone(),
+            problems: all_problems,
+            warnings: all_warnings,
+            own: self.own,
+            kb: self.kb.clone(),
+        }
     }
 
     /// A registry of the built-ins plus the one script of `section` (`ctx tool test`). Fails
@@ -79,6 +119,7 @@ impl Registry {
             None => {
                 let mut registry = Registry::assemble(kb, loaded.tools, Vec::new());
                 registry.warnings = loaded.warnings;
+                registry.own.2 = registry.warnings.len();
                 Ok(registry)
             }
         }
@@ -87,7 +128,8 @@ impl Registry {
     fn assemble(kb: Kb, lua: Vec<ToolRef>, problems: Vec<LoadProblem>) -> Registry {
         let tools: Vec<ToolRef> = builtin::all().into_iter().chain(lua).collect();
         let index = tools.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
-        Registry { tools, index, agents: Vec::new(), problems, warnings: Vec::new(), kb }
+        let own = (tools.len(), problems.len(), 0);
+        Registry { tools, index, agents: Vec::new(), problems, warnings: Vec::new(), own, kb }
     }
 
     /// The error for a call of `name` that is not registered: "failed to load" with the reason
@@ -145,8 +187,14 @@ impl Registry {
         })
     }
 
-    /// The tools, in listing order.
+    /// The listed tools, in listing order: built-ins, Lua tools, then upstream tools (a server
+    /// with `expose = "discover"` is left out, though its tools stay callable by name).
     pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.iter().map(|t| t.spec()).filter(|s| !s.hidden)
+    }
+
+    /// Every tool, listed or not (`expose = "discover"` servers' tools included).
+    pub fn all_specs(&self) -> impl Iterator<Item = &ToolSpec> {
         self.tools.iter().map(|t| t.spec())
     }
 
@@ -349,11 +397,45 @@ pub struct Tools {
     /// Which config the snapshot comes from, for `/health`: set by a server that was started
     /// from a config file (see [`Tools::config_loaded`]).
     config: RwLock<Option<ConfigStatus>>,
+    /// The upstream MCP servers, once the server has started them.
+    upstreams: RwLock<Option<Arc<crate::upstream::Upstreams>>>,
+    /// Held while a new snapshot is put together and swapped in, so a reload and a relist
+    /// that happen together cannot undo each other.
+    swap: std::sync::Mutex<()>,
 }
 
 impl Tools {
     pub fn new(registry: Registry) -> Tools {
-        Tools { current: RwLock::new(Arc::new(registry)), config: RwLock::new(None) }
+        Tools {
+            current: RwLock::new(Arc::new(registry)),
+            config: RwLock::new(None),
+            upstreams: RwLock::new(None),
+            swap: std::sync::Mutex::new(()),
+        }
+    }
+
+    /// Serves the tools of `upstreams` from now on (and swaps them in).
+    pub fn attach_upstreams(&self, upstreams: Arc<crate::upstream::Upstreams>) {
+        *self.upstreams.write().unwrap_or_else(|p| p.into_inner()) = Some(upstreams);
+        self.refresh_upstreams();
+    }
+
+    /// The upstream MCP servers, when the server started any.
+    pub fn upstreams(&self) -> Option<Arc<crate::upstream::Upstreams>> {
+        self.upstreams.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Swaps in the upstream tools as they are listed now (after a relist). Returns whether
+    /// the tool listing changed.
+    pub fn refresh_upstreams(&self) -> bool {
+        let Some(upstreams) = self.upstreams() else { return false };
+        let _swap = self.swap.lock().unwrap_or_else(|p| p.into_inner());
+        let before = self.current();
+        let next = before.with_upstreams(&upstreams);
+        let changed = serde_json::to_value((before.listing(), before.problems())).ok()
+            != serde_json::to_value((next.listing(), next.problems())).ok();
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
+        changed
     }
 
     /// Records that the config file `file` was just read and runs as saved, clearing any
@@ -387,6 +469,11 @@ impl Tools {
 
     /// Makes `registry` the snapshot for new calls; running calls finish on the old one.
     pub fn replace(&self, registry: Registry) {
+        let _swap = self.swap.lock().unwrap_or_else(|p| p.into_inner());
+        let registry = match self.upstreams() {
+            Some(upstreams) => registry.with_upstreams(&upstreams),
+            None => registry,
+        };
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(registry);
     }
 
@@ -410,6 +497,13 @@ impl Tools {
                 "tool '{name}' is quarantined: a call {:.0} s ago overran its deadline inside a library call and is still running; ctx refuses new calls of this tool until that call ends or its script is edited (the server log has the details)",
                 run.since.elapsed().as_secs_f64()
             )));
+            log_call(&name, &options, started, &result);
+            return result;
+        }
+        // A tool that waits on another process runs as a future right here: no thread, and
+        // dropping this future (the client went away or cancelled) cancels it upstream too.
+        if let Some(call) = tool.as_async().map(|a| a.call(params.clone(), options.progress.clone())) {
+            let result = call.await;
             log_call(&name, &options, started, &result);
             return result;
         }

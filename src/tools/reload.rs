@@ -89,11 +89,18 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
             }
         }
     };
+    // Only the upstream servers whose section changed restart; the rest keep their connection.
+    if let Some(upstreams) = tools.upstreams() {
+        upstreams.apply(&next.config().upstreams);
+    }
     let previous = tools.current();
     let registry = Registry::build(next.clone(), Some(&previous));
     for problem in registry.problems() {
         tracing::error!("{} {} failed to load: {}", problem.kind, problem.name, problem.message);
     }
+    // Compared as served: the swap adds the upstream tools.
+    tools.replace(registry);
+    let registry = tools.current();
     let before = serde_json::to_value((previous.listing(), previous.problems())).ok();
     let after = serde_json::to_value((registry.listing(), registry.problems())).ok();
     let agents_changed =
@@ -103,7 +110,6 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
         .map(|s| s.name.clone())
         .chain(registry.agents().map(|a| format!("agent {}", a.name)))
         .collect();
-    tools.replace(registry);
     tools.config_loaded(&located.path);
     tracing::info!("tools reloaded: {}", names.join(", "));
     if before != after || agents_changed {

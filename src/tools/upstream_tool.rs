@@ -1,0 +1,241 @@
+//! Upstream MCP tools: each tool of a connected upstream server is a registry tool named
+//! `<server>__<tool>`, whose calls go over that server's one shared connection.
+//!
+//! The entry's `inputSchema`, `outputSchema`, title, description and annotations pass through
+//! unchanged; the parameters are checked against the upstream's own schema on the one call
+//! path, like any tool's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value as Json};
+use sha2::Digest;
+
+use super::{AsyncTool, CallEnv, CallError, CallFuture, Output, Params, Tool, ToolRef, ToolSpec, UpstreamOrigin};
+use crate::config::upstream::Expose;
+use crate::lua::ProgressSink;
+use crate::types::{LoadProblem, LoadProblemKind, ToolAnnotations};
+use crate::upstream::{ServerCatalog, Upstreams};
+
+/// The longest tool name the major LLM APIs accept (`^[A-Za-z0-9_-]{1,64}$`).
+pub const MAX_NAME: usize = 64;
+
+/// Separates the server from the tool in a registry name.
+pub const SEPARATOR: &str = "__";
+
+pub struct UpstreamTool {
+    spec: ToolSpec,
+    upstreams: Arc<Upstreams>,
+    timeout: Duration,
+}
+
+impl Tool for UpstreamTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    /// The blocking form (a caller on a worker thread): waits for the future on the runtime
+    /// the thread belongs to.
+    fn run(&self, params: Json, env: &CallEnv<'_>) -> Result<Output, CallError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| {
+            CallError::Internal(format!(
+                "tool '{}' needs ctx's async runtime, which this caller has not",
+                self.spec.name
+            ))
+        })?;
+        handle.block_on(self.call(params, env.progress.clone()))
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.timeout)
+    }
+
+    fn as_async(&self) -> Option<&dyn AsyncTool> {
+        Some(self)
+    }
+}
+
+impl AsyncTool for UpstreamTool {
+    fn call(&self, params: Json, progress: Option<ProgressSink>) -> CallFuture {
+        let upstreams = Arc::clone(&self.upstreams);
+        let origin = self.spec.upstream.as_ref().expect("an upstream tool has its origin");
+        let (server, tool, name) = (origin.server.clone(), origin.tool.clone(), self.spec.name.clone());
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let arguments = match params {
+                Json::Object(map) => map,
+                _ => Map::new(),
+            };
+            match upstreams.call_tool(&server, &tool, arguments, progress).await {
+                Ok(result) => Ok(Output::Upstream(rewrite_uris(&server, result))),
+                Err(e) => Err(CallError::from_upstream(&name, timeout, e)),
+            }
+        })
+    }
+}
+
+/// `<server>__<tool>`, made valid for the LLM APIs: every other character becomes `_`, and a
+/// name over [`MAX_NAME`] keeps its start and gets a hash of the whole, so two long names that
+/// share a start still differ.
+pub fn registry_name(server: &str, tool: &str) -> String {
+    let joined = format!("{server}{SEPARATOR}{tool}");
+    let clean: String =
+        joined.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
+    if clean.len() <= MAX_NAME {
+        return clean;
+    }
+    let digest = sha2::Sha256::digest(joined.as_bytes());
+    let hash: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("{}_{hash}", &clean[..MAX_NAME - hash.len() - 1])
+}
+
+/// The registry tools of every ready server, sorted by name, and the collisions: a name already
+/// taken (a built-in, a Lua tool, or an earlier server's tool) is not registered, and the
+/// problem names both sides. `taken` maps each name to who holds it.
+pub fn build(
+    catalog: &[ServerCatalog],
+    upstreams: &Arc<Upstreams>,
+    taken: &mut HashMap<String, String>,
+) -> (Vec<ToolRef>, Vec<LoadProblem>, Vec<LoadProblem>) {
+    let (mut tools, mut problems, mut warnings) = (Vec::new(), Vec::new(), Vec::new());
+    for server in catalog {
+        for raw in &server.tools {
+            let Some(original) = raw.get("name").and_then(Json::as_str) else { continue };
+            let name = registry_name(&server.name, original);
+            let here = format!("tool '{original}' of upstream server '{}'", server.name);
+            if let Some(holder) = taken.get(&name) {
+                problems.push(LoadProblem {
+                    kind: LoadProblemKind::Upstream,
+                    name: server.name.clone(),
+                    message: format!(
+                        "{here} would be registered as '{name}', which is already {holder}; it is left out. Rename the server in [mcp.servers] or exclude one of the tools"
+                    ),
+                });
+                continue;
+            }
+            let (params, warning) = parameters(raw);
+            if let Some(message) = warning {
+                warnings.push(LoadProblem {
+                    kind: LoadProblemKind::Upstream,
+                    name: server.name.clone(),
+                    message: format!("{here}: {message}"),
+                });
+            }
+            taken.insert(name.clone(), here);
+            let spec = ToolSpec {
+                name,
+                description: raw.get("description").and_then(Json::as_str).unwrap_or_default().to_string(),
+                version: None,
+                builtin: false,
+                params,
+                annotations: annotations(raw),
+                output_schema: raw.get("outputSchema").and_then(Json::as_object).cloned(),
+                script: None,
+                section: None,
+                hidden: server.expose == Expose::Discover,
+                upstream: Some(UpstreamOrigin {
+                    server: server.name.clone(),
+                    tool: original.to_string(),
+                    raw: raw.clone(),
+                }),
+            };
+            tools
+                .push(Arc::new(UpstreamTool { spec, upstreams: Arc::clone(upstreams), timeout: server.timeout })
+                    as ToolRef);
+        }
+    }
+    tools.sort_by(|a, b| a.spec().name.cmp(&b.spec().name));
+    (tools, problems, warnings)
+}
+
+/// The upstream's `inputSchema`, compiled. One ctx cannot compile is passed on unchecked (the
+/// upstream still checks it), with a warning.
+fn parameters(raw: &Map<String, Json>) -> (Params, Option<String>) {
+    let schema = raw.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}));
+    match Params::compile(schema.clone()) {
+        Ok(params) => (params, None),
+        Err(e) => {
+            let open = Params::compile(json!({"type": "object"})).expect("the open schema compiles");
+            (open, Some(format!("its inputSchema does not compile ({e}); calls are passed on unchecked")))
+        }
+    }
+}
+
+/// The annotations ctx's own listing understands; the MCP listing passes the raw ones on.
+fn annotations(raw: &Map<String, Json>) -> Option<ToolAnnotations> {
+    let mut annotations: ToolAnnotations = serde_json::from_value(raw.get("annotations")?.clone()).ok()?;
+    if annotations.title.is_none() {
+        annotations.title = raw.get("title").and_then(Json::as_str).map(str::to_string);
+    }
+    Some(annotations)
+}
+
+/// `mcp://<server>/<uri>`: how an upstream resource's URI reads through ctx.
+pub fn namespaced_uri(server: &str, uri: &str) -> String {
+    format!("mcp://{server}/{uri}")
+}
+
+/// The server and original URI of a namespaced one.
+pub fn split_uri(uri: &str) -> Option<(&str, &str)> {
+    let rest = uri.strip_prefix("mcp://")?;
+    let (server, original) = rest.split_once('/')?;
+    (!server.is_empty() && !original.is_empty()).then_some((server, original))
+}
+
+/// Rewrites the resource URIs inside a tool result (resource links and embedded resources) to
+/// their namespaced form, so a client can read them back through ctx.
+pub fn rewrite_uris(server: &str, mut result: Map<String, Json>) -> Map<String, Json> {
+    if let Some(Json::Array(blocks)) = result.get_mut("content") {
+        for block in blocks.iter_mut() {
+            let target = match block.get("type").and_then(Json::as_str) {
+                Some("resource_link") => block.get_mut("uri"),
+                Some("resource") => block.get_mut("resource").and_then(|r| r.get_mut("uri")),
+                _ => None,
+            };
+            if let Some(Json::String(uri)) = target {
+                *uri = namespaced_uri(server, uri);
+            }
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_valid_for_llm_apis_and_long_ones_stay_distinct() {
+        assert_eq!(registry_name("time", "get_current_time"), "time__get_current_time");
+        assert_eq!(registry_name("my.api", "list items"), "my_api__list_items");
+        let long_a = registry_name("server", &format!("{}a", "x".repeat(80)));
+        let long_b = registry_name("server", &format!("{}b", "x".repeat(80)));
+        assert_eq!(long_a.len(), MAX_NAME);
+        assert_ne!(long_a, long_b);
+        let valid = |n: &str| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        assert!(valid(&long_a) && valid(&registry_name("ü.ö", "a/b")));
+    }
+
+    #[test]
+    fn namespaced_uris_route_back() {
+        let uri = namespaced_uri("everything", "demo://resource/static/document/1");
+        assert_eq!(split_uri(&uri), Some(("everything", "demo://resource/static/document/1")));
+        assert_eq!(split_uri("mcp://nothing"), None);
+        assert_eq!(split_uri("file:///etc/passwd"), None);
+    }
+
+    #[test]
+    fn result_uris_are_rewritten() {
+        let result = json!({"content": [
+            {"type": "text", "text": "fault://doc/9"},
+            {"type": "resource_link", "uri": "fault://doc/1", "name": "one"},
+            {"type": "resource", "resource": {"uri": "fault://doc/2", "text": "two"}},
+        ]});
+        let Json::Object(map) = result else { unreachable!() };
+        let out = Json::Object(rewrite_uris("f", map));
+        assert_eq!(out["content"][0]["text"], "fault://doc/9");
+        assert_eq!(out["content"][1]["uri"], "mcp://f/fault://doc/1");
+        assert_eq!(out["content"][2]["resource"]["uri"], "mcp://f/fault://doc/2");
+    }
+}
