@@ -462,6 +462,24 @@ impl Tools {
         self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Why `name` is not registered when it names a tool of an upstream server that is not
+    /// ready: its tools are gone from the listing until it reconnects, and a call says so at
+    /// once instead of "unknown tool".
+    fn down_upstream(&self, name: &str) -> Option<CallError> {
+        let upstreams = self.upstreams()?;
+        let status = upstreams.status().into_iter().find(|s| {
+            s.state != crate::upstream::State::Ready
+                && name.starts_with(&super::upstream_tool::registry_name(&s.name, ""))
+        })?;
+        let down = crate::upstream::UpstreamError::Down {
+            server: status.name.clone(),
+            state: status.state,
+            attempt: status.attempt,
+            last_error: status.last_error,
+        };
+        Some(CallError::from_upstream(name, std::time::Duration::ZERO, down))
+    }
+
     /// The snapshot new calls use. The lock is held only to clone an `Arc`.
     pub fn current(&self) -> Arc<Registry> {
         Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
@@ -487,6 +505,10 @@ impl Tools {
         let (tool, params) = match registry.prepare(&name, params, &options) {
             Ok(prepared) => prepared,
             Err(e) => {
+                let e = match e {
+                    CallError::UnknownTool(_) => self.down_upstream(&name).unwrap_or(e),
+                    other => other,
+                };
                 let result = Err(e);
                 log_call(&name, &options, started, &result);
                 return result;
