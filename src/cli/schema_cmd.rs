@@ -41,7 +41,11 @@ fn check(globals: &Globals) -> Result<(), CliError> {
     if let Some(config) = &config {
         // Sections an unset variable disables: the rest of ctx runs without them, but the
         // config is not what its author meant, so they fail the check.
-        problems.extend(config.broken.iter().flat_map(|b| b.problems.iter().map(ToString::to_string)));
+        // An imported server's problems name the imported file: their keys are not ctx.toml's.
+        let shown = located.path.display().to_string();
+        let file = |b: &config::BrokenSection| if b.file == shown { String::new() } else { format!("{}: ", b.file) };
+        problems.extend(config.broken.iter().flat_map(|b| b.problems.iter().map(move |p| format!("{}{p}", file(b)))));
+        warnings.extend(config.warnings.iter().cloned());
         problems.extend(referenced_files(config));
         let missing: Vec<&str> = config.scripts.iter().filter(|s| !s.path.is_file()).map(|s| s.name.as_str()).collect();
         let checked = crate::tools::check(config);
@@ -71,12 +75,13 @@ fn check(globals: &Globals) -> Result<(), CliError> {
         let config = config.expect("no problems means the config loaded");
         let spec = &config.spec;
         println!(
-            "ok: {shown} is valid ({} filesystem, {} git, {} script connector(s); {} tool(s); {} agent(s))",
+            "ok: {shown} is valid ({} filesystem, {} git, {} script connector(s); {} tool(s); {} agent(s); {} upstream MCP server(s))",
             spec.connectors.filesystem.len(),
             spec.connectors.git.len(),
             spec.connectors.script.len(),
             spec.tools.script.len(),
             spec.agents.inline.len() + spec.agents.script.len(),
+            config.upstreams.len(),
         );
         return Ok(());
     }

@@ -5,6 +5,7 @@ mod agents;
 mod cli;
 mod clients;
 mod common;
+mod config_17;
 mod config_loading;
 mod hardening_egress;
 mod hardening_scripts;
