@@ -47,6 +47,9 @@ fn check(globals: &Globals) -> Result<(), CliError> {
         problems.extend(config.broken.iter().flat_map(|b| b.problems.iter().map(move |p| format!("{}{p}", file(b)))));
         warnings.extend(config.warnings.iter().cloned());
         problems.extend(referenced_files(config));
+        let (upstream_problems, upstream_warnings) = upstream_files(config, &shown);
+        problems.extend(upstream_problems);
+        warnings.extend(upstream_warnings);
         let missing: Vec<&str> = config.scripts.iter().filter(|s| !s.path.is_file()).map(|s| s.name.as_str()).collect();
         let checked = crate::tools::check(config);
         let section = |problem: &crate::types::LoadProblem| match problem.kind {
@@ -127,6 +130,39 @@ fn referenced_files(config: &Config) -> Vec<String> {
         }
     }
     problems
+}
+
+/// The folders and programs of stdio upstream servers: a missing `cwd` is a problem; a
+/// `command` not found is a warning, since the PATH `ctx serve` passes may differ from the one
+/// seen here (ctx serve keeps retrying a server that cannot start).
+fn upstream_files(config: &Config, shown: &str) -> (Vec<String>, Vec<String>) {
+    use crate::config::upstream::UpstreamTransport;
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    for server in &config.upstreams {
+        let UpstreamTransport::Stdio { command, env, cwd, .. } = &server.transport else { continue };
+        let key = if server.origin == shown {
+            format!("mcp.servers.{}", server.name)
+        } else {
+            format!("{}: mcpServers.{}", server.origin, server.name)
+        };
+        if let Some(cwd) = cwd.as_deref().filter(|cwd| !cwd.is_dir()) {
+            problems.push(format!("{key}.cwd: folder {:?} does not exist", cwd.display().to_string()));
+            continue;
+        }
+        let folder = cwd.clone().unwrap_or_else(|| config.base_dir.clone());
+        let missing = if command.contains('/') {
+            let found = folder.join(command).is_file();
+            (!found).then(|| format!("{command:?} does not exist in {}", folder.display()))
+        } else {
+            let path = env.get("PATH").cloned().or_else(|| std::env::var("PATH").ok()).unwrap_or_default();
+            let found = std::env::split_paths(&path).any(|dir| dir.join(command).is_file());
+            (!found).then(|| format!("{command:?} is not on the server's PATH"))
+        };
+        if let Some(missing) = missing.filter(|_| server.enabled) {
+            warnings.push(format!("{key}.command: {missing}; ctx serve will keep trying to start it"));
+        }
+    }
+    (problems, warnings)
 }
 
 /// Loads a script in the sandbox, with its own limits, and checks the function its kind needs.

@@ -238,6 +238,9 @@ fn entry_of(
                 }
             }
             let headers = string_map(entry, "headers", &mut problems);
+            for key in headers.keys().filter(|k| !upstream::is_header_name(k)) {
+                problems.push((vec!["headers"], format!("{key:?} is not an HTTP header name")));
+            }
             for (key, value) in &headers {
                 if upstream::is_secret_header(key) {
                     secrets.add(value, &key_of(name, &["headers", key]));
@@ -284,4 +287,80 @@ fn string_map(entry: &Map<String, Value>, key: &'static str, problems: &mut Entr
         Some(_) => problems.push((vec![key], "expected an object of strings".into())),
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn import(json: &str, vars: &[(&str, &str)]) -> Result<Imported, String> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("mcp.json"), json).unwrap();
+        let vars: BTreeMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env = move |name: &str| vars.get(name).cloned();
+        let pass_env = vec!["PATH".to_string()];
+        let defaults = Defaults { pass_env: &pass_env, expose: Expose::All };
+        read("mcp.json", dir.path(), &env, &defaults, &BTreeSet::from(["mine".to_string()]), "ctx.toml")
+    }
+
+    fn problems_of(imported: &Imported, name: &str) -> Vec<String> {
+        let broken = imported.broken.iter().find(|b| b.name == name).unwrap_or_else(|| panic!("{name} not broken"));
+        broken.problems.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn each_unusable_entry_is_disabled_alone_with_its_reason() {
+        let json = r#"{"mcpServers": {
+            "ok": {"command": "srv", "args": ["a"], "env": {"PORT": 8080, "DEBUG": true}},
+            "both": {"command": "srv", "url": "https://h/mcp"},
+            "neither": {"args": ["x"]},
+            "odd type": {"type": "websocket", "url": "https://h/mcp"},
+            "badargs": {"command": "srv", "args": "--flag"},
+            "badheader": {"url": "https://h/mcp", "headers": {"Bad Header": "v"}},
+            "notanobject": "npx server",
+            "mine": {"command": "ignored"}
+        }}"#;
+        let imported = import(json, &[("PATH", "/bin")]).unwrap();
+        assert!(imported.servers.iter().map(|s| s.name.as_str()).eq(["ok"]));
+        let UpstreamTransport::Stdio { env, .. } = &imported.servers[0].transport else { panic!() };
+        let expected = [("DEBUG", "true"), ("PATH", "/bin"), ("PORT", "8080")];
+        assert_eq!(env, &expected.map(|(k, v)| (k.to_string(), v.to_string())).into_iter().collect());
+        assert_eq!(imported.servers[0].origin, "mcp.json");
+        assert_eq!(problems_of(&imported, "both"), ["mcpServers.both: sets both command and url; keep one"]);
+        assert!(problems_of(&imported, "neither")[0].contains("sets neither command nor url"));
+        let odd = problems_of(&imported, "odd type");
+        assert!(odd[0].starts_with("mcpServers.\"odd type\": this name cannot prefix tool names"), "{odd:?}");
+        assert!(odd[1].starts_with("mcpServers.\"odd type\".type: unknown type \"websocket\""), "{odd:?}");
+        assert_eq!(problems_of(&imported, "badargs"), ["mcpServers.badargs.args: expected an array of strings"]);
+        assert!(problems_of(&imported, "badheader")[0].contains("\"Bad Header\" is not an HTTP header name"));
+        assert!(problems_of(&imported, "notanobject")[0].contains("expected an object"));
+        // ctx.toml defines "mine": not imported, not broken, one warning.
+        assert!(!imported.broken.iter().any(|b| b.name == "mine"));
+        assert_eq!(imported.warnings.len(), 1);
+        assert!(imported.broken.iter().all(|b| b.file == "mcp.json" && b.table == "mcpServers"));
+    }
+
+    #[test]
+    fn expanded_and_literal_secrets_are_registered() {
+        let json = r#"{"mcpServers": {
+            "gh": {"command": "srv", "env": {"GITHUB_TOKEN": "ghp_literal_value", "MODE": "plain-value"}},
+            "web": {"url": "https://h/mcp", "headers": {"X-Api-Key": "${env:KEY_VAR}", "Accept": "text/plain-long"}}
+        }}"#;
+        let imported = import(json, &[("KEY_VAR", "expanded-secret")]).unwrap();
+        let shown = imported.secrets.apply("ghp_literal_value expanded-secret plain-value text/plain-long");
+        assert_eq!(
+            shown,
+            "[redacted mcpServers.gh.env.GITHUB_TOKEN] [redacted ${KEY_VAR}] plain-value text/plain-long"
+        );
+    }
+
+    #[test]
+    fn file_problems_say_what_to_do() {
+        let err = import("[1, 2]", &[]).unwrap_err();
+        assert!(err.contains("mcp.json has no \"mcpServers\" object"), "{err}");
+        let err = import("{\"mcpServers\": {}", &[]).unwrap_err();
+        assert!(err.starts_with("mcp.json: invalid JSON at line 1, column 17: EOF while parsing an object"), "{err}");
+        let imported = import("{\"mcpServers\": {}}", &[]).unwrap();
+        assert!(imported.servers.is_empty() && imported.broken.is_empty());
+    }
 }

@@ -128,6 +128,11 @@ pub(super) fn check_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `name` is an HTTP header name (an RFC 9110 token): the schema's `HttpHeaderName`.
+pub(super) fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+.^_`|~-".contains(c))
+}
+
 /// Whether an HTTP header's value is a credential, to be kept out of messages.
 pub(super) fn is_secret_header(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
@@ -254,7 +259,10 @@ pub(super) fn from_spec(
                     cwd,
                 }
             }
-            (None, Some(url)) => UpstreamTransport::Http { url: url.to_string(), headers: section.headers.clone() },
+            (None, Some(url)) => UpstreamTransport::Http {
+                url: url.to_string(),
+                headers: section.headers.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            },
             // `section_problems` refused these before the config was typed.
             _ => continue,
         };
@@ -366,6 +374,10 @@ mod tests {
         assert!(err.contains("mcp.servers.-bad (line 1): invalid name"), "{err}");
         assert!(err.contains("mcp.servers.ok.timeout (line 6): expected integer between 1 and 86400, got 0"), "{err}");
         assert!(err.contains("mcp.servers.ok.retries (line 7): unknown key"), "{err}");
+        let err = load("[mcp.servers.x]\nurl = \"https://h\"\nheaders = { \"Bad Header\" = \"v\" }\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mcp.servers.x.headers.\"Bad Header\" (line 3): invalid name"), "{err}");
         let err = load("[mcp]\nexpose = \"some\"\n", &[]).unwrap_err().to_string();
         assert!(err.contains("mcp.expose (line 2): expected one of [\"all\",\"discover\"]"), "{err}");
     }

@@ -101,7 +101,8 @@ enabled = false
     assert_eq!(headers.get("Authorization").map(String::as_str), Some("Bearer tok-0123456789"));
     assert_eq!((remote.expose, remote.enabled, remote.timeout), (Expose::All, false, DEFAULT_TIMEOUT));
 
-    // The real binary agrees and counts them.
+    // The real binary agrees and counts them (the cwd must exist).
+    std::fs::create_dir(ws.path().join("servers")).unwrap();
     let run = check(&ws, &[("CONFIG_17_REMOTE_TOKEN", "tok-0123456789")]);
     assert!(run.ok().contains("2 upstream MCP server(s)"), "{}", run.stdout());
 }
@@ -327,4 +328,27 @@ args = ["mcp-server-time"]
     // With the variables set, the same config checks clean.
     let run = check(&ws, &[("CONFIG_17_SURELY_UNSET_JIRA", "j"), ("CONFIG_17_SURELY_UNSET_LINEAR", "l")]);
     assert!(run.ok().contains("4 upstream MCP server(s)"), "{}", run.stdout());
+}
+
+#[test]
+fn config_17_schema_check_looks_for_the_command_and_the_cwd() {
+    let ws = Workspace::new(
+        "[mcp.servers.local]\ncommand = \"./bin/server\"\n\n[mcp.servers.gone]\ncommand = \"config-17-no-such-program\"\n\n[mcp.servers.nowhere]\ncommand = \"sh\"\ncwd = \"no-such-folder\"\n\n[mcp.servers.off]\ncommand = \"config-17-no-such-program\"\nenabled = false\n",
+    );
+    ws.write("bin/server", "#!/bin/sh\n");
+    let run = check(&ws, &[]);
+    assert_eq!(run.code(), 2, "{}{}", run.stdout(), run.stderr());
+    let stderr = run.stderr();
+    assert!(stderr.contains("mcp.servers.nowhere.cwd: folder"), "{stderr}");
+    assert!(stderr.contains("has 1 problem(s)"), "{stderr}");
+    assert!(
+        stderr.contains("warning: mcp.servers.gone.command: \"config-17-no-such-program\" is not on the server's PATH; ctx serve will keep trying to start it"),
+        "{stderr}"
+    );
+    // The script next to the config is found; a disabled server is not looked for.
+    assert!(!stderr.contains("mcp.servers.local") && !stderr.contains("mcp.servers.off"), "{stderr}");
+
+    std::fs::create_dir(ws.path().join("no-such-folder")).unwrap();
+    let run = check(&ws, &[]);
+    assert!(run.ok().contains("4 upstream MCP server(s)"), "{}", run.stderr());
 }
