@@ -38,6 +38,8 @@ pub(super) struct Imported {
     pub warnings: Vec<String>,
     /// The values its `${VAR}`s expanded to, and its literal secrets.
     pub secrets: Redactor,
+    /// Its `${VAR}`s, keyed `mcpServers.<name>...`: a Lua script's `env.get` never reads them.
+    pub refs: Vec<expand::VarRef>,
 }
 
 /// Reads the file `written` (as `mcp.import` gives it) names. `defined` are the names of
@@ -84,6 +86,8 @@ pub(super) fn read(
     for r in &expansion.refs {
         imported.secrets.add(&r.value, &format!("${{{}}}", r.var));
     }
+    imported.refs =
+        expansion.refs.iter().map(|r| expand::VarRef { key: format!("{SERVERS}.{}", r.key), ..r.clone() }).collect();
     let base = path.parent().unwrap_or(base_dir);
     for (name, entry) in servers.as_object().into_iter().flatten() {
         if defined.contains(name) {

@@ -285,6 +285,7 @@ impl Config {
         problems.extend(upstream_problems);
         let mut warnings = Vec::new();
         let mut mcp_import = None;
+        let mut refs = expansion.refs.clone();
         if let Some(written) = spec.mcp.import.as_deref() {
             let defaults = mcp_import::Defaults { pass_env: &pass_env, expose: upstream::expose(spec.mcp.expose) };
             mcp_import = upstream::resolve_path(written, &base_dir, env).ok();
@@ -294,6 +295,7 @@ impl Config {
                     upstreams.extend(imported.servers);
                     broken_sections.extend(imported.broken);
                     warnings.extend(imported.warnings);
+                    refs.extend(imported.refs);
                 }
                 Err(message) => problems.push(ConfigProblem {
                     key: "mcp.import".into(),
@@ -306,7 +308,7 @@ impl Config {
         if !problems.is_empty() {
             return Err(invalid(problems));
         }
-        let scripts = script_sections(&value, &spec, &base_dir, &expansion.refs);
+        let scripts = script_sections(&value, &spec, &base_dir, &refs);
         Ok(Config {
             file: file.to_path_buf(),
             base_dir,

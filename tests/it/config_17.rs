@@ -352,3 +352,23 @@ fn config_17_schema_check_looks_for_the_command_and_the_cwd() {
     let run = check(&ws, &[]);
     assert!(run.ok().contains("4 upstream MCP server(s)"), "{}", run.stderr());
 }
+
+#[test]
+fn config_17_server_variables_are_reserved_from_lua_scripts() {
+    let ws = Workspace::new(
+        "[mcp]\nimport = \"cursor_mcp.json\"\n\n[mcp.servers.jira]\ncommand = \"jira-mcp\"\nenv = { JIRA_TOKEN = \"${CONFIG_17_JIRA}\" }\n\n[tools.script.t]\npath = \"t.lua\"\nallow_env = [\"CONFIG_17_JIRA\", \"CONFIG_17_REMOTE_TOKEN\"]\n",
+    );
+    fixture(&ws, "cursor_mcp.json");
+    let vars = [
+        ("CONFIG_17_JIRA", "j"),
+        ("CONFIG_17_TZ", "UTC"),
+        ("CONFIG_17_TIME_KEY", "k"),
+        ("CONFIG_17_REMOTE_TOKEN", "r"),
+    ];
+    let config = load(&ws, &vars).unwrap();
+    let script = config.scripts.iter().find(|s| s.name == "t").unwrap();
+    let reserved: Vec<(&str, &str)> = script.reserved_env.iter().map(|r| (r.var.as_str(), r.key.as_str())).collect();
+    // env.get never reads a variable an upstream server uses, from ctx.toml or the import.
+    assert!(reserved.contains(&("CONFIG_17_JIRA", "mcp.servers.jira.env.JIRA_TOKEN")), "{reserved:?}");
+    assert!(reserved.contains(&("CONFIG_17_REMOTE_TOKEN", "mcpServers.remote.headers.Authorization")), "{reserved:?}");
+}
