@@ -41,8 +41,15 @@ fn check(globals: &Globals) -> Result<(), CliError> {
     if let Some(config) = &config {
         // Sections an unset variable disables: the rest of ctx runs without them, but the
         // config is not what its author meant, so they fail the check.
-        problems.extend(config.broken.iter().flat_map(|b| b.problems.iter().map(ToString::to_string)));
+        // An imported server's problems name the imported file: their keys are not ctx.toml's.
+        let shown = located.path.display().to_string();
+        let file = |b: &config::BrokenSection| if b.file == shown { String::new() } else { format!("{}: ", b.file) };
+        problems.extend(config.broken.iter().flat_map(|b| b.problems.iter().map(move |p| format!("{}{p}", file(b)))));
+        warnings.extend(config.warnings.iter().cloned());
         problems.extend(referenced_files(config));
+        let (upstream_problems, upstream_warnings) = upstream_files(config, &shown);
+        problems.extend(upstream_problems);
+        warnings.extend(upstream_warnings);
         let missing: Vec<&str> = config.scripts.iter().filter(|s| !s.path.is_file()).map(|s| s.name.as_str()).collect();
         let checked = crate::tools::check(config);
         let section = |problem: &crate::types::LoadProblem| match problem.kind {
@@ -72,12 +79,13 @@ fn check(globals: &Globals) -> Result<(), CliError> {
         let config = config.expect("no problems means the config loaded");
         let spec = &config.spec;
         println!(
-            "ok: {shown} is valid ({} filesystem, {} git, {} script connector(s); {} tool(s); {} agent(s))",
+            "ok: {shown} is valid ({} filesystem, {} git, {} script connector(s); {} tool(s); {} agent(s); {} upstream MCP server(s))",
             spec.connectors.filesystem.len(),
             spec.connectors.git.len(),
             spec.connectors.script.len(),
             spec.tools.script.len(),
             spec.agents.inline.len() + spec.agents.script.len(),
+            config.upstreams.len(),
         );
         return Ok(());
     }
@@ -123,6 +131,39 @@ fn referenced_files(config: &Config) -> Vec<String> {
         }
     }
     problems
+}
+
+/// The folders and programs of stdio upstream servers: a missing `cwd` is a problem; a
+/// `command` not found is a warning, since the PATH `ctx serve` passes may differ from the one
+/// seen here (ctx serve keeps retrying a server that cannot start).
+fn upstream_files(config: &Config, shown: &str) -> (Vec<String>, Vec<String>) {
+    use crate::config::upstream::UpstreamTransport;
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    for server in &config.upstreams {
+        let UpstreamTransport::Stdio { command, env, cwd, .. } = &server.transport else { continue };
+        let key = if server.origin == shown {
+            format!("mcp.servers.{}", server.name)
+        } else {
+            format!("{}: mcpServers.{}", server.origin, server.name)
+        };
+        if let Some(cwd) = cwd.as_deref().filter(|cwd| !cwd.is_dir()) {
+            problems.push(format!("{key}.cwd: folder {:?} does not exist", cwd.display().to_string()));
+            continue;
+        }
+        let folder = cwd.clone().unwrap_or_else(|| config.base_dir.clone());
+        let missing = if command.contains('/') {
+            let found = folder.join(command).is_file();
+            (!found).then(|| format!("{command:?} does not exist in {}", folder.display()))
+        } else {
+            let path = env.get("PATH").cloned().or_else(|| std::env::var("PATH").ok()).unwrap_or_default();
+            let found = std::env::split_paths(&path).any(|dir| dir.join(command).is_file());
+            (!found).then(|| format!("{command:?} is not on the server's PATH"))
+        };
+        if let Some(missing) = missing.filter(|_| server.enabled) {
+            warnings.push(format!("{key}.command: {missing}; ctx serve will keep trying to start it"));
+        }
+    }
+    (problems, warnings)
 }
 
 /// Loads a script in the sandbox, with its own limits, and checks the function its kind needs.

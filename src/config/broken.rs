@@ -10,27 +10,38 @@ use std::path::PathBuf;
 
 use super::{ConfigProblem, ScriptKind};
 
+/// What an isolated section defines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SectionKind {
+    /// A connector, tool or agent (a script or an inline agent).
+    Script(ScriptKind),
+    /// An upstream MCP server (`[mcp.servers.<name>]` or an imported `mcpServers` entry).
+    Upstream,
+}
+
 /// The tables whose sections stand alone, as path segments, and what their sections define.
-/// A new kind of extension section (upstream MCP servers, say) joins this list.
-pub const ISOLATED: [(&str, &str, ScriptKind); 4] = [
-    ("connectors", "script", ScriptKind::Connector),
-    ("tools", "script", ScriptKind::Tool),
-    ("agents", "script", ScriptKind::Agent),
-    ("agents", "inline", ScriptKind::Agent),
+/// A new kind of extension section joins this list.
+pub const ISOLATED: [(&str, &str, SectionKind); 5] = [
+    ("connectors", "script", SectionKind::Script(ScriptKind::Connector)),
+    ("tools", "script", SectionKind::Script(ScriptKind::Tool)),
+    ("agents", "script", SectionKind::Script(ScriptKind::Agent)),
+    ("agents", "inline", SectionKind::Script(ScriptKind::Agent)),
+    ("mcp", "servers", SectionKind::Upstream),
 ];
 
 /// A section of an [`ISOLATED`] table that cannot be used, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokenSection {
-    pub kind: ScriptKind,
-    /// The table, dotted: `tools.script`, `agents.inline`, ...
+    pub kind: SectionKind,
+    /// The table, dotted: `tools.script`, `agents.inline`, `mcp.servers`, or `mcpServers` for
+    /// an entry of an imported file.
     pub table: String,
     /// The section's name in that table.
     pub name: String,
     /// The script its `path` names, absolute, when it has one (`ctx tool test PATH` finds
     /// the section by it).
     pub path: Option<PathBuf>,
-    /// The config file, as messages show it.
+    /// The config file (or the imported file), as messages show it.
     pub file: String,
     /// Its unset variables, then any other problem with its keys (a section that cannot run
     /// anyway reports everything wrong with it at once), by line.
@@ -47,12 +58,14 @@ impl BrokenSection {
     /// and line, and what to do.
     pub fn message(&self) -> String {
         let problems: Vec<String> = self.problems.iter().map(ToString::to_string).collect();
-        format!(
-            "{}: {}; [{}] is disabled until this is fixed (an MCP client that launches ctx passes it only the environment variables its own config lists)",
-            self.file,
-            problems.join("; "),
-            self.section()
-        )
+        // The hint only helps when a variable is missing; an imported server with another
+        // problem (an "sse" type, no command) is not fixed by the environment.
+        let hint = if self.problems.iter().any(|p| p.message.starts_with("environment variable")) {
+            " (an MCP client that launches ctx passes it only the environment variables its own config lists)"
+        } else {
+            ""
+        };
+        format!("{}: {}; [{}] is disabled until this is fixed{hint}", self.file, problems.join("; "), self.section())
     }
 }
 

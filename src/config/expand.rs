@@ -41,20 +41,40 @@ pub struct Expansion {
     pub values: Vec<(String, String)>,
 }
 
+/// Which `${...}` forms a text may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Syntax {
+    /// `${VAR}`, as in `ctx.toml`.
+    Ctx,
+    /// `${VAR}` and Cursor's `${env:VAR}`, as in an imported `mcpServers` file.
+    Imported,
+}
+
 /// Expands `${VAR}` in every string under `value`, in place. `$${` stays a literal `${`.
 pub fn expand_all(value: &mut Value, lookup: &dyn Fn(&str) -> Option<String>) -> Expansion {
+    expand_all_as(value, lookup, Syntax::Ctx)
+}
+
+/// [`expand_all`] for the forms of `syntax`.
+pub fn expand_all_as(value: &mut Value, lookup: &dyn Fn(&str) -> Option<String>, syntax: Syntax) -> Expansion {
     let mut expansion = Expansion::default();
-    walk(value, &mut Vec::new(), lookup, &mut expansion);
+    walk(value, &mut Vec::new(), lookup, syntax, &mut expansion);
     expansion
 }
 
-fn walk(value: &mut Value, path: &mut Vec<String>, lookup: &dyn Fn(&str) -> Option<String>, out: &mut Expansion) {
+fn walk(
+    value: &mut Value,
+    path: &mut Vec<String>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    syntax: Syntax,
+    out: &mut Expansion,
+) {
     match value {
         Value::String(text) if text.contains('$') => {
             let key = path.join(".");
             let mut unresolved = Vec::new();
             let mut found = Vec::new();
-            let expanded = expand_with(text, lookup, &mut unresolved, &mut found);
+            let expanded = expand_with(text, lookup, syntax, &mut unresolved, &mut found);
             out.refs.extend(found.into_iter().map(|(var, value)| VarRef { key: key.clone(), var, value }));
             if expanded != *text {
                 out.values.push((key.clone(), expanded.clone()));
@@ -69,14 +89,14 @@ fn walk(value: &mut Value, path: &mut Vec<String>, lookup: &dyn Fn(&str) -> Opti
         Value::Object(map) => {
             for (k, child) in map.iter_mut() {
                 path.push(k.clone());
-                walk(child, path, lookup, out);
+                walk(child, path, lookup, syntax, out);
                 path.pop();
             }
         }
         Value::Array(items) => {
             for (i, child) in items.iter_mut().enumerate() {
                 path.push(i.to_string());
-                walk(child, path, lookup, out);
+                walk(child, path, lookup, syntax, out);
                 path.pop();
             }
         }
@@ -86,13 +106,14 @@ fn walk(value: &mut Value, path: &mut Vec<String>, lookup: &dyn Fn(&str) -> Opti
 
 /// Expands one string. Unknown variables are left as written and reported in `missing`.
 pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>, missing: &mut Vec<String>) -> String {
-    expand_with(text, lookup, missing, &mut Vec::new())
+    expand_with(text, lookup, Syntax::Ctx, missing, &mut Vec::new())
 }
 
 /// [`expand`], also reporting each variable it expanded with its value.
 fn expand_with(
     text: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
+    syntax: Syntax,
     missing: &mut Vec<String>,
     found: &mut Vec<(String, String)>,
 ) -> String {
@@ -105,9 +126,17 @@ fn expand_with(
             out.push_str("${");
             rest = after;
         } else if let Some(after) = tail.strip_prefix("${") {
-            match after.find('}') {
-                Some(end) if is_var_name(&after[..end]) => {
-                    let name = &after[..end];
+            // Cursor writes `${env:NAME}`; an imported file may use either form.
+            let name = after.find('}').map(|end| {
+                let body = &after[..end];
+                let name = match syntax {
+                    Syntax::Imported => body.strip_prefix("env:").unwrap_or(body),
+                    Syntax::Ctx => body,
+                };
+                (end, name)
+            });
+            match name {
+                Some((end, name)) if is_var_name(name) => {
                     match lookup(name) {
                         Some(v) => {
                             out.push_str(&v);
@@ -173,5 +202,19 @@ mod tests {
             vec![MissingVar { key: "tools.script.jira.url".into(), path, var: "JIRA_URL".into() }]
         );
         assert_eq!(format!("{:?}", expansion.refs[0]), "VarRef(tools.script.jira.token = ${TOKEN})");
+    }
+
+    #[test]
+    fn imported_files_may_write_env_colon_var() {
+        let mut value = serde_json::json!({"a": "${env:TOKEN}/${TOKEN}", "b": "${env:NOPE}", "c": "$${env:TOKEN}"});
+        let expansion = expand_all_as(&mut value, &env, Syntax::Imported);
+        assert_eq!(value["a"], "s3cret/s3cret");
+        assert_eq!(value["b"], "${env:NOPE}");
+        assert_eq!(value["c"], "${env:TOKEN}");
+        assert_eq!(expansion.missing.iter().map(|m| m.var.as_str()).collect::<Vec<_>>(), ["NOPE"]);
+        // ctx.toml keeps its one form: `${env:X}` there is text.
+        let mut missing = Vec::new();
+        assert_eq!(expand("${env:TOKEN}", &env, &mut missing), "${env:TOKEN}");
+        assert!(missing.is_empty());
     }
 }

@@ -7,6 +7,7 @@ mod broken;
 mod error;
 mod expand;
 pub mod hosts;
+mod mcp_import;
 pub mod redact;
 mod toml_source;
 pub mod upstream;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-pub use broken::BrokenSection;
+pub use broken::{BrokenSection, SectionKind};
 pub use error::{ConfigError, ConfigProblem};
 pub use expand::expand as expand_vars;
 
@@ -149,8 +150,14 @@ pub struct Config {
     /// Sections an unset `${VAR}` disables, ordered by table then name. They are in neither
     /// `spec` nor `scripts`; whoever lists tools, agents or sources reports them as broken.
     pub broken: Vec<BrokenSection>,
-    /// The upstream MCP servers (`[mcp.servers.*]` and `mcp.import`), by name.
+    /// The upstream MCP servers (`[mcp.servers.*]` and `mcp.import`), by name. A server that
+    /// cannot be used is in `broken` instead (see [`Config::broken_upstreams`]).
     pub upstreams: Vec<upstream::UpstreamSection>,
+    /// The file `mcp.import` names, absolute, when it is set: hot reload watches it too.
+    pub mcp_import: Option<PathBuf>,
+    /// What loaded but deserves a word (a server that ctx.toml and the imported file both
+    /// define). [`Config::load`] logs them; `ctx schema check` prints them.
+    pub warnings: Vec<String>,
 }
 
 impl Config {
@@ -165,7 +172,11 @@ impl Config {
             Err(source) => return Err(ConfigError::Unreadable { path: path.clone(), source }),
         };
         let file = std::path::absolute(path).unwrap_or_else(|_| path.clone());
-        Self::from_text(&text, path, &file, &|name| std::env::var(name).ok())
+        let config = Self::from_text(&text, path, &file, &|name| std::env::var(name).ok())?;
+        for warning in &config.warnings {
+            tracing::warn!("{warning}");
+        }
+        Ok(config)
     }
 
     /// Validates config text. `shown` is the path used in messages; `file` the absolute one.
@@ -204,6 +215,17 @@ impl Config {
             found.push((problem.path.clone(), ConfigProblem { key: problem.dotted(), line, message: problem.message }));
         }
         found.extend(host_rule_problems(&value, text));
+        let unresolved = |key: &str| expansion.missing.iter().any(|m| m.key == key);
+        found.extend(upstream::section_problems(&value, text, &unresolved));
+        // Taken before a broken server leaves `value`: ctx.toml's definition wins over an
+        // imported one even when it is the broken one.
+        let defined: BTreeSet<String> = value
+            .pointer("/mcp/servers")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k.clone())
+            .collect();
         let disabled: BTreeSet<(usize, String)> =
             expansion.missing.iter().filter_map(|m| broken::section_of(&m.path)).collect();
         let mut problems = Vec::new();
@@ -257,11 +279,46 @@ impl Config {
                 ),
             });
         }
+        let pass_env = upstream::global_pass_env(&value);
+        let (mut upstreams, upstream_problems) =
+            upstream::from_spec(&spec.mcp, &pass_env, &base_dir, &file_shown, env, text);
+        problems.extend(upstream_problems);
+        let mut warnings = Vec::new();
+        let mut mcp_import = None;
+        let mut refs = expansion.refs.clone();
+        if let Some(written) = spec.mcp.import.as_deref() {
+            let defaults = mcp_import::Defaults { pass_env: &pass_env, expose: upstream::expose(spec.mcp.expose) };
+            mcp_import = upstream::resolve_path(written, &base_dir, env).ok();
+            match mcp_import::read(written, &base_dir, env, &defaults, &defined, &file_shown) {
+                Ok(imported) => {
+                    redact::register(&imported.secrets);
+                    upstreams.extend(imported.servers);
+                    broken_sections.extend(imported.broken);
+                    warnings.extend(imported.warnings);
+                    refs.extend(imported.refs);
+                }
+                Err(message) => problems.push(ConfigProblem {
+                    key: "mcp.import".into(),
+                    line: toml_source::line_of(text, &split("mcp.import")),
+                    message: redact::current().apply(&message).into_owned(),
+                }),
+            }
+        }
+        upstreams.sort_by(|a, b| a.name.cmp(&b.name));
         if !problems.is_empty() {
             return Err(invalid(problems));
         }
-        let scripts = script_sections(&value, &spec, &base_dir, &expansion.refs);
-        Ok(Config { file: file.to_path_buf(), base_dir, spec, scripts, broken: broken_sections, upstreams: Vec::new() })
+        let scripts = script_sections(&value, &spec, &base_dir, &refs);
+        Ok(Config {
+            file: file.to_path_buf(),
+            base_dir,
+            spec,
+            scripts,
+            broken: broken_sections,
+            upstreams,
+            mcp_import,
+            warnings,
+        })
     }
 
     /// Resolves a path from the config against the config file's folder.
@@ -286,7 +343,13 @@ impl Config {
 
     /// The disabled sections of one kind (see [`BrokenSection`]).
     pub fn broken_of(&self, kind: ScriptKind) -> impl Iterator<Item = &BrokenSection> {
-        self.broken.iter().filter(move |s| s.kind == kind)
+        self.broken.iter().filter(move |s| s.kind == SectionKind::Script(kind))
+    }
+
+    /// The upstream servers that cannot be used, from `ctx.toml` (`mcp.servers`) or the
+    /// imported file (`mcpServers`): load problems of kind upstream.
+    pub fn broken_upstreams(&self) -> impl Iterator<Item = &BrokenSection> {
+        self.broken.iter().filter(|s| s.kind == SectionKind::Upstream)
     }
 }
 
@@ -328,6 +391,17 @@ fn secrets_of(expansion: &expand::Expansion, value: &Value) -> redact::Redactor 
     };
     literal("server.auth_token".into(), value.pointer("/server/auth_token"));
     literal("embedding.api_key".into(), value.pointer("/embedding/api_key"));
+    for (name, server) in value.pointer("/mcp/servers").and_then(Value::as_object).into_iter().flatten() {
+        for (table, secret) in
+            [("env", redact::is_secret_key as fn(&str) -> bool), ("headers", upstream::is_secret_header)]
+        {
+            for (key, v) in server.get(table).and_then(Value::as_object).into_iter().flatten() {
+                if secret(key) {
+                    literal(format!("mcp.servers.{name}.{table}.{key}"), Some(v));
+                }
+            }
+        }
+    }
     for kind in [ScriptKind::Connector, ScriptKind::Tool, ScriptKind::Agent] {
         let sections =
             split(kind.section()).iter().try_fold(value, |node, key| node.get(key)).and_then(Value::as_object);
@@ -540,10 +614,13 @@ mod tests {
         assert_eq!(config.scripts.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["ok"]);
         assert!(!config.spec.tools.script.keys().any(|k| k.as_str() == "jira"));
         assert!(config.spec.agents.inline.is_empty());
-        let broken: Vec<(String, ScriptKind)> = config.broken.iter().map(|b| (b.section(), b.kind)).collect();
+        let broken: Vec<(String, SectionKind)> = config.broken.iter().map(|b| (b.section(), b.kind)).collect();
         assert_eq!(
             broken,
-            [("tools.script.jira".to_string(), ScriptKind::Tool), ("agents.inline.a".into(), ScriptKind::Agent)]
+            [
+                ("tools.script.jira".to_string(), SectionKind::Script(ScriptKind::Tool)),
+                ("agents.inline.a".into(), SectionKind::Script(ScriptKind::Agent))
+            ]
         );
         let message = config.broken[0].message();
         assert!(

@@ -5,6 +5,7 @@ mod agents;
 mod cli;
 mod clients;
 mod common;
+mod config_17;
 mod config_loading;
 mod gateway;
 mod hardening_egress;
