@@ -67,6 +67,7 @@ impl Registry {
         // disabled section, so a broken source is not silently missing.
         let connectors = config.broken_of(ScriptKind::Connector);
         loaded.problems.extend(connectors.map(|b| broken_problem(LoadProblemKind::Connector, b)));
+        loaded.problems.extend(config.broken_upstreams().map(|b| broken_problem(LoadProblemKind::Upstream, b)));
         let mut registry = Registry::assemble(kb, loaded.tools, loaded.problems);
         registry.warnings = loaded.warnings;
         registry.agents = agents;

@@ -147,6 +147,8 @@ fn shown(path: &Path) -> String {
 fn watch_list(config: &Config) -> BTreeSet<PathBuf> {
     let mut files = BTreeSet::from([config.file.clone()]);
     files.extend(config.scripts.iter().map(|s| s.path.clone()));
+    // The Claude Desktop / Cursor file that `mcp.import` reads.
+    files.extend(config.mcp_import.clone());
     files
 }
 
