@@ -1,6 +1,7 @@
 //! The fault-injecting upstream (`tests/upstream/fault.rs`), driven by rmcp's client over its
 //! stdio: every tool and flag does what the gateway tests rely on. Also home of [`binary`], which
-//! the gateway tests use to find (and build) it.
+//! the gateway tests use to find (and build) it, and of the small rmcp client the real-upstream
+//! tests share ([`connect`], [`Recorder`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -17,7 +18,7 @@ use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
 /// Generous bound on anything the tests wait for; they assert behaviour, not speed.
-const WAIT: Duration = Duration::from_secs(20);
+pub const WAIT: Duration = Duration::from_secs(20);
 
 /// `target/<profile>/examples/fault_upstream`, built once per test run. `cargo test` builds
 /// examples, but `cargo test --test it` does not, and a binary left from an older source would
@@ -63,10 +64,10 @@ pub fn binary() -> PathBuf {
 
 /// What the client saw besides answers.
 #[derive(Clone, Default)]
-struct Recorder {
-    list_changed: Arc<tokio::sync::Notify>,
-    list_changed_count: Arc<Mutex<usize>>,
-    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+pub struct Recorder {
+    pub list_changed: Arc<tokio::sync::Notify>,
+    pub list_changed_count: Arc<Mutex<usize>>,
+    pub progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
 }
 
 impl ClientHandler for Recorder {
@@ -84,11 +85,13 @@ impl ClientHandler for Recorder {
     }
 }
 
-/// One fault_upstream child and an rmcp client session on its stdio.
-struct Session {
-    child: Child,
-    client: RunningService<RoleClient, Recorder>,
-    recorder: Recorder,
+/// One server child and an rmcp client session on its stdio.
+pub struct Session {
+    pub child: Child,
+    pub client: RunningService<RoleClient, Recorder>,
+    pub recorder: Recorder,
+    /// The server's stderr so far (drained so that a chatty server never blocks on a full pipe).
+    pub stderr: Arc<Mutex<String>>,
 }
 
 fn command(args: &[&str]) -> Command {
@@ -97,24 +100,38 @@ fn command(args: &[&str]) -> Command {
     command
 }
 
-async fn connect(mut command: Command) -> Session {
-    let mut child = command.spawn().expect("spawn fault_upstream");
+/// Spawns the command (stdin and stdout piped) and completes the MCP handshake on its stdio.
+pub async fn connect(mut command: Command) -> Session {
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
     let stdout = child.stdout.take().expect("piped stdout");
     let stdin = child.stdin.take().expect("piped stdin");
+    let stderr: Arc<Mutex<String>> = Default::default();
+    if let Some(mut pipe) = child.stderr.take() {
+        let stderr = Arc::clone(&stderr);
+        tokio::spawn(async move {
+            let mut buf = vec![0; 8192];
+            while let Ok(n @ 1..) = tokio::io::AsyncReadExt::read(&mut pipe, &mut buf).await {
+                stderr.lock().unwrap_or_else(PoisonError::into_inner).push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+    }
     let recorder = Recorder::default();
-    let client = tokio::time::timeout(WAIT, recorder.clone().serve((stdout, stdin)))
-        .await
-        .expect("initialize answered in time")
-        .expect("initialize succeeds");
-    Session { child, client, recorder }
+    let handshake = tokio::time::timeout(WAIT, recorder.clone().serve((stdout, stdin))).await;
+    let failed = match handshake {
+        Ok(Ok(client)) => return Session { child, client, recorder, stderr },
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer to initialize in {WAIT:?}"),
+    };
+    panic!("{command:?}: {failed}; its stderr:\n{}", stderr.lock().unwrap_or_else(PoisonError::into_inner));
 }
 
-fn call(name: &str, arguments: Value) -> CallToolRequestParams {
+pub fn call(name: &str, arguments: Value) -> CallToolRequestParams {
     let Value::Object(arguments) = arguments else { panic!("arguments must be an object") };
     CallToolRequestParams::new(name.to_owned()).with_arguments(arguments)
 }
 
-fn text(result: &CallToolResult) -> String {
+/// The result's text blocks, joined.
+pub fn text(result: &CallToolResult) -> String {
     result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.as_str()).collect()
 }
 
@@ -131,7 +148,7 @@ async fn wait_for_file(path: &Path, what: &str, done: impl Fn(&str) -> bool) -> 
     }
 }
 
-async fn exit_status(child: &mut Child) -> std::process::ExitStatus {
+pub async fn exit_status(child: &mut Child) -> std::process::ExitStatus {
     tokio::time::timeout(WAIT, child.wait()).await.expect("fault_upstream exits in time").expect("wait")
 }
 

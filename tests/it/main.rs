@@ -16,6 +16,7 @@ mod limits;
 mod link_order;
 mod mcp;
 mod proof;
+mod real_upstreams;
 mod review_16;
 mod sandbox;
 mod schemas;
