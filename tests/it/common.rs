@@ -182,6 +182,27 @@ pub fn test_python() -> Option<PathBuf> {
     }
 }
 
+/// A real upstream MCP server's command line from `scripts/test-env` (`CTX_TEST_EVERYTHING`,
+/// `CTX_TEST_TIME_SERVER`): words separated by spaces. Like [`test_python`], a missing variable
+/// fails the test in CI and skips the run elsewhere.
+pub fn test_command(var: &str) -> Option<Vec<String>> {
+    match std::env::var(var) {
+        Ok(line) => {
+            let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+            assert!(!words.is_empty(), "{var} is empty; run scripts/test-env");
+            assert!(Path::new(&words[0]).exists(), "{var}: {} does not exist; run scripts/test-env", words[0]);
+            Some(words)
+        }
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("{var} is not set; CI must run the suite through scripts/test")
+        }
+        Err(_) => {
+            eprintln!("skipping a real upstream server run: eval \"$(scripts/test-env)\" enables it");
+            None
+        }
+    }
+}
+
 /// Runs a program to completion and fails the test with its output unless it succeeds.
 pub fn run_ok(command: &mut Command) -> String {
     let output = command.output().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
