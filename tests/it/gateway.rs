@@ -12,12 +12,9 @@ use serde_json::{json, Value};
 
 use crate::common::{ServeChild, Workspace, BIN};
 
-/// The fault-injecting upstream `cargo test` builds next to the test binaries.
+/// The fault-injecting upstream (built on first use).
 pub fn fault_bin() -> PathBuf {
-    let bin = Path::new(BIN);
-    let path = bin.parent().unwrap().join("examples/fault_upstream");
-    assert!(path.is_file(), "{} is missing: `cargo test` builds it (the fault_upstream example)", path.display());
-    path
+    crate::fault_upstream::binary()
 }
 
 /// A `[mcp.servers.<name>]` section running the fault upstream with `args`.
@@ -560,4 +557,98 @@ fn gateway_17_a_hundred_restarts_leave_no_process_behind() {
     let left = wait_gone(&old, Duration::from_secs(15));
     assert!(left.is_empty(), "{} processes of earlier starts still run: {left:?}", left.len());
     assert!(alive(running));
+}
+
+/// A `[mcp.servers.<name>]` section running `words` (a test-env command line) plus `args`.
+fn command_section(name: &str, words: &[String], args: &[&str], extra: &str) -> String {
+    let args: Vec<String> =
+        words[1..].iter().map(String::as_str).chain(args.iter().copied()).map(|a| format!("{a:?}")).collect();
+    format!("[mcp.servers.{name:?}]\ncommand = {:?}\nargs = [{}]\n{extra}\n", words[0], args.join(", "))
+}
+
+#[test]
+fn gateway_17_server_everything_over_stdio_through_ctx() {
+    let Some(everything) = crate::common::test_command("CTX_TEST_EVERYTHING") else { return };
+    let ws = Workspace::new(&command_section("everything", &everything, &["stdio"], ""));
+    let mut mcp = McpStdio::start(&ws);
+    mcp.wait_tool("everything__echo");
+    let (echo, _) = mcp.request("tools/call", json!({"name": "everything__echo", "arguments": {"message": "hi"}}));
+    assert_eq!(echo["result"]["content"][0]["text"], "Echo: hi", "{echo}");
+    let (sum, _) = mcp.request("tools/call", json!({"name": "everything__get-sum", "arguments": {"a": 2, "b": 3}}));
+    assert!(sum["result"]["content"].to_string().contains('5'), "{sum}");
+    // ctx checks arguments against the upstream's schema before forwarding.
+    let (bad, _) = mcp.request("tools/call", json!({"name": "everything__get-sum", "arguments": {"a": "two"}}));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    // Resources through their namespaced URIs, and links inside results rewritten to them.
+    let (resources, _) = mcp.request("resources/list", json!({}));
+    let uri = "mcp://everything/demo://resource/static/document/architecture.md";
+    assert!(resources.to_string().contains(uri), "{resources}");
+    let (read, _) = mcp.request("resources/read", json!({"uri": uri}));
+    assert_eq!(read["result"]["contents"][0]["uri"], uri, "{read}");
+    assert!(read["result"]["contents"][0]["text"].as_str().is_some_and(|t| !t.is_empty()), "{read}");
+    let (links, _) =
+        mcp.request("tools/call", json!({"name": "everything__get-resource-links", "arguments": {"count": 2}}));
+    let link_uris: Vec<&str> = links["result"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "resource_link")
+        .filter_map(|b| b["uri"].as_str())
+        .collect();
+    assert!(!link_uris.is_empty() && link_uris.iter().all(|u| u.starts_with("mcp://everything/")), "{links}");
+    // Prompts beside the agents.
+    let (prompt, _) = mcp.request("prompts/get", json!({"name": "everything__simple-prompt"}));
+    assert!(prompt["result"]["messages"].as_array().is_some_and(|m| !m.is_empty()), "{prompt}");
+}
+
+#[test]
+fn gateway_17_server_everything_over_streamable_http_through_ctx() {
+    let Some(everything) = crate::common::test_command("CTX_TEST_EVERYTHING") else { return };
+    // It takes its port from $PORT only: pick a free one, retry if another process grabs it.
+    let (mut server, port) = (0..5)
+        .find_map(|_| {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let mut child = Command::new(&everything[0])
+                .args(&everything[1..])
+                .arg("streamableHttp")
+                .env("PORT", port.to_string())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Some((child, port));
+                }
+                if child.try_wait().unwrap().is_some() {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            None
+        })
+        .expect("server-everything never listened");
+    let section = format!("[mcp.servers.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\n");
+    let served = serve(Workspace::new(&section), &[]);
+    let row = served.ready("web");
+    assert_eq!(row["transport"], "http", "{row}");
+    let (status, body) = served.post("/tools/web__echo", json!({"message": "over http"}));
+    assert_eq!((status, &body), (200, &json!({"result": "Echo: over http"})));
+    drop(served);
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+#[test]
+fn gateway_17_mcp_server_time_through_ctx() {
+    let Some(time) = crate::common::test_command("CTX_TEST_TIME_SERVER") else { return };
+    let served = serve(Workspace::new(&command_section("time", &time, &[], "")), &[]);
+    served.ready("time");
+    let (status, body) = served.post("/tools/time__get_current_time", json!({"timezone": "UTC"}));
+    assert_eq!(status, 200, "{body}");
+    assert!(body["result"].to_string().contains("UTC"), "{body}");
+    let (status, body) = served.post("/tools/time__convert_time", json!({"source_timezone": "UTC"}));
+    assert_eq!(status, 400, "missing arguments are refused by ctx: {body}");
 }
