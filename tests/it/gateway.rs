@@ -627,6 +627,7 @@ fn gateway_17_server_everything_over_streamable_http_through_ctx() {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let _ = child.kill();
+            let _ = child.wait();
             None
         })
         .expect("server-everything never listened");
