@@ -11,9 +11,15 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientNotification, ClientRequest,
-    Implementation, InitializeRequestParams, ProgressNotificationParam, ProgressToken, RequestId, ServerCapabilities,
+    Implementation, InitializeRequestParams, JsonRpcMessage, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerCapabilities, ServerNotification,
 };
-use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningServiceCancellationToken};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningServiceCancellationToken, RxJsonRpcMessage,
+    TxJsonRpcMessage,
+};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::Transport;
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::{Map, Value as Json};
 use tokio::sync::Notify;
@@ -109,17 +115,48 @@ fn progress(p: ProgressNotificationParam) -> Progress {
     Progress { done: p.progress, total: p.total, message: p.message }
 }
 
-/// ctx's client handler for one connection.
+/// ctx's client handler for one connection (progress is routed by [`Tap`], not here).
 pub struct Handler {
-    progress: Arc<ProgressRouter>,
     changes: Arc<Changes>,
 }
 
-impl ClientHandler for Handler {
-    async fn on_progress(&self, params: ProgressNotificationParam, _: NotificationContext<RoleClient>) {
-        self.progress.deliver(params);
+/// The transport, with the upstream's progress notifications routed as they are read.
+///
+/// rmcp hands notifications to the handler on tasks of their own, so a progress notification
+/// sent just before the result could reach the handler after the caller got the result and
+/// stopped listening. Routed here, in the order of the stream, none is lost.
+struct Tap<T> {
+    inner: T,
+    progress: Arc<ProgressRouter>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
+    type Error = T::Error;
+
+    fn send(&mut self, item: TxJsonRpcMessage<RoleClient>) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
     }
 
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        let progress = &self.progress;
+        let next = self.inner.receive();
+        async move {
+            let message = next.await;
+            if let Some(JsonRpcMessage::Notification(n)) = &message {
+                if let ServerNotification::ProgressNotification(p) = &n.notification {
+                    progress.deliver(p.params.clone());
+                }
+            }
+            message
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
         self.changes.mark(TOOLS);
     }
@@ -220,13 +257,13 @@ pub async fn connect(
     progress: Arc<ProgressRouter>,
     changes: Arc<Changes>,
 ) -> Result<Connection, String> {
-    let handler = Handler { progress, changes };
+    let handler = Handler { changes };
     match &section.transport {
         UpstreamTransport::Stdio { command, args, env, cwd } => {
             let spec = process::Spec { server: &section.name, command, args, env, cwd: cwd.as_deref(), guard };
             let (mut child, stdout, stdin) =
                 process::spawn(&spec).map_err(|e| format!("cannot start `{command}`: {e}"))?;
-            let handshake = tokio::time::timeout(limit, handler.serve((stdout, stdin)));
+            let handshake = tokio::time::timeout(limit, handler.serve(Tap { inner: AsyncRwTransport::new_client(stdout, stdin), progress }));
             let result = tokio::select! {
                 r = handshake => r,
                 status = child.exited() => {
@@ -263,7 +300,7 @@ pub async fn connect(
                 map.insert(name, value);
             }
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
-            let transport = StreamableHttpClientTransport::with_client(http_client(), config);
+            let transport = Tap { inner: StreamableHttpClientTransport::with_client(http_client(), config), progress };
             match tokio::time::timeout(limit, handler.serve(transport)).await {
                 Ok(Ok(running)) => Ok(connection(running, None)),
                 Ok(Err(e)) => Err(format!("initialize failed: {e}")),
