@@ -6,6 +6,7 @@ mod cli;
 mod clients;
 mod common;
 mod config_loading;
+mod fault_upstream;
 mod hardening_egress;
 mod hardening_scripts;
 mod hardening_server;
