@@ -133,7 +133,10 @@ struct Tap<T> {
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
     type Error = T::Error;
 
-    fn send(&mut self, item: TxJsonRpcMessage<RoleClient>) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         self.inner.send(item)
     }
 
@@ -263,7 +266,10 @@ pub async fn connect(
             let spec = process::Spec { server: &section.name, command, args, env, cwd: cwd.as_deref(), guard };
             let (mut child, stdout, stdin) =
                 process::spawn(&spec).map_err(|e| format!("cannot start `{command}`: {e}"))?;
-            let handshake = tokio::time::timeout(limit, handler.serve(Tap { inner: AsyncRwTransport::new_client(stdout, stdin), progress }));
+            let handshake = tokio::time::timeout(
+                limit,
+                handler.serve(Tap { inner: AsyncRwTransport::new_client(stdout, stdin), progress }),
+            );
             let result = tokio::select! {
                 r = handshake => r,
                 status = child.exited() => {

@@ -68,10 +68,14 @@ fn run(args: &[OsString]) -> u8 {
         use std::os::unix::process::CommandExt;
         let mut cmd = std::process::Command::new(command);
         cmd.args(&args[2..]);
-        // SAFETY: prctl is async-signal-safe. If the guard itself is SIGKILLed, the server
+        // SAFETY: sigemptyset, sigprocmask and prctl are async-signal-safe. If the guard itself is SIGKILLed, the server
         // still gets a signal (its own children are then the guard group's to catch).
         unsafe {
             cmd.pre_exec(|| {
+                // The guard's blocked signals would be inherited (std does not reset the mask),
+                // and a server with SIGTERM blocked could only be stopped by SIGKILL.
+                let empty = signal_set(&[]);
+                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
                 Ok(())
             });

@@ -63,7 +63,7 @@ pub fn spawn(spec: &Spec<'_>) -> std::io::Result<(Child, ChildStdout, ChildStdin
     // The guard handles SIGTERM (it terminates the server's group); a direct child gets
     // SIGKILL, as it may ignore SIGTERM.
     let death_signal = if spec.guard.is_some() { libc::SIGTERM } else { libc::SIGKILL };
-    // SAFETY: setsid and prctl are async-signal-safe.
+    // SAFETY: setsid, prctl, sigemptyset and pthread_sigmask are async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
             // Its own session and process group, so that stopping it reaches its children.
@@ -74,6 +74,10 @@ pub fn spawn(spec: &Spec<'_>) -> std::io::Result<(Child, ChildStdout, ChildStdin
             // worker threads, which live as long as the runtime; were one to end, the guard
             // stops the server and the supervisor starts it again.
             libc::prctl(libc::PR_SET_PDEATHSIG, death_signal as libc::c_ulong, 0, 0, 0);
+            // A clean signal mask (std does not reset it): a thread of ctx may block some.
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
             Ok(())
         });
     }

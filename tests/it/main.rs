@@ -7,6 +7,7 @@ mod clients;
 mod common;
 mod config_loading;
 mod fault_upstream;
+mod gateway_runtime;
 mod hardening_egress;
 mod hardening_scripts;
 mod hardening_server;
