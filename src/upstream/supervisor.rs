@@ -39,6 +39,8 @@ pub struct Inner {
     pub lists: Lists,
     /// Attempts that failed since start (for `required_ready`).
     pub failed_attempts: u32,
+    /// Tools listed at the last connect, to notice a server that comes back empty.
+    pub tools_when_last_ready: usize,
     pub calls: u64,
     latencies: VecDeque<f64>,
 }
@@ -58,6 +60,7 @@ impl Shared {
                 peer: None,
                 lists: Lists::default(),
                 failed_attempts: 0,
+                tools_when_last_ready: 0,
                 calls: 0,
                 latencies: VecDeque::new(),
             }),
@@ -217,6 +220,11 @@ async fn ready(
     }
     let pid = conn.child.as_ref().map(|c| c.server_pid());
     tracing::info!(server = %name, pid, tools = lists.tools.len(), "upstream MCP server ready");
+    let before = std::mem::replace(&mut shared.lock().tools_when_last_ready, lists.tools.len());
+    if lists.tools.is_empty() && before > 0 {
+        // The list is what the server says now (never a stale copy), but say it loudly.
+        tracing::warn!(server = %name, "upstream MCP server came back with 0 tools (it had {before})");
+    }
     shared.update(|s| {
         s.state = State::Ready;
         s.attempt = 0;

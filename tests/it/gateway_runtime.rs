@@ -305,7 +305,8 @@ fn gateway_17_progress_is_forwarded_and_calls_are_pipelined() {
 fn gateway_17_list_changed_relists_and_emits_an_event() {
     let rt = runtime();
     rt.block_on(async {
-        let (u, events) = start(&[fault("fault", &[])], tuning());
+        // 300 lines of 1 KiB on stderr at start: read and bounded, they block nothing.
+        let (u, events) = start(&[fault("fault", &["--stderr-lines", "300"])], tuning());
         ready(&u, "fault").await;
         let before = events.lock().unwrap().len();
         assert!(!tool_names(&u, "fault").contains(&"fresh".to_string()));
@@ -544,4 +545,27 @@ fn gateway_17_shutdown_stops_every_server_and_reaps_it() {
     assert_eq!(recorded.len(), 6);
     let left: Vec<i32> = recorded.into_iter().filter(|&p| alive(p)).collect();
     assert!(left.is_empty(), "alive after shutdown: {left:?}");
+}
+
+#[test]
+fn gateway_17_last_error_names_no_env_value() {
+    let secret = "s3cr3t-value-0123456789";
+    let rt = runtime();
+    rt.block_on(async {
+        let section = UpstreamSection {
+            transport: UpstreamTransport::Stdio {
+                command: "/bin/sh".to_string(),
+                args: vec!["-c".to_string(), "echo \"token is $API_TOKEN\" >&2; exit 3".to_string()],
+                env: [("API_TOKEN".to_string(), secret.to_string())].into_iter().collect(),
+                cwd: None,
+            },
+            ..fault("leaky", &[])
+        };
+        let (u, _) = start(&[section], tuning());
+        let st = until("a failed attempt", || Some(status(&u, "leaky")).filter(|s| s.last_error.is_some())).await;
+        let error = st.last_error.unwrap();
+        assert!(error.contains("status 3") && error.contains("token is ***"), "{error}");
+        assert!(!error.contains(secret), "{error}");
+        u.shutdown().await;
+    });
 }
