@@ -1,18 +1,42 @@
 //! The gateway: one shared, supervised MCP client connection per upstream server.
 //!
-//! INTERFACE STUB (issue 17): the public API below is the contract between the upstream
-//! runtime and the registry, MCP, REST, `/health` and the CLI. Bodies are placeholders.
+//! The public API below is the contract between the upstream runtime and the registry, MCP,
+//! REST, `/health` and the CLI.
 //!
-//! Nothing here knows the registry: it keeps each server's current lists (raw JSON as the
-//! upstream sent them) and reports changes through [`Event`]s; the registry builds its tools
-//! from [`Upstreams::catalog`].
+//! Nothing here knows the registry: it keeps each server's current lists (JSON as the
+//! upstream sent them, through rmcp's types) and reports changes through [`Event`]s; the
+//! registry builds its tools from [`Upstreams::catalog`].
+//!
+//! - [`supervisor`]: one task per server: connect, list, serve, restart with backoff.
+//! - [`client`]: the MCP client side of a connection, and one request with deadline,
+//!   progress and cancellation.
+//! - [`catalog`]: paginated listing and tool filtering.
+//! - [`process`]: a stdio child in its own process group; stop = close, TERM, KILL, reap.
+//! - [`guard`]: the re-executed ctx that keeps a child's whole group from outliving ctx.
+//! - [`stderr`]: a child's stderr into ctx's log, bounded.
 
-use std::sync::Arc;
-use std::time::Duration;
+pub mod catalog;
+pub mod client;
+pub mod guard;
+pub mod process;
+pub mod stderr;
+pub mod supervisor;
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, ClientRequest, GetPromptRequestParams, ReadResourceRequestParams, Request};
+use rmcp::service::{Peer, RoleClient};
 use serde_json::{Map, Value as Json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
-use crate::config::upstream::{Expose, UpstreamSection};
+use client::Failure;
+use supervisor::Shared;
+
+use crate::config::upstream::{Expose, UpstreamSection, UpstreamTransport};
 use crate::lua::ProgressSink;
 
 /// A server's lifecycle state, as `/health` and `ctx mcp list` show it.
@@ -105,33 +129,261 @@ pub enum UpstreamError {
     Disconnected { server: String, message: String },
 }
 
+/// Timings of supervision; the defaults are for production, tests shorten them.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// Deadline of the initialize handshake (and of each listing page): a server that hangs
+    /// there is a failed attempt.
+    pub connect_timeout: Duration,
+    /// First restart delay; it doubles per recent failure up to `backoff_max` (±20 % jitter).
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    /// This many failures within `crash_loop_window` mark the server crash-looping; it is then
+    /// retried every `crash_loop_retry`.
+    pub crash_loop_failures: u32,
+    pub crash_loop_window: Duration,
+    pub crash_loop_retry: Duration,
+    /// Each step of a stop: after closing stdin, then after SIGTERM.
+    pub stop_grace: Duration,
+    /// Quiet time after a `list_changed` before relisting (a burst becomes one relist).
+    pub list_debounce: Duration,
+    /// The ctx binary that guards stdio children (see [`guard`]); `None` starts them
+    /// directly, in their own group with a parent-death signal (grandchildren are then not
+    /// covered when ctx is SIGKILLed).
+    pub guard: Option<PathBuf>,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            connect_timeout: Duration::from_secs(30),
+            backoff_base: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            crash_loop_failures: 5,
+            crash_loop_window: Duration::from_secs(60),
+            crash_loop_retry: Duration::from_secs(60),
+            stop_grace: Duration::from_secs(2),
+            list_debounce: Duration::from_millis(150),
+            guard: process::default_guard(),
+        }
+    }
+}
+
 /// Every configured upstream, each with its supervisor task.
-pub struct Upstreams {}
+pub struct Upstreams {
+    servers: Mutex<BTreeMap<String, Server>>,
+    /// Supervisors of removed or replaced servers that are still stopping theirs.
+    retiring: Mutex<Vec<JoinHandle<()>>>,
+    events: EventSink,
+    tuning: Arc<Tuning>,
+    runtime: tokio::runtime::Handle,
+}
+
+struct Server {
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
 
 impl Upstreams {
     /// Starts a supervisor for every enabled section and returns at once (call inside a tokio
     /// runtime). Connections happen in the background.
-    pub fn start(_sections: &[UpstreamSection], _events: EventSink) -> Arc<Upstreams> {
-        Arc::new(Upstreams {})
+    pub fn start(sections: &[UpstreamSection], events: EventSink) -> Arc<Upstreams> {
+        Upstreams::start_with(sections, events, Tuning::default())
+    }
+
+    /// [`Upstreams::start`] with explicit timings.
+    pub fn start_with(sections: &[UpstreamSection], events: EventSink, tuning: Tuning) -> Arc<Upstreams> {
+        let upstreams = Upstreams {
+            servers: Mutex::new(BTreeMap::new()),
+            retiring: Mutex::new(Vec::new()),
+            events,
+            tuning: Arc::new(tuning),
+            runtime: tokio::runtime::Handle::current(),
+        };
+        {
+            let mut servers = lock(&upstreams.servers);
+            for section in sections {
+                servers.insert(section.name.clone(), upstreams.launch(section.clone()));
+            }
+        }
+        Arc::new(upstreams)
+    }
+
+    fn launch(&self, section: UpstreamSection) -> Server {
+        let shared = Shared::new(section);
+        let stop = CancellationToken::new();
+        let task = shared.section.enabled.then(|| {
+            self.runtime.spawn(supervisor::run(shared.clone(), self.events.clone(), self.tuning.clone(), stop.clone()))
+        });
+        Server { shared, stop, task }
     }
 
     /// Waits until every `required` server is ready. `Err` names each one that failed its first
     /// attempt (or did not get ready within `within`) with its last error.
-    pub async fn required_ready(&self, _within: Duration) -> Result<(), String> {
-        Ok(())
+    pub async fn required_ready(&self, within: Duration) -> Result<(), String> {
+        let required: Vec<Arc<Shared>> = lock(&self.servers)
+            .values()
+            .filter(|s| s.shared.section.required && s.shared.section.enabled)
+            .map(|s| s.shared.clone())
+            .collect();
+        let deadline = tokio::time::Instant::now() + within;
+        let mut problems = Vec::new();
+        for shared in required {
+            let mut changed = shared.changed.subscribe();
+            loop {
+                let (state, failed, last_error) = {
+                    let s = shared.lock();
+                    (s.state, s.failed_attempts, s.last_error.clone())
+                };
+                if state == State::Ready {
+                    break;
+                }
+                if failed > 0 || tokio::time::Instant::now() >= deadline {
+                    let why = last_error.unwrap_or_else(|| format!("not ready within {} s", within.as_secs_f64()));
+                    problems.push(format!(
+                        "required upstream MCP server '{}' ({}) could not start: {why}",
+                        shared.section.name, shared.section.origin
+                    ));
+                    break;
+                }
+                let _ = tokio::time::timeout_at(deadline, changed.changed()).await;
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
     }
 
     /// Hot reload: starts, stops or restarts only the servers whose section changed.
-    pub fn apply(&self, _sections: &[UpstreamSection]) {}
+    pub fn apply(&self, sections: &[UpstreamSection]) {
+        let mut servers = lock(&self.servers);
+        let wanted: BTreeMap<&str, &UpstreamSection> = sections.iter().map(|s| (s.name.as_str(), s)).collect();
+        let gone: Vec<String> = servers
+            .iter()
+            .filter(|(name, server)| wanted.get(name.as_str()).is_none_or(|s| **s != server.shared.section))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            if let Some(server) = servers.remove(&name) {
+                tracing::info!(server = %name, "upstream MCP server section removed or changed: stopping it");
+                self.retire(server);
+            }
+        }
+        for (name, section) in wanted {
+            if !servers.contains_key(name) {
+                tracing::info!(server = %name, "starting upstream MCP server");
+                servers.insert(name.to_string(), self.launch(section.clone()));
+            }
+        }
+    }
+
+    fn retire(&self, server: Server) {
+        server.stop.cancel();
+        let mut retiring = lock(&self.retiring);
+        retiring.retain(|t| !t.is_finished());
+        retiring.extend(server.task);
+        // Its tools are gone from the catalog now; the registry relists.
+        (self.events)(Event {
+            server: server.shared.section.name.clone(),
+            tools: true,
+            resources: true,
+            prompts: true,
+        });
+    }
 
     /// Every configured server's current lists, by name.
     pub fn catalog(&self) -> Vec<ServerCatalog> {
-        Vec::new()
+        lock(&self.servers)
+            .values()
+            .map(|server| {
+                let s = server.shared.lock();
+                let section = &server.shared.section;
+                ServerCatalog {
+                    name: section.name.clone(),
+                    expose: section.expose,
+                    timeout: section.timeout,
+                    state: Some(s.state),
+                    tools: s.lists.tools.clone(),
+                    resources: s.lists.resources.clone(),
+                    resource_templates: s.lists.resource_templates.clone(),
+                    prompts: s.lists.prompts.clone(),
+                    has_resources: s.lists.has_resources,
+                }
+            })
+            .collect()
     }
 
     /// Every configured server's health, by name.
     pub fn status(&self) -> Vec<Status> {
-        Vec::new()
+        lock(&self.servers)
+            .values()
+            .map(|server| {
+                let s = server.shared.lock();
+                let section = &server.shared.section;
+                Status {
+                    name: section.name.clone(),
+                    transport: match section.transport {
+                        UpstreamTransport::Stdio { .. } => "stdio",
+                        UpstreamTransport::Http { .. } => "http",
+                    },
+                    state: s.state,
+                    tools: s.lists.tools.len(),
+                    restarts: s.restarts,
+                    attempt: s.attempt,
+                    last_error: s.last_error.clone(),
+                    latency_p50_ms: s.latency_p50_ms(),
+                    calls: s.calls,
+                    pid: s.pid,
+                }
+            })
+            .collect()
+    }
+
+    /// The server's shared state and its peer when ready; `Down` at once otherwise.
+    fn ready_peer(&self, server: &str) -> Result<(Arc<Shared>, Peer<RoleClient>), UpstreamError> {
+        let shared = lock(&self.servers)
+            .get(server)
+            .map(|s| s.shared.clone())
+            .ok_or_else(|| UpstreamError::UnknownServer(server.to_string()))?;
+        let peer = {
+            let s = shared.lock();
+            match (&s.peer, s.state) {
+                (Some(peer), State::Ready) => peer.clone(),
+                _ => {
+                    return Err(UpstreamError::Down {
+                        server: server.to_string(),
+                        state: s.state,
+                        attempt: s.attempt,
+                        last_error: s.last_error.clone(),
+                    })
+                }
+            }
+        };
+        Ok((shared, peer))
+    }
+
+    /// One request over the shared connection, timed for `/health`.
+    async fn send(
+        &self,
+        server: &str,
+        request: ClientRequest,
+        progress: Option<ProgressSink>,
+    ) -> Result<Map<String, Json>, UpstreamError> {
+        let (shared, peer) = self.ready_peer(server)?;
+        let limit = shared.section.timeout;
+        let started = Instant::now();
+        let result = client::request(&peer, request, limit, progress.map(|sink| (&shared.progress, sink))).await;
+        shared.record_call(started.elapsed());
+        result.map_err(|failure| match failure {
+            Failure::Timeout => UpstreamError::Timeout { server: server.to_string(), limit },
+            Failure::Rpc { code, message, data } => {
+                UpstreamError::Rpc { server: server.to_string(), code, message, data }
+            }
+            Failure::Disconnected(message) => UpstreamError::Disconnected { server: server.to_string(), message },
+        })
     }
 
     /// `tools/call` on `server`'s tool `tool` (its upstream name) over the shared connection.
@@ -140,28 +392,60 @@ impl Upstreams {
     pub async fn call_tool(
         &self,
         server: &str,
-        _tool: &str,
-        _arguments: Map<String, Json>,
-        _progress: Option<ProgressSink>,
+        tool: &str,
+        arguments: Map<String, Json>,
+        progress: Option<ProgressSink>,
     ) -> Result<Map<String, Json>, UpstreamError> {
-        Err(UpstreamError::UnknownServer(server.to_string()))
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        self.send(server, ClientRequest::CallToolRequest(Request::new(params)), progress).await
     }
 
     /// `resources/read` of `uri` (the upstream's own URI) on `server`: the `ReadResourceResult` JSON.
-    pub async fn read_resource(&self, server: &str, _uri: &str) -> Result<Map<String, Json>, UpstreamError> {
-        Err(UpstreamError::UnknownServer(server.to_string()))
+    pub async fn read_resource(&self, server: &str, uri: &str) -> Result<Map<String, Json>, UpstreamError> {
+        let params = ReadResourceRequestParams::new(uri);
+        self.send(server, ClientRequest::ReadResourceRequest(Request::new(params)), None).await
     }
 
     /// `prompts/get` of `name` (the upstream's own name) on `server`: the `GetPromptResult` JSON.
     pub async fn get_prompt(
         &self,
         server: &str,
-        _name: &str,
-        _arguments: Map<String, Json>,
+        name: &str,
+        arguments: Map<String, Json>,
     ) -> Result<Map<String, Json>, UpstreamError> {
-        Err(UpstreamError::UnknownServer(server.to_string()))
+        let params = GetPromptRequestParams::new(name).with_arguments(arguments);
+        self.send(server, ClientRequest::GetPromptRequest(Request::new(params)), None).await
     }
 
     /// Stops every server: close, then SIGTERM to its process group, then SIGKILL, and reaps it.
-    pub async fn shutdown(&self) {}
+    /// Concurrently, and bounded: it returns within about three grace periods.
+    pub async fn shutdown(&self) {
+        let mut tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.retiring));
+        for server in lock(&self.servers).values_mut() {
+            server.stop.cancel();
+            tasks.extend(server.task.take());
+        }
+        let bound = self.tuning.stop_grace * 3 + Duration::from_secs(2);
+        let all = async {
+            for task in tasks {
+                let _ = task.await;
+            }
+        };
+        if tokio::time::timeout(bound, all).await.is_err() {
+            tracing::warn!("upstream MCP servers did not all stop within {} s", bound.as_secs());
+        }
+    }
+}
+
+impl Drop for Upstreams {
+    fn drop(&mut self) {
+        // Without `shutdown`, the supervisors still stop their servers (while the runtime runs).
+        for server in lock(&self.servers).values() {
+            server.stop.cancel();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

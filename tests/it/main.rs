@@ -8,6 +8,7 @@ mod config_17;
 mod config_loading;
 mod fault_upstream;
 mod gateway;
+mod gateway_runtime;
 mod hardening_egress;
 mod hardening_scripts;
 mod hardening_server;

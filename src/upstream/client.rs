@@ -1,0 +1,422 @@
+//! ctx's MCP client side of one upstream connection: the handler that receives the upstream's
+//! notifications (progress, `list_changed`), connecting over stdio or Streamable HTTP, and one
+//! request with a deadline, progress routing and `notifications/cancelled` when abandoned.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientNotification, ClientRequest,
+    Implementation, InitializeRequestParams, JsonRpcMessage, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerCapabilities, ServerNotification,
+};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningServiceCancellationToken, RxJsonRpcMessage,
+    TxJsonRpcMessage,
+};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::Transport;
+use rmcp::{ClientHandler, ServiceError, ServiceExt};
+use serde_json::{Map, Value as Json};
+use tokio::sync::Notify;
+
+use super::process::{self, Child};
+use crate::config::upstream::{UpstreamSection, UpstreamTransport};
+use crate::lua::{Progress, ProgressSink};
+
+/// Which lists an upstream said changed (bits), and a wake-up for the supervisor.
+#[derive(Default)]
+pub struct Changes {
+    bits: AtomicU8,
+    pub notify: Notify,
+}
+
+pub const TOOLS: u8 = 1;
+pub const RESOURCES: u8 = 2;
+pub const PROMPTS: u8 = 4;
+
+impl Changes {
+    fn mark(&self, bit: u8) {
+        self.bits.fetch_or(bit, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    /// The lists marked since the last call.
+    pub fn take(&self) -> u8 {
+        self.bits.swap(0, Ordering::SeqCst)
+    }
+}
+
+/// Routes the upstream's progress notifications to the caller of the request that carries
+/// the token.
+#[derive(Default)]
+pub struct ProgressRouter {
+    inner: Mutex<Routes>,
+}
+
+#[derive(Default)]
+struct Routes {
+    sinks: HashMap<ProgressToken, ProgressSink>,
+    /// Notifications that arrived before their request's sink was registered (rmcp picks the
+    /// token while sending, and handles notifications on their own tasks).
+    early: VecDeque<(Instant, ProgressNotificationParam)>,
+}
+
+const EARLY_KEEP: Duration = Duration::from_secs(5);
+const EARLY_MAX: usize = 64;
+
+impl ProgressRouter {
+    fn register(&self, token: ProgressToken, sink: ProgressSink) {
+        let early: Vec<ProgressNotificationParam> = {
+            let mut routes = self.lock();
+            routes.sinks.insert(token.clone(), sink.clone());
+            let (mine, rest) = routes.early.drain(..).partition(|(_, p)| p.progress_token == token);
+            routes.early = rest;
+            mine.into_iter().map(|(_, p)| p).collect::<Vec<_>>()
+        };
+        for p in early {
+            sink(progress(p));
+        }
+    }
+
+    fn unregister(&self, token: &ProgressToken) {
+        self.lock().sinks.remove(token);
+    }
+
+    fn deliver(&self, p: ProgressNotificationParam) {
+        let sink = {
+            let mut routes = self.lock();
+            match routes.sinks.get(&p.progress_token) {
+                Some(sink) => sink.clone(),
+                None => {
+                    let now = Instant::now();
+                    routes.early.retain(|(at, _)| now.duration_since(*at) < EARLY_KEEP);
+                    if routes.early.len() >= EARLY_MAX {
+                        routes.early.pop_front();
+                    }
+                    routes.early.push_back((now, p));
+                    return;
+                }
+            }
+        };
+        sink(progress(p));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Routes> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn progress(p: ProgressNotificationParam) -> Progress {
+    Progress { done: p.progress, total: p.total, message: p.message }
+}
+
+/// ctx's client handler for one connection (progress is routed by [`Tap`], not here).
+pub struct Handler {
+    changes: Arc<Changes>,
+}
+
+/// The transport, with the upstream's progress notifications routed as they are read.
+///
+/// rmcp hands notifications to the handler on tasks of their own, so a progress notification
+/// sent just before the result could reach the handler after the caller got the result and
+/// stopped listening. Routed here, in the order of the stream, none is lost.
+struct Tap<T> {
+    inner: T,
+    progress: Arc<ProgressRouter>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        let progress = &self.progress;
+        let next = self.inner.receive();
+        async move {
+            let message = next.await;
+            if let Some(JsonRpcMessage::Notification(n)) = &message {
+                if let ServerNotification::ProgressNotification(p) = &n.notification {
+                    progress.deliver(p.params.clone());
+                }
+            }
+            message
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.changes.mark(TOOLS);
+    }
+
+    async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.changes.mark(RESOURCES);
+    }
+
+    async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.changes.mark(PROMPTS);
+    }
+
+    fn get_info(&self) -> InitializeRequestParams {
+        InitializeRequestParams::new(
+            ClientCapabilities::default(),
+            Implementation::new("ctx", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+type Done = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// One live connection to an upstream.
+pub struct Connection {
+    pub peer: Peer<RoleClient>,
+    pub capabilities: ServerCapabilities,
+    cancel: Option<RunningServiceCancellationToken>,
+    /// Resolves when rmcp's service loop has ended (EOF, error, or cancel).
+    done: Option<Done>,
+    pub child: Option<Child>,
+}
+
+impl Connection {
+    /// Resolves when the connection is gone; says why. Cancel-safe.
+    pub async fn closed(&mut self) -> String {
+        let service = async {
+            match self.done.as_mut() {
+                Some(done) => done.await,
+                None => std::future::pending().await,
+            }
+        };
+        let child = async {
+            match self.child.as_mut() {
+                Some(child) => child.exited().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = service => {
+                self.done = None;
+                // The process usually exits with its stdout: give its status a moment to show.
+                match self.child.as_mut() {
+                    Some(child) => match tokio::time::timeout(Duration::from_millis(200), child.exited()).await {
+                        Ok(status) => exit_message(child, status),
+                        Err(_) => "the upstream closed the connection".to_string(),
+                    },
+                    None => "the upstream closed the connection".to_string(),
+                }
+            }
+            status = child => {
+                let child = self.child.as_ref().expect("child");
+                exit_message(child, status)
+            }
+        }
+    }
+
+    /// Closes the connection (stdin EOF for a child) and stops the process.
+    pub async fn stop(mut self, grace: Duration) {
+        if let Some(cancel) = self.cancel.take() {
+            cancel.cancel();
+        }
+        if let Some(done) = self.done.take() {
+            // rmcp drains in-flight responses for up to 2 s before it closes the transport.
+            let _ = tokio::time::timeout(grace + Duration::from_secs(1), done).await;
+        }
+        if let Some(mut child) = self.child.take() {
+            let status = child.stop(grace).await;
+            tracing::debug!(group = child.group(), "upstream process stopped: {}", process::describe(status));
+        }
+    }
+}
+
+fn exit_message(child: &Child, status: std::process::ExitStatus) -> String {
+    let mut msg = format!("the process exited with {}", process::describe(status));
+    if let Some(line) = child.tail.lock().unwrap_or_else(|p| p.into_inner()).as_deref() {
+        msg.push_str("; its last stderr line: ");
+        msg.push_str(line);
+    }
+    msg
+}
+
+/// Connects to `section`'s server and runs the initialize handshake within `limit`.
+pub async fn connect(
+    section: &UpstreamSection,
+    guard: Option<&std::path::Path>,
+    limit: Duration,
+    grace: Duration,
+    progress: Arc<ProgressRouter>,
+    changes: Arc<Changes>,
+) -> Result<Connection, String> {
+    let handler = Handler { changes };
+    match &section.transport {
+        UpstreamTransport::Stdio { command, args, env, cwd } => {
+            let spec = process::Spec { server: &section.name, command, args, env, cwd: cwd.as_deref(), guard };
+            let (mut child, stdout, stdin) =
+                process::spawn(&spec).map_err(|e| format!("cannot start `{command}`: {e}"))?;
+            let handshake = tokio::time::timeout(
+                limit,
+                handler.serve(Tap { inner: AsyncRwTransport::new_client(stdout, stdin), progress }),
+            );
+            let result = tokio::select! {
+                r = handshake => r,
+                status = child.exited() => {
+                    let msg = format!("{} before it answered initialize", exit_message(&child, status));
+                    child.stop(grace).await;
+                    return Err(msg);
+                }
+            };
+            match result {
+                Ok(Ok(running)) => Ok(connection(running, Some(child))),
+                Ok(Err(e)) => {
+                    let msg = match tokio::time::timeout(Duration::from_millis(200), child.exited()).await {
+                        Ok(status) => format!("{} before it answered initialize", exit_message(&child, status)),
+                        Err(_) => format!("initialize failed: {e}"),
+                    };
+                    child.stop(grace).await;
+                    Err(msg)
+                }
+                Err(_) => {
+                    child.stop(grace).await;
+                    Err(format!("no answer to initialize within {} s", limit.as_secs_f64()))
+                }
+            }
+        }
+        UpstreamTransport::Http { url, headers } => {
+            use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+            use rmcp::transport::StreamableHttpClientTransport;
+            let mut map = HashMap::new();
+            for (name, value) in headers {
+                let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| format!("header name `{name}` is not valid"))?;
+                let value = reqwest::header::HeaderValue::from_str(value)
+                    .map_err(|_| format!("the value of header `{name}` is not valid"))?;
+                map.insert(name, value);
+            }
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
+            let transport = Tap { inner: StreamableHttpClientTransport::with_client(http_client(), config), progress };
+            match tokio::time::timeout(limit, handler.serve(transport)).await {
+                Ok(Ok(running)) => Ok(connection(running, None)),
+                Ok(Err(e)) => Err(format!("initialize failed: {e}")),
+                Err(_) => Err(format!("no answer to initialize within {} s", limit.as_secs_f64())),
+            }
+        }
+    }
+}
+
+fn connection(running: rmcp::service::RunningService<RoleClient, Handler>, child: Option<Child>) -> Connection {
+    let peer = running.peer().clone();
+    let capabilities = peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
+    let cancel = running.cancellation_token();
+    let done: Done = Box::pin(async move {
+        let _ = running.waiting().await;
+    });
+    Connection { peer, capabilities, cancel: Some(cancel), done: Some(done), child }
+}
+
+/// ctx's HTTP client for upstreams (rustls with ring, no proxy from the environment: through
+/// a proxy ctx could not see where its upstream traffic goes).
+fn http_client() -> reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::builder()
+                .user_agent(concat!("ctx/", env!("CARGO_PKG_VERSION")))
+                .pool_idle_timeout(Duration::from_secs(60))
+                .no_proxy()
+                .build()
+                .expect("the HTTP client builds")
+        })
+        .clone()
+}
+
+/// Why one request failed (the caller adds the server's name).
+#[derive(Debug)]
+pub enum Failure {
+    Timeout,
+    Rpc { code: i32, message: String, data: Option<Json> },
+    Disconnected(String),
+}
+
+/// Sends `request` over the shared connection and waits up to `limit` for its result (as
+/// JSON). Progress notifications for it go to `progress`. When the wait ends without a result
+/// (deadline, or the caller dropped this future) the upstream gets `notifications/cancelled`.
+pub async fn request(
+    peer: &Peer<RoleClient>,
+    request: ClientRequest,
+    limit: Duration,
+    progress: Option<(&Arc<ProgressRouter>, ProgressSink)>,
+) -> Result<Map<String, Json>, Failure> {
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .map_err(|e| Failure::Disconnected(e.to_string()))?;
+    let mut guard = Abandon {
+        peer: peer.clone(),
+        id: Some(handle.id.clone()),
+        reason: "abandoned by ctx's caller",
+        route: progress.as_ref().map(|(router, _)| (Arc::clone(router), handle.progress_token.clone())),
+    };
+    if let Some((router, sink)) = progress {
+        router.register(handle.progress_token.clone(), sink);
+    }
+    let answer = match tokio::time::timeout(limit, handle.rx).await {
+        Err(_) => {
+            guard.reason = "request timeout"; // the guard sends the cancellation
+            return Err(Failure::Timeout);
+        }
+        Ok(answer) => answer,
+    };
+    guard.id = None;
+    match answer {
+        Ok(Ok(result)) => match serde_json::to_value(&result) {
+            Ok(Json::Object(map)) => Ok(map),
+            Ok(other) => Err(Failure::Disconnected(format!("the upstream answered with a non-object result: {other}"))),
+            Err(e) => Err(Failure::Disconnected(format!("the upstream's result does not serialize: {e}"))),
+        },
+        Ok(Err(ServiceError::McpError(e))) => {
+            Err(Failure::Rpc { code: e.code.0, message: e.message.to_string(), data: e.data })
+        }
+        Ok(Err(e)) => Err(Failure::Disconnected(e.to_string())),
+        Err(_) => Err(Failure::Disconnected("the connection closed".to_string())),
+    }
+}
+
+/// Sends `notifications/cancelled` for a request nobody waits for any more (rmcp 3.9 does
+/// this only in its typed helpers, not for `send_request_with_option`), and unroutes its
+/// progress.
+struct Abandon {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+    reason: &'static str,
+    route: Option<(Arc<ProgressRouter>, ProgressToken)>,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if let Some((router, token)) = self.route.take() {
+            router.unregister(&token);
+        }
+        let Some(id) = self.id.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (peer, reason) = (self.peer.clone(), self.reason);
+        runtime.spawn(async move {
+            let param = CancelledNotificationParam::new(Some(id), Some(reason.to_string()));
+            let note = ClientNotification::CancelledNotification(CancelledNotification::new(param));
+            let _ = peer.send_notification(note).await;
+        });
+    }
+}
