@@ -246,7 +246,11 @@ async fn ready(
                     continue;
                 }
                 let mut lists = shared.lock().lists.clone();
-                match catalog::relist(&conn.peer, &shared.section, which, tuning.connect_timeout, &mut lists).await {
+                let relisted = tokio::select! {
+                    r = catalog::relist(&conn.peer, &shared.section, which, tuning.connect_timeout, &mut lists) => r,
+                    () = stop.cancelled() => break End::Stopped,
+                };
+                match relisted {
                     Ok(()) => {
                         shared.update(|s| s.lists = lists);
                         events(Event {
