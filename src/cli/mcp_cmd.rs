@@ -120,6 +120,7 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
 /// The upstreams of the server running at `server.bind`, when one answers with them.
 async fn from_running(config: &Config) -> Option<Vec<Json>> {
     let (addr, security) = crate::server::settings(config).ok()?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder().timeout(Duration::from_secs(3)).no_proxy().build().ok()?;
     let mut request = client.get(format!("http://{addr}/health"));
     if let Some(token) = &security.token {

@@ -120,15 +120,32 @@ fn start_upstreams(
     tools: &Arc<Tools>,
     mcp: &Mcp,
 ) -> Result<Arc<Upstreams>, CliError> {
-    let (weak, mcp) = (Arc::downgrade(tools), mcp.clone());
+    // Events arrive on the supervisors' tasks (and from hot reload, under its locks): they are
+    // only queued there. One thread swaps the registry, which compiles each tool's schema, and
+    // tells the clients, a burst at a time.
+    let (sender, queue) = std::sync::mpsc::channel::<Event>();
+    let (weak, mcp, handle) = (Arc::downgrade(tools), mcp.clone(), runtime.handle().clone());
+    std::thread::Builder::new()
+        .name("ctx-upstreams".into())
+        .spawn(move || {
+            while let Ok(first) = queue.recv() {
+                let mut lists = crate::mcp::Changed { tools: false, prompts: false, resources: false };
+                let mut relist = false;
+                for event in std::iter::once(first).chain(queue.try_iter()) {
+                    relist |= event.tools;
+                    lists.prompts |= event.prompts;
+                    lists.resources |= event.resources;
+                }
+                let Some(tools) = weak.upgrade() else { return };
+                lists.tools = relist && tools.refresh_upstreams();
+                let _guard = handle.enter();
+                mcp.lists_changed(lists);
+            }
+        })
+        .context("cannot start the upstream thread")?;
+    let sender = std::sync::Mutex::new(sender);
     let events: EventSink = Arc::new(move |event: Event| {
-        let Some(tools) = weak.upgrade() else { return };
-        let tools_changed = event.tools && tools.refresh_upstreams();
-        mcp.lists_changed(crate::mcp::Changed {
-            tools: tools_changed,
-            prompts: event.prompts,
-            resources: event.resources,
-        });
+        let _ = sender.lock().unwrap_or_else(|p| p.into_inner()).send(event);
     });
     let _guard = runtime.enter();
     let upstreams = Upstreams::start(sections, events);

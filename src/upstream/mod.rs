@@ -259,6 +259,16 @@ impl Upstreams {
 
     /// Hot reload: starts, stops or restarts only the servers whose section changed.
     pub fn apply(&self, sections: &[UpstreamSection]) {
+        // Events go out once the lock is released: whoever receives one reads the catalog.
+        let retired = self.apply_locked(sections);
+        for name in retired {
+            (self.events)(Event { server: name, tools: true, resources: true, prompts: true });
+        }
+    }
+
+    /// [`Upstreams::apply`] under the lock; returns the servers it stopped.
+    fn apply_locked(&self, sections: &[UpstreamSection]) -> Vec<String> {
+        let mut retired = Vec::new();
         let mut servers = lock(&self.servers);
         let wanted: BTreeMap<&str, &UpstreamSection> = sections.iter().map(|s| (s.name.as_str(), s)).collect();
         let gone: Vec<String> = servers
@@ -270,6 +280,7 @@ impl Upstreams {
             if let Some(server) = servers.remove(&name) {
                 tracing::info!(server = %name, "upstream MCP server section removed or changed: stopping it");
                 self.retire(server);
+                retired.push(name);
             }
         }
         for (name, section) in wanted {
@@ -278,6 +289,7 @@ impl Upstreams {
                 servers.insert(name.to_string(), self.launch(section.clone()));
             }
         }
+        retired
     }
 
     fn retire(&self, server: Server) {
@@ -285,13 +297,6 @@ impl Upstreams {
         let mut retiring = lock(&self.retiring);
         retiring.retain(|t| !t.is_finished());
         retiring.extend(server.task);
-        // Its tools are gone from the catalog now; the registry relists.
-        (self.events)(Event {
-            server: server.shared.section.name.clone(),
-            tools: true,
-            resources: true,
-            prompts: true,
-        });
     }
 
     /// Every configured server's current lists, by name.
