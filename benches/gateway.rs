@@ -76,8 +76,7 @@ fn main() {
     let ids: Vec<u64> = (0..CALLERS)
         .map(|_| through.send_request("tools/call", json!({"name": "f__slow", "arguments": {"ms": SLOW_MS}})))
         .collect();
-    for id in &ids {
-        let reply = through.wait_reply(*id);
+    for reply in through.wait_replies(&ids) {
         assert!(reply["result"]["content"][0]["text"].as_str().is_some_and(|t| t.starts_with("slept")), "{reply}");
     }
     let wall = started.elapsed();
@@ -202,6 +201,21 @@ impl Lines {
                 return message;
             }
         }
+    }
+
+    /// Reads until every one of `ids` is answered (in any order).
+    fn wait_replies(&mut self, ids: &[u64]) -> Vec<Value> {
+        let mut replies = Vec::new();
+        while replies.len() < ids.len() {
+            self.line.clear();
+            let n = self.stdout.read_line(&mut self.line).unwrap();
+            assert!(n > 0, "the server closed its stdout");
+            let message: Value = serde_json::from_str(&self.line).expect("a JSON-RPC line");
+            if message.get("method").is_none() && ids.iter().any(|id| message["id"] == *id) {
+                replies.push(message);
+            }
+        }
+        replies
     }
 
     fn request(&mut self, method: &str, params: Value) -> Value {

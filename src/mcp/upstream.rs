@@ -9,9 +9,14 @@ use crate::tools::upstream_tool::{namespaced_uri, registry_name, split_uri};
 use crate::tools::Tools;
 use crate::upstream::{ServerCatalog, UpstreamError};
 
-/// Whether any upstream offers resources (ctx then declares the capability).
+/// Whether ctx declares the resources capability: when an upstream offers resources, or may
+/// (one still connecting, whose capabilities are not known yet). A client checks capabilities
+/// once, at `initialize`, often before the upstreams are up; it then gets an empty list until
+/// they are, and `list_changed` when they arrive.
 pub fn has_resources(tools: &Tools) -> bool {
-    tools.upstreams().is_some_and(|u| u.catalog().iter().any(|s| s.has_resources))
+    use crate::upstream::State;
+    let unknown = |s: &ServerCatalog| !matches!(s.state, Some(State::Ready) | Some(State::Disabled));
+    tools.upstreams().is_some_and(|u| u.catalog().iter().any(|s| s.has_resources || unknown(s)))
 }
 
 fn catalog(tools: &Tools) -> Vec<ServerCatalog> {

@@ -306,6 +306,13 @@ fn gateway_17_cli_lists_tests_and_calls_upstream_tools() {
     assert!(test.ok().contains("fault__progress"), "{}", test.stdout());
     let test = ws.ctx(&["mcp", "test", "fault", "--call", "echo", "--param", "text=yo", "--json"]);
     assert_eq!(test.json(), json!({"result": {"text": "yo"}}), "{}", test.stderr());
+    // No server runs at server.bind: `ctx mcp list` connects once and reports.
+    let listed = ws.ctx(&["mcp", "list", "--json"]).json();
+    assert_eq!(listed["source"], "configured", "{listed}");
+    assert_eq!(listed["upstreams"][0]["state"], "ready", "{listed}");
+    assert!(listed["upstreams"][0]["tools"].as_u64().unwrap() >= 10, "{listed}");
+    let human = ws.ctx(&["mcp", "list"]);
+    assert!(human.ok().contains("fault  ready  (stdio"), "{}", human.stdout());
     let unknown = ws.ctx(&["mcp", "test", "nope"]);
     assert_eq!(unknown.code(), 2);
     assert!(unknown.stderr().contains("no upstream MCP server 'nope'"), "{}", unknown.stderr());
