@@ -268,7 +268,13 @@ pub async fn connect(
                 process::spawn(&spec).map_err(|e| format!("cannot start `{command}`: {e}"))?;
             let handshake = tokio::time::timeout(
                 limit,
-                handler.serve(Tap { inner: AsyncRwTransport::new_client(stdout, stdin), progress }),
+                handler.serve(Tap {
+                    // Bounded by `frame` (which answers an oversized answer's request at once);
+                    // rmcp's own limit is one past it, so rmcp never drops a line silently.
+                    inner: AsyncRwTransport::new_client(super::frame::Bounded::new(stdout, &section.name), stdin)
+                        .with_max_line_length(super::frame::MAX_MESSAGE + 1),
+                    progress,
+                }),
             );
             let result = tokio::select! {
                 r = handshake => r,
