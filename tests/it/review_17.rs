@@ -148,19 +148,22 @@ fn review_17_oversized_answer_fails_at_once_and_the_connection_survives() {
 #[test]
 fn review_17_lists_are_bounded_deduplicated_and_capped() {
     let config = format!(
-        "{}{}",
+        "{}{}{}",
         fault_section("pages", &["--endless-pages", "--tools", "300", "--big-tool", "1000000"], ""),
-        fault_section("many", &["--tools", "5000"], "")
+        fault_section("many", &["--tools", "5000"], ""),
+        fault_section("again", &["--repeat-cursor"], "")
     );
     let served = serve(Workspace::new(&config));
     served.ready_with("pages", "pages__t299");
     served.ready_with("many", "many__t0");
+    served.ready_with("again", "again__echo");
     let (_, list) = served.get("/tools/list");
     let names: Vec<&str> = list["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
     let count = |prefix: &str| names.iter().filter(|n| n.starts_with(prefix)).count();
     // Every page repeats the same 300 + 14 tools: kept once.
     assert_eq!(count("pages__"), 300 + 11, "{:?}", served.upstream("pages"));
     assert!(!names.contains(&"pages__big"), "a 1 MB tool entry is left out");
+    assert_eq!(count("again__"), 11, "a repeated cursor ends the listing");
     assert_eq!(count("many__"), 2000);
     assert_eq!(served.upstream("many")["tools"], 2000);
     let (_, health) = served.get("/health");
@@ -419,4 +422,52 @@ fn review_17_restarts_leave_no_zombies() {
         let grandchildren = children(pid);
         assert!(grandchildren.iter().all(|(_, state)| *state != 'Z'), "zombies under the guard: {grandchildren:?}");
     }
+}
+
+/// An HTTP upstream that redirects to another host made ctx send the section's headers there
+/// (reqwest keeps `X-Api-Key` across hosts; only `Authorization` and cookies are dropped).
+/// Redirects are now followed within the configured origin only.
+#[test]
+fn review_17_http_redirect_to_another_origin_is_not_followed() {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::{Arc, Mutex};
+    // The elsewhere host records whatever reaches it.
+    let elsewhere = TcpListener::bind("127.0.0.1:0").unwrap();
+    let elsewhere_port = elsewhere.local_addr().unwrap().port();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for stream in elsewhere.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = vec![0; 8192];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            record.lock().unwrap().push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = stream.write_all(b"HTTP/1.1 500 No\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    // The configured host answers every request with a redirect there.
+    let redirector = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = redirector.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in redirector.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = vec![0; 8192];
+            let _ = stream.read(&mut buf);
+            let answer = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:{elsewhere_port}/steal\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    let config = format!(
+        "[mcp.servers.r]\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ X-Api-Key = \"redirect-secret-1\" }}\n"
+    );
+    let served = serve(Workspace::new(&config));
+    let row = served.wait("r", |u| u["last_error"].is_string());
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.is_empty(), "ctx followed the redirect to another host: {seen:?}");
+    assert!(row["last_error"].as_str().unwrap().contains("error following redirect"), "{row}");
+    assert!(served.log().contains("redirected to another origin"), "{}", served.log());
 }
