@@ -112,6 +112,10 @@ impl Shared {
                 text = text.replace(secret, "***");
             }
         }
+        // The stderr tail is the server's text: no terminal escape reaches `ctx mcp list`.
+        if text.chars().any(char::is_control) {
+            text = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+        }
         if let Some((cut, _)) = text.char_indices().nth(MAX_ERROR) {
             text.truncate(cut);
             text.push('…');
@@ -364,11 +368,11 @@ mod tests {
         };
         let shared = Shared::new(section);
         let said = shared.sanitise(
-            "initialize failed: Send message error Transport [ctx::upstream::client::Tap<a::B<c::D>>] error: error sending request for url (https://h.example/mcp?api_key=KEY-123456&mode=fast), pa55word-x, tok-abcdef, frag-secret [kept]",
+            "initialize failed: Send message error Transport [ctx::upstream::client::Tap<a::B<c::D>>] error: error sending request for url (https://h.example/mcp?api_key=KEY-123456&mode=fast), pa55word-x, tok-abcdef, frag-secret [kept]\u{1b}]52;c;eA==\u{7}",
         );
         assert_eq!(
             said,
-            "initialize failed: Send message error Transport error: error sending request for url (https://h.example/mcp?***), ***, ***, *** [kept]"
+            "initialize failed: Send message error Transport error: error sending request for url (https://h.example/mcp?***), ***, ***, *** [kept] ]52;c;eA== "
         );
     }
 

@@ -471,3 +471,23 @@ fn review_17_http_redirect_to_another_origin_is_not_followed() {
     assert!(row["last_error"].as_str().unwrap().contains("error following redirect"), "{row}");
     assert!(served.log().contains("redirected to another origin"), "{}", served.log());
 }
+
+/// A tool description is the upstream's text, and `ctx tool list` / `ctx mcp test` printed it
+/// raw: an escape sequence in it drove the operator's terminal (here: write the clipboard,
+/// clear the screen).
+#[test]
+fn review_17_cli_prints_no_terminal_escapes_from_an_upstream() {
+    // TOML's escapes: ESC ] 52 (clipboard) ... BEL, then ESC [2J (clear the screen).
+    let evil = r"evil\u001b]52;c;SGVsbG8=\u0007\u001b[2J";
+    let config = format!(
+        "[mcp.servers.f]\ncommand = {:?}\nargs = [\"--describe\", \"{evil}\"]\n",
+        crate::fault_upstream::binary().display().to_string()
+    );
+    let ws = Workspace::new(&config);
+    for args in [&["tool", "list"][..], &["mcp", "test", "f"][..]] {
+        let run = ws.ctx(args);
+        let out = run.stdout();
+        assert!(out.contains("evil"), "{args:?}: the description is shown: {out}{}", run.stderr());
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{args:?} printed a terminal escape: {out:?}");
+    }
+}

@@ -17,6 +17,7 @@
 //!   --repeat-cursor      every tools/list page has the same nextCursor
 //!   --huge-line BYTES    write one BYTES long line (no JSON) to stdout before serving
 //!   --hostile            list the hostile tools below
+//!   --describe TEXT      list one more tool `described` whose description is TEXT
 //!
 //! With --hostile, three more tools: `flood` sends `count` tools/list_changed notifications without changing
 //! anything; `raw` writes `line` to stdout as is (stray responses, garbage); `ask` sends the
@@ -48,7 +49,7 @@ use tokio::sync::broadcast;
 
 const USAGE: &str = "usage: fault_upstream [--exit-at-start] [--hang-at-start] [--starts FILE] \
 [--log FILE] [--grandchild] [--stderr-lines N] [--resources] [--tools N] [--big-tool BYTES] \
-[--schema FILE] [--endless-pages] [--repeat-cursor] [--huge-line BYTES] [--hostile]";
+[--schema FILE] [--endless-pages] [--repeat-cursor] [--huge-line BYTES] [--hostile] [--describe TEXT]";
 
 /// A `huge` answer above this is refused rather than aborting the process on allocation.
 const HUGE_LIMIT: u64 = 1 << 30;
@@ -69,6 +70,7 @@ struct Flags {
     repeat_cursor: bool,
     huge_line: usize,
     hostile: bool,
+    describe: Option<String>,
 }
 
 impl Flags {
@@ -98,6 +100,7 @@ impl Flags {
                 "--endless-pages" => flags.endless_pages = true,
                 "--repeat-cursor" => flags.repeat_cursor = true,
                 "--hostile" => flags.hostile = true,
+                "--describe" => flags.describe = Some(value("--describe")?),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -202,6 +205,7 @@ async fn serve(flags: Flags) -> Result<(), String> {
             endless_pages: flags.endless_pages,
             repeat_cursor: flags.repeat_cursor,
             hostile: flags.hostile,
+            describe: flags.describe,
         }),
     };
     let running =
@@ -234,6 +238,7 @@ struct Inner {
     endless_pages: bool,
     repeat_cursor: bool,
     hostile: bool,
+    describe: Option<String>,
 }
 
 impl Fault {
@@ -355,6 +360,9 @@ impl Fault {
         tools.extend((0..self.inner.extra_tools).map(|i| echo_like(format!("t{i}"), "One of many.".into())));
         if self.inner.big_tool > 0 {
             tools.push(echo_like("big".into(), "d".repeat(self.inner.big_tool)));
+        }
+        if let Some(text) = &self.inner.describe {
+            tools.push(echo_like("described".into(), text.clone()));
         }
         if let Some(Value::Object(schema)) = &self.inner.schema {
             tools.push(Tool::new("custom", "Its inputSchema comes from --schema.", schema.clone()));
