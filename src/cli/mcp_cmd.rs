@@ -111,7 +111,7 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
             field("calls").as_u64().unwrap_or(0),
         );
         if let Some(error) = field("last_error").as_str() {
-            println!("      last error: {error}");
+            println!("      last error: {}", super::tool_cmd::printable(error));
         }
     }
     Ok(())
@@ -213,11 +213,12 @@ fn report(
             for spec in &ours {
                 println!("  {}", spec.name);
                 if !spec.description.is_empty() {
-                    println!("      {}", spec.description.lines().next().unwrap_or_default());
+                    let first = spec.description.lines().next().unwrap_or_default();
+                    println!("      {}", super::tool_cmd::printable(first));
                 }
             }
             for problem in registry.problems().iter().chain(registry.warnings()) {
-                println!("  note: {}", problem.message);
+                println!("  note: {}", super::tool_cmd::printable(&problem.message));
             }
         }
         return Ok(());

@@ -97,6 +97,20 @@ fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Res
 }
 
 /// `--param KEY=VALUE` items as pairs.
+/// `text` safe to print on a terminal: an upstream server writes tool descriptions and names,
+/// and an escape sequence in them (ESC, BEL, ...) would drive the operator's terminal (set its
+/// title, write its clipboard, hide lines). Control characters other than newline and tab are
+/// shown escaped.
+pub(super) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| if c.is_control() && c != '\n' && c != '\t' { c.escape_default().to_string() } else { c.to_string() })
+        .collect::<String>()
+        .into()
+}
+
 pub(super) fn param_pairs(raw: &[String]) -> Result<Vec<(String, String)>, CliError> {
     let mut pairs = Vec::new();
     for item in raw {
@@ -367,7 +381,7 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
             (None, false) => spec.script.clone().unwrap_or_default(),
         };
         println!("{}  ({kind})", spec.name);
-        println!("    {}", spec.description);
+        println!("    {}", printable(&spec.description));
         let params = param_summary(spec);
         if !params.is_empty() {
             println!("    parameters: {params}");
@@ -375,11 +389,11 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
     }
     for problem in registry.problems() {
         println!("{}  (broken {})", problem.name, kind_word(problem));
-        println!("    error: {}", problem.message);
+        println!("    error: {}", printable(&problem.message));
     }
     for warning in registry.warnings() {
         println!("{}  (warning)", warning.name);
-        println!("    {}", warning.message);
+        println!("    {}", printable(&warning.message));
     }
     Ok(())
 }

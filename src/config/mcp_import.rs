@@ -241,6 +241,9 @@ fn entry_of(
                     problems.push((vec!["url"], message));
                 }
             }
+            for credential in upstream::url_credentials(&url) {
+                secrets.add(credential, &key_of(name, &["url"]));
+            }
             let headers = string_map(entry, "headers", &mut problems);
             for key in headers.keys().filter(|k| !upstream::is_header_name(k)) {
                 problems.push((vec!["headers"], format!("{key:?} is not an HTTP header name")));

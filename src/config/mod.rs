@@ -413,6 +413,15 @@ fn secrets_of(expansion: &expand::Expansion, value: &Value) -> redact::Redactor 
             }
         }
     }
+    // A literal credential in a server's URL (`?api_key=...`): reqwest's errors, which rmcp
+    // logs, quote the URL.
+    for (name, server) in value.pointer("/mcp/servers").and_then(Value::as_object).into_iter().flatten() {
+        let key = format!("mcp.servers.{name}.url");
+        let url = server.get("url").and_then(Value::as_str).filter(|_| !expansion.missing.iter().any(|m| m.key == key));
+        for credential in url.map(upstream::url_credentials).unwrap_or_default() {
+            secrets.add(credential, &key);
+        }
+    }
     secrets
 }
 

@@ -32,7 +32,8 @@ pub enum UpstreamTransport {
         /// The child's whole environment: the section's `env` (expanded) plus the passed-through
         /// names that are set in ctx's environment. The child gets exactly this, nothing more.
         env: BTreeMap<String, String>,
-        /// Absolute; `None` runs the child in the config file's folder.
+        /// Absolute. A ctx.toml section without `cwd` gets the config file's folder; an imported
+        /// entry without one (`None`) runs where ctx runs, as its own client would run it.
         cwd: Option<PathBuf>,
     },
     /// A Streamable HTTP endpoint.
@@ -141,6 +142,42 @@ pub(super) fn is_secret_header(name: &str) -> bool {
         || super::redact::is_secret_key(&lower)
 }
 
+/// The parts of a URL that can carry a credential: the whole query and fragment, each query
+/// value, and `user:password` of the authority. (reqwest's errors quote the URL they failed
+/// on.)
+pub fn url_secrets(url: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (before, fragment) = url.split_once('#').unwrap_or((url, ""));
+    out.push(fragment);
+    if let Some((_, query)) = before.split_once('?') {
+        out.push(query);
+        out.extend(query.split('&').filter_map(|pair| pair.split_once('=').map(|(_, v)| v)));
+    }
+    out.extend(url_credentials(url));
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// The credentials of a URL, to hide from every log line and message: the values of query
+/// parameters named like a secret (`api_key`, `token`, ...) and the password of
+/// `user:password@`. (Ordinary parameters such as `format=json` stay readable.)
+pub(super) fn url_credentials(url: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let before = url.split_once('#').map_or(url, |(b, _)| b);
+    let (head, query) = before.split_once('?').unwrap_or((before, ""));
+    for (name, value) in query.split('&').filter_map(|pair| pair.split_once('=')) {
+        if is_secret_header(name) || name.eq_ignore_ascii_case("sig") || name.eq_ignore_ascii_case("auth") {
+            out.push(value);
+        }
+    }
+    let authority = head.split_once("://").map_or(head, |(_, rest)| rest).split('/').next().unwrap_or_default();
+    if let Some((userinfo, _)) = authority.rsplit_once('@') {
+        out.extend(userinfo.split_once(':').map(|(_, password)| password));
+    }
+    out.retain(|s| !s.is_empty());
+    out
+}
+
 /// `Ok` for a glob `tools` or `exclude` can hold.
 pub(super) fn check_glob(glob: &str) -> Result<(), String> {
     globset::Glob::new(glob).map(|_| ()).map_err(|e| format!("not a valid glob pattern: {}", e.kind()))
@@ -242,7 +279,9 @@ pub(super) fn from_spec(
         let transport = match (&section.command, &section.url) {
             (Some(command), None) => {
                 let cwd = match section.cwd.as_deref().map(|cwd| resolve_path(cwd, base_dir, env)).transpose() {
-                    Ok(cwd) => cwd,
+                    // Like every relative path in ctx.toml, a relative command or argument is
+                    // taken from the config file's folder unless `cwd` says otherwise.
+                    Ok(cwd) => cwd.or_else(|| Some(base_dir.to_path_buf())),
                     Err(message) => {
                         let path = ["mcp", "servers", name.as_str(), "cwd"].map(String::from);
                         let line = toml_source::line_of(text, &path);
@@ -409,6 +448,22 @@ mod tests {
         assert_eq!(resolve_path("c.json", base, &env).unwrap(), PathBuf::from("/w/c.json"));
         assert_eq!(resolve_path("/abs/c.json", base, &env).unwrap(), PathBuf::from("/abs/c.json"));
         assert!(resolve_path("~/c.json", base, &|_| None).unwrap_err().contains("HOME is not set"));
+    }
+
+    #[test]
+    fn url_credentials_are_secret_parameters_and_passwords() {
+        let url = "https://bob:pa55@h/mcp?api_key=K1&format=json&access_token=T2#f";
+        assert_eq!(url_credentials(url), ["K1", "T2", "pa55"]);
+        assert_eq!(
+            url_secrets(url),
+            ["f", "api_key=K1&format=json&access_token=T2", "K1", "json", "T2", "K1", "T2", "pa55"]
+        );
+        let config = load("[mcp.servers.w]\nurl = \"https://h/mcp?apiKey=literal-query-secret\"\n", &[]).unwrap();
+        assert_eq!(config.upstreams.len(), 1);
+        let shown = crate::config::redact::current()
+            .apply("failed for url (https://h/mcp?apiKey=literal-query-secret)")
+            .into_owned();
+        assert!(!shown.contains("literal-query-secret"), "{shown}");
     }
 
     #[test]

@@ -5,28 +5,29 @@ use rmcp::model::{ErrorCode as RpcCode, GetPromptResult, Prompt, ReadResourceRes
 use rmcp::ErrorData as McpError;
 use serde_json::{json, Map, Value as Json};
 
-use crate::tools::upstream_tool::{namespaced_uri, registry_name, split_uri};
+use crate::tools::upstream_tool::{namespaced_uri, owner, registry_name, split_uri};
 use crate::tools::Tools;
+use crate::upstream::client::{PROMPTS, RESOURCES};
 use crate::upstream::{ServerCatalog, UpstreamError};
 
 /// Whether ctx declares the resources capability: when an upstream offers resources, or may
 /// (one still connecting, whose capabilities are not known yet). A client checks capabilities
 /// once, at `initialize`, often before the upstreams are up; it then gets an empty list until
-/// they are, and `list_changed` when they arrive.
+/// they are, and `list_changed` when they arrive. Asked at every `initialize`: it copies no list.
 pub fn has_resources(tools: &Tools) -> bool {
-    use crate::upstream::State;
-    let unknown = |s: &ServerCatalog| !matches!(s.state, Some(State::Ready) | Some(State::Disabled));
-    tools.upstreams().is_some_and(|u| u.catalog().iter().any(|s| s.has_resources || unknown(s)))
+    tools.upstreams().is_some_and(|u| u.has_resources())
 }
 
-fn catalog(tools: &Tools) -> Vec<ServerCatalog> {
-    tools.upstreams().map(|u| u.catalog()).unwrap_or_default()
+/// The servers with only the lists in `which`: a client's `prompts/list` must not copy every
+/// upstream tool.
+fn catalog(tools: &Tools, which: u8) -> Vec<ServerCatalog> {
+    tools.upstreams().map(|u| u.lists(which)).unwrap_or_default()
 }
 
 /// Every upstream resource, its URI namespaced.
 pub fn resources(tools: &Tools) -> Vec<Resource> {
     let mut out = Vec::new();
-    for server in catalog(tools) {
+    for server in catalog(tools, RESOURCES) {
         for raw in &server.resources {
             let mut raw = raw.clone();
             if let Some(Json::String(uri)) = raw.get_mut("uri") {
@@ -44,7 +45,7 @@ pub fn resources(tools: &Tools) -> Vec<Resource> {
 /// Every upstream resource template, its URI template namespaced.
 pub fn templates(tools: &Tools) -> Vec<ResourceTemplate> {
     let mut out = Vec::new();
-    for server in catalog(tools) {
+    for server in catalog(tools, RESOURCES) {
         for raw in &server.resource_templates {
             let mut raw = raw.clone();
             if let Some(Json::String(uri)) = raw.get_mut("uriTemplate") {
@@ -87,18 +88,37 @@ pub async fn read(tools: &Tools, uri: &str) -> Result<ReadResourceResult, McpErr
     })
 }
 
+/// Every upstream prompt ctx serves: its name as ctx lists it, its server, and its entry.
+/// Agents keep their names, and a name is served once: a prompt whose name an agent, another
+/// server (see [`owner`]) or an earlier prompt holds is left out, so `prompts/list` never shows
+/// two prompts of one name and `prompts/get` reaches the one listed.
+fn served_prompts(tools: &Tools) -> Vec<(String, String, Map<String, Json>)> {
+    let servers = catalog(tools, PROMPTS);
+    let mut taken: std::collections::HashSet<String> = tools.current().agents().map(|a| a.name.clone()).collect();
+    let mut out = Vec::new();
+    for server in &servers {
+        for raw in &server.prompts {
+            let Some(original) = raw.get("name").and_then(Json::as_str) else { continue };
+            let name = registry_name(&server.name, original);
+            let belongs = owner(servers.iter().map(|s| s.name.as_str()), &name) == Some(server.name.as_str());
+            if !belongs || !taken.insert(name.clone()) {
+                tracing::debug!(upstream = %server.name, "prompt '{original}' is left out: its name '{name}' is taken");
+                continue;
+            }
+            out.push((name, server.name.clone(), raw.clone()));
+        }
+    }
+    out
+}
+
 /// Every upstream prompt, named `<server>__<prompt>`.
 pub fn prompts(tools: &Tools) -> Vec<Prompt> {
     let mut out = Vec::new();
-    for server in catalog(tools) {
-        for raw in &server.prompts {
-            let Some(name) = raw.get("name").and_then(Json::as_str) else { continue };
-            let mut raw = raw.clone();
-            raw.insert("name".into(), Json::String(registry_name(&server.name, name)));
-            match serde_json::from_value(Json::Object(raw)) {
-                Ok(prompt) => out.push(prompt),
-                Err(e) => tracing::warn!(upstream = %server.name, "a prompt it listed is not valid MCP: {e}"),
-            }
+    for (name, server, mut raw) in served_prompts(tools) {
+        raw.insert("name".into(), Json::String(name));
+        match serde_json::from_value(Json::Object(raw)) {
+            Ok(prompt) => out.push(prompt),
+            Err(e) => tracing::warn!(upstream = %server, "a prompt it listed is not valid MCP: {e}"),
         }
     }
     out
@@ -110,14 +130,11 @@ pub async fn get_prompt(
     name: &str,
     arguments: Map<String, Json>,
 ) -> Option<Result<GetPromptResult, McpError>> {
-    let (server, original) = catalog(tools).into_iter().find_map(|server| {
-        let original = server
-            .prompts
-            .iter()
-            .filter_map(|p| p.get("name").and_then(Json::as_str))
-            .find(|p| registry_name(&server.name, p) == name)?;
-        Some((server.name.clone(), original.to_string()))
-    })?;
+    let (server, original) =
+        served_prompts(tools).into_iter().find(|(n, _, _)| n == name).and_then(|(_, server, raw)| {
+            let original = raw.get("name").and_then(Json::as_str)?.to_string();
+            Some((server, original))
+        })?;
     let upstreams = tools.upstreams()?;
     let result = match upstreams.get_prompt(&server, &original, arguments).await {
         Ok(result) => serde_json::from_value(Json::Object(result)).map_err(|e| {

@@ -64,6 +64,7 @@ impl CallError {
             U::Rpc { code: -32602, message, .. } => {
                 CallError::BadRequest(format!("tool '{tool}': the upstream server refused the arguments: {message}"))
             }
+            e @ U::TooLarge { .. } => CallError::ResultTooLarge(format!("tool '{tool}': {e}")),
             e @ (U::UnknownServer(_) | U::Down { .. } | U::Disconnected { .. }) => {
                 CallError::Unavailable(format!("tool '{tool}': {e}"))
             }

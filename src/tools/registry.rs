@@ -468,10 +468,11 @@ impl Tools {
     /// once instead of "unknown tool".
     fn down_upstream(&self, name: &str) -> Option<CallError> {
         let upstreams = self.upstreams()?;
-        let status = upstreams.status().into_iter().find(|s| {
-            s.state != crate::upstream::State::Ready
-                && name.starts_with(&super::upstream_tool::registry_name(&s.name, ""))
-        })?;
+        let statuses = upstreams.status();
+        // The server the name belongs to, as the registry decides it (not merely the first
+        // down server whose prefix matches: `a` down says nothing about `a__b__c`).
+        let server = super::upstream_tool::owner(statuses.iter().map(|s| s.name.as_str()), name)?.to_string();
+        let status = statuses.into_iter().find(|s| s.name == server && s.state != crate::upstream::State::Ready)?;
         let down = crate::upstream::UpstreamError::Down {
             server: status.name.clone(),
             state: status.state,

@@ -90,9 +90,29 @@ pub fn registry_name(server: &str, tool: &str) -> String {
     format!("{}_{hash}", &clean[..MAX_NAME - hash.len() - 1])
 }
 
+/// The configured server a registry name (`<server>__<tool>`) belongs to: the one whose
+/// sanitised prefix is the longest that starts `name`, the first by name on a tie.
+///
+/// Sanitising and `__` inside names make prefixes overlap (`a.b` and `a_b` are both `a_b__`;
+/// server `a`'s tool `b__c` and server `a__b`'s tool `c` are both `a__b__c`). Deciding by the
+/// configured servers, not by which of them is connected, keeps a name on one server whatever
+/// the order of (re)connects: the other side is left out for good, with a load problem,
+/// instead of taking the name over while the owner is down.
+pub fn owner<'a>(servers: impl IntoIterator<Item = &'a str>, name: &str) -> Option<&'a str> {
+    let mut best: Option<(usize, &'a str)> = None;
+    for server in servers {
+        let prefix = registry_name(server, "");
+        if name.starts_with(&prefix) && best.is_none_or(|(len, _)| prefix.len() > len) {
+            best = Some((prefix.len(), server));
+        }
+    }
+    best.map(|(_, server)| server)
+}
+
 /// The registry tools of every ready server, sorted by name, and the collisions: a name already
-/// taken (a built-in, a Lua tool, or an earlier server's tool) is not registered, and the
-/// problem names both sides. `taken` maps each name to who holds it.
+/// taken (a built-in, a Lua tool, or an earlier server's tool) or that belongs to another
+/// server (see [`owner`]) is not registered, and the problem names both sides. `taken` maps
+/// each name to who holds it.
 pub fn build(
     catalog: &[ServerCatalog],
     upstreams: &Arc<Upstreams>,
@@ -104,6 +124,17 @@ pub fn build(
             let Some(original) = raw.get("name").and_then(Json::as_str) else { continue };
             let name = registry_name(&server.name, original);
             let here = format!("tool '{original}' of upstream server '{}'", server.name);
+            let belongs = owner(catalog.iter().map(|s| s.name.as_str()), &name).unwrap_or(&server.name);
+            if belongs != server.name {
+                problems.push(LoadProblem {
+                    kind: LoadProblemKind::Upstream,
+                    name: server.name.clone(),
+                    message: format!(
+                        "{here} would be registered as '{name}', a name of upstream server '{belongs}' (its prefix matches longer, or first); it is left out whether or not '{belongs}' is connected. Rename one of the servers in [mcp.servers] or exclude the tool"
+                    ),
+                });
+                continue;
+            }
             if let Some(holder) = taken.get(&name) {
                 problems.push(LoadProblem {
                     kind: LoadProblemKind::Upstream,
@@ -215,6 +246,19 @@ mod tests {
         assert_ne!(long_a, long_b);
         let valid = |n: &str| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         assert!(valid(&long_a) && valid(&registry_name("ü.ö", "a/b")));
+    }
+
+    #[test]
+    fn a_name_belongs_to_the_longest_then_first_matching_server() {
+        let servers = ["a", "a.b", "a__b", "a_", "a_b", "zz"];
+        let of = |name: &str| owner(servers, name);
+        assert_eq!(of("a__echo"), Some("a"));
+        assert_eq!(of("a_b__echo"), Some("a.b"), "a.b and a_b share a prefix: the first by name holds it");
+        assert_eq!(of("a__b__c"), Some("a__b"), "server a's tool b__c is server a__b's name");
+        assert_eq!(of("a___x"), Some("a_"), "server a's tool _x is server a_'s name");
+        assert_eq!(of("zz__t"), Some("zz"));
+        assert_eq!(of("nobody__t"), None);
+        assert_eq!(of(&registry_name("a", &"x".repeat(100))), Some("a"), "a hashed long name keeps its prefix");
     }
 
     #[test]

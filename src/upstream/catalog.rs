@@ -1,5 +1,9 @@
 //! Listing an upstream's tools, resources, resource templates and prompts: every page, with a
 //! cap against a server that repeats its cursor, tools filtered by the section's globs.
+//!
+//! An upstream decides how much it lists, and what ctx keeps of it is held in memory, compiled
+//! (each tool's schema) and sent to every client: so each list is bounded in entries, in bytes
+//! per entry and in bytes overall, and an entry whose name (URI) came earlier is dropped.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -13,9 +17,15 @@ use crate::config::upstream::UpstreamSection;
 
 /// The most pages read of one list; a server past it is cut off (and logged).
 pub const MAX_PAGES: usize = 100;
+/// The most entries kept of one list (tools, resources, templates or prompts) of one server.
+pub const MAX_ENTRIES: usize = 2000;
+/// The largest entry kept, as JSON (a tool with its schemas); a larger one is left out.
+pub const MAX_ENTRY_BYTES: usize = 256 * 1024;
+/// The most JSON kept of one list of one server.
+pub const MAX_LIST_BYTES: usize = 32 * 1024 * 1024;
 
 /// One server's lists, as the catalog keeps them.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Lists {
     pub tools: Vec<Map<String, Json>>,
     pub resources: Vec<Map<String, Json>>,
@@ -42,6 +52,15 @@ enum Kind {
 }
 
 impl Kind {
+    /// The key that identifies an entry: a second entry with the same one is dropped.
+    fn key(self) -> &'static str {
+        match self {
+            Kind::Tools | Kind::Prompts => "name",
+            Kind::Resources => "uri",
+            Kind::ResourceTemplates => "uriTemplate",
+        }
+    }
+
     fn field(self) -> &'static str {
         match self {
             Kind::Tools => "tools",
@@ -139,33 +158,126 @@ async fn list(
     limit: Duration,
     server: &str,
 ) -> Result<Vec<Map<String, Json>>, Failure> {
-    let mut items = Vec::new();
+    let mut kept = Kept::default();
     let mut cursor: Option<String> = None;
     let mut seen = HashSet::new();
     for _ in 0..MAX_PAGES {
         let page = client::request(peer, kind.request(cursor.take()), limit, None).await?;
         if let Some(Json::Array(entries)) = page.get(kind.field()) {
-            items.extend(entries.iter().filter_map(|e| e.as_object().cloned()));
+            for entry in entries.iter().filter_map(Json::as_object) {
+                kept.add(kind, entry);
+            }
+        }
+        if kept.full {
+            break;
         }
         match page.get("nextCursor").and_then(Json::as_str) {
-            None => return Ok(items),
+            None => return Ok(kept.finish(kind, server)),
             Some(next) if !seen.insert(next.to_string()) => {
                 tracing::warn!(
                     server,
                     "upstream {} repeated its cursor; keeping the {} entries read",
                     kind.field(),
-                    items.len()
+                    kept.items.len()
                 );
-                return Ok(items);
+                return Ok(kept.finish(kind, server));
             }
             Some(next) => cursor = Some(next.to_string()),
         }
     }
-    tracing::warn!(
-        server,
-        "upstream {} has more than {MAX_PAGES} pages; keeping the first {}",
-        kind.field(),
-        items.len()
-    );
-    Ok(items)
+    if !kept.full {
+        tracing::warn!(
+            server,
+            "upstream {} has more than {MAX_PAGES} pages; keeping the first {}",
+            kind.field(),
+            kept.items.len()
+        );
+    }
+    Ok(kept.finish(kind, server))
+}
+
+/// The entries of one list kept so far, within the bounds, and what was left out.
+#[derive(Default)]
+struct Kept {
+    items: Vec<Map<String, Json>>,
+    keys: HashSet<String>,
+    bytes: usize,
+    duplicates: usize,
+    oversized: Vec<String>,
+    /// A bound was reached: the rest of the list is left out.
+    full: bool,
+}
+
+impl Kept {
+    fn add(&mut self, kind: Kind, entry: &Map<String, Json>) {
+        if self.full {
+            return;
+        }
+        let key = entry.get(kind.key()).and_then(Json::as_str).unwrap_or_default();
+        if self.keys.contains(key) {
+            self.duplicates += 1;
+            return;
+        }
+        let size = json_size(entry);
+        if size > MAX_ENTRY_BYTES {
+            // The key itself may be the huge part: keep only its start for the message.
+            self.oversized.push(key.chars().take(64).collect());
+            return;
+        }
+        if self.items.len() >= MAX_ENTRIES || self.bytes + size > MAX_LIST_BYTES {
+            self.full = true;
+            return;
+        }
+        self.bytes += size;
+        self.keys.insert(key.to_string());
+        self.items.push(entry.clone());
+    }
+
+    fn finish(self, kind: Kind, server: &str) -> Vec<Map<String, Json>> {
+        let what = kind.field();
+        if self.full {
+            tracing::warn!(
+                server,
+                "upstream {what}: keeping the first {} entries ({} KiB); ctx keeps at most {MAX_ENTRIES} entries and {} MiB of one list",
+                self.items.len(),
+                self.bytes / 1024,
+                MAX_LIST_BYTES >> 20
+            );
+        }
+        if self.duplicates > 0 {
+            tracing::warn!(
+                server,
+                "upstream {what}: {} entries repeat a {} listed before; left out",
+                self.duplicates,
+                kind.key()
+            );
+        }
+        if !self.oversized.is_empty() {
+            tracing::warn!(
+                server,
+                "upstream {what}: {} entries are over {} KiB of JSON each and are left out: {:?}",
+                self.oversized.len(),
+                MAX_ENTRY_BYTES / 1024,
+                self.oversized.iter().take(5).collect::<Vec<_>>()
+            );
+        }
+        self.items
+    }
+}
+
+/// The length of `value` as compact JSON, without building the text.
+fn json_size(value: &Map<String, Json>) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }

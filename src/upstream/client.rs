@@ -268,7 +268,13 @@ pub async fn connect(
                 process::spawn(&spec).map_err(|e| format!("cannot start `{command}`: {e}"))?;
             let handshake = tokio::time::timeout(
                 limit,
-                handler.serve(Tap { inner: AsyncRwTransport::new_client(stdout, stdin), progress }),
+                handler.serve(Tap {
+                    // Bounded by `frame` (which answers an oversized answer's request at once);
+                    // rmcp's own limit is one past it, so rmcp never drops a line silently.
+                    inner: AsyncRwTransport::new_client(super::frame::Bounded::new(stdout, &section.name), stdin)
+                        .with_max_line_length(super::frame::MAX_MESSAGE + 1),
+                    progress,
+                }),
             );
             let result = tokio::select! {
                 r = handshake => r,
@@ -328,19 +334,49 @@ fn connection(running: rmcp::service::RunningService<RoleClient, Handler>, child
 
 /// ctx's HTTP client for upstreams (rustls with ring, no proxy from the environment: through
 /// a proxy ctx could not see where its upstream traffic goes).
+///
+/// Redirects are followed only within the configured origin (`/mcp` to `/mcp/` is common): an
+/// upstream that redirects elsewhere would make ctx send the section's `headers` (reqwest drops
+/// only `Authorization` and cookies across hosts, not `X-Api-Key`) to a host it was not given.
 fn http_client() -> reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT
         .get_or_init(|| {
             let _ = rustls::crypto::ring::default_provider().install_default();
+            let redirects = reqwest::redirect::Policy::custom(|attempt| {
+                let first = attempt.previous().first().cloned();
+                match first {
+                    Some(first) if attempt.previous().len() > 5 => {
+                        attempt.error(format!("more than 5 redirects from {}", first.origin().ascii_serialization()))
+                    }
+                    Some(first) if same_origin(&first, attempt.url()) => attempt.follow(),
+                    Some(first) => {
+                        // reqwest's error says only "error following redirect": the log says why.
+                        let message = format!(
+                            "an upstream server redirected to another origin ({}); ctx follows redirects within {} only: set url to where the server is",
+                            attempt.url().origin().ascii_serialization(),
+                            first.origin().ascii_serialization()
+                        );
+                        tracing::warn!("{message}");
+                        attempt.error(message)
+                    }
+                    None => attempt.follow(),
+                }
+            });
             reqwest::Client::builder()
                 .user_agent(concat!("ctx/", env!("CARGO_PKG_VERSION")))
                 .pool_idle_timeout(Duration::from_secs(60))
+                .redirect(redirects)
                 .no_proxy()
                 .build()
                 .expect("the HTTP client builds")
         })
         .clone()
+}
+
+/// Whether `next` is on the origin (scheme, host, port) of `first`.
+fn same_origin(first: &reqwest::Url, next: &reqwest::Url) -> bool {
+    first.origin() == next.origin()
 }
 
 /// Why one request failed (the caller adds the server's name).
@@ -418,5 +454,20 @@ impl Drop for Abandon {
             let note = ClientNotification::CancelledNotification(CancelledNotification::new(param));
             let _ = peer.send_notification(note).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirects_stay_on_the_configured_origin() {
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        assert!(same_origin(&url("https://h.example/mcp"), &url("https://h.example/mcp/")));
+        assert!(same_origin(&url("https://h.example/mcp"), &url("https://h.example:443/other")));
+        assert!(!same_origin(&url("https://h.example/mcp"), &url("http://h.example/mcp")));
+        assert!(!same_origin(&url("https://h.example/mcp"), &url("https://h.example:8443/mcp")));
+        assert!(!same_origin(&url("https://h.example/mcp"), &url("https://169.254.169.254/latest")));
     }
 }

@@ -14,9 +14,11 @@
 //! - [`process`]: a stdio child in its own process group; stop = close, TERM, KILL, reap.
 //! - [`guard`]: the re-executed ctx that keeps a child's whole group from outliving ctx.
 //! - [`stderr`]: a child's stderr into ctx's log, bounded.
+//! - [`frame`]: a child's stdout, bounded per message.
 
 pub mod catalog;
 pub mod client;
+pub mod frame;
 pub mod guard;
 pub mod process;
 pub mod stderr;
@@ -127,6 +129,9 @@ pub enum UpstreamError {
     /// The connection broke during the request.
     #[error("upstream MCP server '{server}' disconnected during the request: {message}")]
     Disconnected { server: String, message: String },
+    /// The answer was over what ctx reads from an upstream ([`frame::MAX_MESSAGE`]); dropped.
+    #[error("upstream MCP server '{server}' answered with more than {} MiB, the most ctx reads from an upstream; the answer was dropped. Ask for less (a narrower query, a page)", limit >> 20)]
+    TooLarge { server: String, limit: usize },
 }
 
 /// Timings of supervision; the defaults are for production, tests shorten them.
@@ -301,6 +306,14 @@ impl Upstreams {
 
     /// Every configured server's current lists, by name.
     pub fn catalog(&self) -> Vec<ServerCatalog> {
+        self.lists(client::TOOLS | client::RESOURCES | client::PROMPTS)
+    }
+
+    /// [`Upstreams::catalog`] with only the lists in `which` (bits of [`client::TOOLS`],
+    /// [`client::RESOURCES`], [`client::PROMPTS`]); the others are empty. `prompts/list` and
+    /// `resources/list` need not copy every server's tools.
+    pub fn lists(&self, which: u8) -> Vec<ServerCatalog> {
+        let copy = |bit: u8, list: &Vec<Map<String, Json>>| if which & bit != 0 { list.clone() } else { Vec::new() };
         lock(&self.servers)
             .values()
             .map(|server| {
@@ -311,14 +324,24 @@ impl Upstreams {
                     expose: section.expose,
                     timeout: section.timeout,
                     state: Some(s.state),
-                    tools: s.lists.tools.clone(),
-                    resources: s.lists.resources.clone(),
-                    resource_templates: s.lists.resource_templates.clone(),
-                    prompts: s.lists.prompts.clone(),
+                    tools: copy(client::TOOLS, &s.lists.tools),
+                    resources: copy(client::RESOURCES, &s.lists.resources),
+                    resource_templates: copy(client::RESOURCES, &s.lists.resource_templates),
+                    prompts: copy(client::PROMPTS, &s.lists.prompts),
                     has_resources: s.lists.has_resources,
                 }
             })
             .collect()
+    }
+
+    /// Whether any server offers resources, or may (enabled and not ready yet: its capabilities
+    /// are unknown), so ctx declares the capability; copies nothing.
+    pub fn has_resources(&self) -> bool {
+        lock(&self.servers).values().any(|server| {
+            let s = server.shared.lock();
+            let unknown = server.shared.section.enabled && s.state != State::Ready;
+            s.lists.has_resources || unknown
+        })
     }
 
     /// Every configured server's health, by name.
@@ -384,10 +407,16 @@ impl Upstreams {
         shared.record_call(started.elapsed());
         result.map_err(|failure| match failure {
             Failure::Timeout => UpstreamError::Timeout { server: server.to_string(), limit },
-            Failure::Rpc { code, message, data } => {
-                UpstreamError::Rpc { server: server.to_string(), code, message, data }
+            Failure::Rpc { data: Some(data), .. } if data["reason"] == frame::TOO_LARGE_MARK => {
+                UpstreamError::TooLarge { server: server.to_string(), limit: frame::MAX_MESSAGE }
             }
-            Failure::Disconnected(message) => UpstreamError::Disconnected { server: server.to_string(), message },
+            // Messages reach every caller: no value of the section's env, headers or URL in them.
+            Failure::Rpc { code, message, data } => {
+                UpstreamError::Rpc { server: server.to_string(), code, message: shared.sanitise(&message), data }
+            }
+            Failure::Disconnected(message) => {
+                UpstreamError::Disconnected { server: server.to_string(), message: shared.sanitise(&message) }
+            }
         })
     }
 

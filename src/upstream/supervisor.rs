@@ -87,20 +87,34 @@ impl Shared {
         inner.latencies.push_back(took.as_secs_f64() * 1000.0);
     }
 
-    /// The sanitised message: no value of the section's `env` or `headers`, at most 500 chars.
+    /// The sanitised message: no value of the section's `env` or `headers`, nor of its URL's
+    /// query or password (reqwest's errors quote the URL: `?api_key=...` would reach `/health`
+    /// and every caller), no Rust type names, at most 500 chars.
     pub fn sanitise(&self, message: &str) -> String {
-        let secrets: Vec<&String> = match &self.section.transport {
+        let mut secrets: Vec<&str> = match &self.section.transport {
             UpstreamTransport::Stdio { env, .. } => {
-                env.iter().filter(|(k, _)| !DEFAULT_PASS_ENV.contains(&k.as_str())).map(|(_, v)| v).collect()
+                env.iter().filter(|(k, _)| !DEFAULT_PASS_ENV.contains(&k.as_str())).map(|(_, v)| v.as_str()).collect()
             }
-            UpstreamTransport::Http { headers, .. } => headers.values().collect(),
+            UpstreamTransport::Http { headers, url } => {
+                let mut secrets: Vec<&str> = headers.values().map(String::as_str).collect();
+                // `Bearer <token>`: the token may be quoted without its scheme.
+                secrets.extend(headers.values().filter_map(|v| v.split_once(' ').map(|(_, token)| token.trim())));
+                secrets.extend(crate::config::upstream::url_secrets(url));
+                secrets
+            }
         };
-        let mut text = message.to_string();
+        // Longest first: a value that contains another is replaced whole.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        let mut text = strip_type_names(message);
         for secret in secrets {
             // Short values (`1`, `true`) would blank out ordinary words.
             if secret.len() >= 6 {
-                text = text.replace(secret.as_str(), "***");
+                text = text.replace(secret, "***");
             }
+        }
+        // The stderr tail is the server's text: no terminal escape reaches `ctx mcp list`.
+        if text.chars().any(char::is_control) {
+            text = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
         }
         if let Some((cut, _)) = text.char_indices().nth(MAX_ERROR) {
             text.truncate(cut);
@@ -108,6 +122,37 @@ impl Shared {
         }
         text
     }
+}
+
+/// rmcp's transport errors name the transport's Rust type (`Transport [ctx::upstream::...<...>]`):
+/// noise to a user, left out.
+fn strip_type_names(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(" [") {
+        let inner = &rest[at + 2..];
+        let mut depth = 1usize;
+        let end = inner.char_indices().find_map(|(i, c)| {
+            match c {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                _ => {}
+            }
+            (depth == 0).then_some(i)
+        });
+        match end {
+            Some(end) if inner[..end].contains("::") => {
+                out.push_str(&rest[..at]);
+                rest = &inner[end + 1..];
+            }
+            _ => {
+                out.push_str(&rest[..at + 2]);
+                rest = inner;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 impl Inner {
@@ -251,6 +296,10 @@ async fn ready(
                     () = stop.cancelled() => break End::Stopped,
                 };
                 match relisted {
+                    // A server may send list_changed for nothing, or flood it: an unchanged
+                    // list swaps nothing (a swap recompiles every tool's schema) and tells no
+                    // client.
+                    Ok(()) if shared.lock().lists == lists => {}
                     Ok(()) => {
                         shared.update(|s| s.lists = lists);
                         events(Event {
@@ -300,6 +349,32 @@ fn jitter_seed() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_credentials_and_type_names_are_left_out() {
+        let section = UpstreamSection {
+            name: "h".into(),
+            transport: UpstreamTransport::Http {
+                url: "https://bob:pa55word-x@h.example/mcp?api_key=KEY-123456&mode=fast#frag-secret".into(),
+                headers: [("Authorization".to_string(), "Bearer tok-abcdef".to_string())].into(),
+            },
+            tools: Vec::new(),
+            exclude: Vec::new(),
+            timeout: Duration::from_secs(1),
+            required: false,
+            enabled: true,
+            expose: crate::config::upstream::Expose::All,
+            origin: "ctx.toml".into(),
+        };
+        let shared = Shared::new(section);
+        let said = shared.sanitise(
+            "initialize failed: Send message error Transport [ctx::upstream::client::Tap<a::B<c::D>>] error: error sending request for url (https://h.example/mcp?api_key=KEY-123456&mode=fast), pa55word-x, tok-abcdef, frag-secret [kept]\u{1b}]52;c;eA==\u{7}",
+        );
+        assert_eq!(
+            said,
+            "initialize failed: Send message error Transport error: error sending request for url (https://h.example/mcp?***), ***, ***, *** [kept] ]52;c;eA== "
+        );
+    }
 
     #[test]
     fn backoff_doubles_and_caps() {

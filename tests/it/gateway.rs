@@ -117,7 +117,7 @@ impl Served {
 }
 
 /// `ctx serve mcp --stdio` driven with raw JSON-RPC lines.
-struct McpStdio {
+pub(crate) struct McpStdio {
     child: Child,
     stdin: ChildStdin,
     lines: mpsc::Receiver<Value>,
@@ -125,7 +125,7 @@ struct McpStdio {
 }
 
 impl McpStdio {
-    fn start(ws: &Workspace) -> McpStdio {
+    pub(crate) fn start(ws: &Workspace) -> McpStdio {
         let mut child = Command::new(BIN)
             .current_dir(ws.path())
             .args(["serve", "mcp", "--stdio"])
@@ -176,7 +176,7 @@ impl McpStdio {
     }
 
     /// Sends a request and returns its response, with every message that came before it.
-    fn request(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
         let id = self.start_request(method, params);
         self.until(|m| m["id"] == id && m.get("method").is_none(), Duration::from_secs(30))
     }
@@ -215,7 +215,7 @@ impl McpStdio {
     }
 
     /// Waits until `tools/list` has `name` (the upstream connects in the background).
-    fn wait_tool(&mut self, name: &str) -> Value {
+    pub(crate) fn wait_tool(&mut self, name: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(tool) = self.tools().into_iter().find(|t| t["name"] == name) {

@@ -20,6 +20,7 @@ mod mcp;
 mod proof;
 mod real_upstreams;
 mod review_16;
+mod review_17;
 mod sandbox;
 mod schemas;
 mod scripting;

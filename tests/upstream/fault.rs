@@ -10,6 +10,18 @@
 //!   --grandchild         spawn `sleep 3600` at start (process-group kill tests)
 //!   --stderr-lines N     write N lines of 1 KiB to stderr at start
 //!   --resources          declare and serve resources `fault://doc/<id>`
+//!   --tools N            list N more tools `t<i>` (each echoes its text)
+//!   --big-tool BYTES     list one more tool `big` whose description is BYTES long
+//!   --schema FILE        list one more tool `custom` whose inputSchema is FILE's JSON
+//!   --endless-pages      every tools/list page has a nextCursor, a new one each time
+//!   --repeat-cursor      every tools/list page has the same nextCursor
+//!   --huge-line BYTES    write one BYTES long line (no JSON) to stdout before serving
+//!   --hostile            list the hostile tools below
+//!   --describe TEXT      list one more tool `described` whose description is TEXT
+//!
+//! With --hostile, three more tools: `flood` sends `count` tools/list_changed notifications without changing
+//! anything; `raw` writes `line` to stdout as is (stray responses, garbage); `ask` sends the
+//! client sampling and roots requests and answers with what came back.
 //!
 //! Tools: echo, add, slow, hang, progress, huge, crash, add_tool, fail, env, link (see `tools()`).
 //! Prompt: greet.
@@ -36,7 +48,8 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
 const USAGE: &str = "usage: fault_upstream [--exit-at-start] [--hang-at-start] [--starts FILE] \
-[--log FILE] [--grandchild] [--stderr-lines N] [--resources]";
+[--log FILE] [--grandchild] [--stderr-lines N] [--resources] [--tools N] [--big-tool BYTES] \
+[--schema FILE] [--endless-pages] [--repeat-cursor] [--huge-line BYTES] [--hostile] [--describe TEXT]";
 
 /// A `huge` answer above this is refused rather than aborting the process on allocation.
 const HUGE_LIMIT: u64 = 1 << 30;
@@ -50,6 +63,14 @@ struct Flags {
     grandchild: bool,
     stderr_lines: usize,
     resources: bool,
+    tools: usize,
+    big_tool: usize,
+    schema: Option<Value>,
+    endless_pages: bool,
+    repeat_cursor: bool,
+    huge_line: usize,
+    hostile: bool,
+    describe: Option<String>,
 }
 
 impl Flags {
@@ -68,11 +89,27 @@ impl Flags {
                     flags.stderr_lines = n.parse().map_err(|_| format!("--stderr-lines needs a count, not {n:?}"))?;
                 }
                 "--resources" => flags.resources = true,
+                "--tools" => flags.tools = count(&value("--tools")?)?,
+                "--big-tool" => flags.big_tool = count(&value("--big-tool")?)?,
+                "--huge-line" => flags.huge_line = count(&value("--huge-line")?)?,
+                "--schema" => {
+                    let path = value("--schema")?;
+                    let text = std::fs::read_to_string(&path).map_err(|e| format!("--schema {path}: {e}"))?;
+                    flags.schema = Some(serde_json::from_str(&text).map_err(|e| format!("--schema {path}: {e}"))?);
+                }
+                "--endless-pages" => flags.endless_pages = true,
+                "--repeat-cursor" => flags.repeat_cursor = true,
+                "--hostile" => flags.hostile = true,
+                "--describe" => flags.describe = Some(value("--describe")?),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
         Ok(flags)
     }
+}
+
+fn count(n: &str) -> Result<usize, String> {
+    n.parse().map_err(|_| format!("expected a count, not {n:?}"))
 }
 
 fn main() -> ExitCode {
@@ -118,6 +155,21 @@ fn main() -> ExitCode {
     if flags.exit_at_start {
         return ExitCode::from(3);
     }
+    if flags.huge_line > 0 {
+        // Written in pieces: the line never has to fit in this process's memory either.
+        let mut stdout = std::io::stdout().lock();
+        let chunk = vec![b'x'; 1 << 20];
+        let mut left = flags.huge_line;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            if stdout.write_all(&chunk[..n]).is_err() {
+                return ExitCode::FAILURE;
+            }
+            left -= n;
+        }
+        let _ = stdout.write_all(b"\n");
+        let _ = stdout.flush();
+    }
     if flags.hang_at_start {
         let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
         return ExitCode::SUCCESS;
@@ -142,7 +194,19 @@ fn main() -> ExitCode {
 async fn serve(flags: Flags) -> Result<(), String> {
     let (changed, _) = broadcast::channel(16);
     let server = Fault {
-        inner: Arc::new(Inner { resources: flags.resources, log: flags.log, added: Mutex::default(), changed }),
+        inner: Arc::new(Inner {
+            resources: flags.resources,
+            log: flags.log,
+            added: Mutex::default(),
+            changed,
+            extra_tools: flags.tools,
+            big_tool: flags.big_tool,
+            schema: flags.schema,
+            endless_pages: flags.endless_pages,
+            repeat_cursor: flags.repeat_cursor,
+            hostile: flags.hostile,
+            describe: flags.describe,
+        }),
     };
     let running =
         server.serve(rmcp::transport::stdio_pipes()).await.map_err(|e| format!("MCP handshake over stdio: {e}"))?;
@@ -168,6 +232,13 @@ struct Inner {
     added: Mutex<Vec<String>>,
     /// Fires when `add_tool` changed the list, for 2026-era clients (`subscriptions/listen`).
     changed: broadcast::Sender<()>,
+    extra_tools: usize,
+    big_tool: usize,
+    schema: Option<Value>,
+    endless_pages: bool,
+    repeat_cursor: bool,
+    hostile: bool,
+    describe: Option<String>,
 }
 
 impl Fault {
@@ -268,6 +339,34 @@ impl Fault {
             .with_raw_output_schema(Arc::new(object(json!({"value": {"type": ["string", "null"]}}), &["value"]))),
             Tool::new("link", "Answers with a resource link and an embedded resource.", object(json!({}), &[])),
         ];
+        if self.inner.hostile {
+            tools.extend([
+                Tool::new(
+                    "flood",
+                    "Sends count tools/list_changed notifications; the list stays the same.",
+                    object(json!({"count": {"type": "integer", "minimum": 0}}), &["count"]),
+                ),
+                Tool::new(
+                    "raw",
+                    "Writes line to stdout as is, outside the protocol.",
+                    object(json!({"line": {"type": "string"}}), &["line"]),
+                ),
+                Tool::new("ask", "Sends the client sampling and roots requests.", object(json!({}), &[])),
+            ]);
+        }
+        let echo_like = |name: String, description: String| {
+            Tool::new(name, description, object(json!({"text": {"type": "string"}}), &["text"]))
+        };
+        tools.extend((0..self.inner.extra_tools).map(|i| echo_like(format!("t{i}"), "One of many.".into())));
+        if self.inner.big_tool > 0 {
+            tools.push(echo_like("big".into(), "d".repeat(self.inner.big_tool)));
+        }
+        if let Some(text) = &self.inner.describe {
+            tools.push(echo_like("described".into(), text.clone()));
+        }
+        if let Some(Value::Object(schema)) = &self.inner.schema {
+            tools.push(Tool::new("custom", "Its inputSchema comes from --schema.", schema.clone()));
+        }
         let added = self.inner.added.lock().unwrap_or_else(PoisonError::into_inner);
         tools.extend(added.iter().map(|name| {
             Tool::new(
@@ -369,6 +468,46 @@ impl Fault {
                     ResourceContents::text("document 2", "fault://doc/2").with_mime_type("text/plain"),
                 ),
             ])),
+            "flood" => {
+                for _ in 0..integer(args, name, "count")? {
+                    cx.peer
+                        .notify_tool_list_changed()
+                        .await
+                        .map_err(|e| McpError::internal_error(format!("tools/list_changed: {e}"), None))?;
+                }
+                Ok(text("flooded".into()))
+            }
+            "raw" => {
+                // Straight to fd 1, one write: a line under PIPE_BUF never interleaves with
+                // rmcp's own writes.
+                let line = format!("{}\n", string(args, name, "line")?);
+                let mut stdout = std::io::stdout().lock();
+                stdout
+                    .write_all(line.as_bytes())
+                    .and_then(|()| stdout.flush())
+                    .map_err(|e| McpError::internal_error(format!("raw: {e}"), None))?;
+                Ok(text("written".into()))
+            }
+            // Deprecated in the 2026 protocol, still what a 2025-era server may send.
+            #[allow(deprecated)]
+            "ask" => {
+                let sampling = cx
+                    .peer
+                    .create_message(rmcp::model::CreateMessageRequestParams::new(
+                        vec![rmcp::model::SamplingMessage::user_text("hi")],
+                        16,
+                    ))
+                    .await;
+                let roots = cx.peer.list_roots().await;
+                let show = |r: Result<Value, String>| match r {
+                    Ok(v) => json!({"ok": v}),
+                    Err(e) => json!({"error": e}),
+                };
+                let sampling = show(sampling.map(|r| json!(r)).map_err(|e| e.to_string()));
+                let roots = show(roots.map(|r| json!(r)).map_err(|e| e.to_string()));
+                Ok(CallToolResult::structured(json!({"sampling": sampling, "roots": roots})))
+            }
+            "custom" => Ok(text("custom".into())),
             other if self.inner.added.lock().unwrap_or_else(PoisonError::into_inner).iter().any(|t| t == other) => {
                 Ok(text(string(args, other, "text")?))
             }
@@ -439,7 +578,14 @@ impl ServerHandler for Fault {
         _request: Option<PaginatedRequestParams>,
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        let mut result = ListToolsResult::with_all_items(self.tools());
+        if self.inner.repeat_cursor {
+            result.next_cursor = Some("again".into());
+        } else if self.inner.endless_pages {
+            let page = _request.and_then(|r| r.cursor).and_then(|c| c.parse::<u64>().ok()).unwrap_or(0);
+            result.next_cursor = Some((page + 1).to_string());
+        }
+        Ok(result)
     }
 
     async fn call_tool(
