@@ -28,17 +28,17 @@ pub fn fault_section(name: &str, args: &[&str], extra: &str) -> String {
 }
 
 /// `ctx serve` on 127.0.0.1:0 with a REST client.
-struct Served {
-    ws: Workspace,
-    serve: ServeChild,
-    runtime: tokio::runtime::Runtime,
-    client: reqwest::Client,
+pub(crate) struct Served {
+    pub(crate) ws: Workspace,
+    pub(crate) serve: ServeChild,
+    pub(crate) runtime: tokio::runtime::Runtime,
+    pub(crate) client: reqwest::Client,
 }
 
-fn serve(ws: Workspace, env: &[(&str, &str)]) -> Served {
+pub(crate) fn serve(ws: Workspace, env: &[(&str, &str)]) -> Served {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut command = Command::new(BIN);
-    command.current_dir(ws.path()).args(["serve", "--bind", "127.0.0.1:0"]);
+    command.current_dir(ws.path()).args(["serve", "--bind", "127.0.0.1:0"]).env_remove("CTX_LOG");
     for (k, v) in env {
         command.env(k, v);
     }
@@ -48,7 +48,7 @@ fn serve(ws: Workspace, env: &[(&str, &str)]) -> Served {
 }
 
 impl Served {
-    fn get(&self, path: &str) -> (u16, Value) {
+    pub(crate) fn get(&self, path: &str) -> (u16, Value) {
         let url = format!("http://{}{path}", self.serve.addr);
         self.runtime.block_on(async {
             let response = self.client.get(url).send().await.unwrap();
@@ -57,7 +57,7 @@ impl Served {
         })
     }
 
-    fn post(&self, path: &str, body: Value) -> (u16, Value) {
+    pub(crate) fn post(&self, path: &str, body: Value) -> (u16, Value) {
         let url = format!("http://{}{path}", self.serve.addr);
         self.runtime.block_on(async {
             let response = self.client.post(url).json(&body).send().await.unwrap();
@@ -66,13 +66,13 @@ impl Served {
         })
     }
 
-    fn upstream(&self, name: &str) -> Value {
+    pub(crate) fn upstream(&self, name: &str) -> Value {
         let (_, health) = self.get("/health");
         health["upstreams"].as_array().into_iter().flatten().find(|u| u["name"] == name).cloned().unwrap_or(Value::Null)
     }
 
     /// Waits until `/health` shows `name` in a state `want` accepts; panics with the log after `limit`.
-    fn wait(&self, name: &str, limit: Duration, want: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn wait(&self, name: &str, limit: Duration, want: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + limit;
         loop {
             let row = self.upstream(name);
@@ -90,7 +90,7 @@ impl Served {
 
     /// Waits until `name` is ready and its tools are swapped into the listing (the swap follows
     /// the state change).
-    fn ready(&self, name: &str) -> Value {
+    pub(crate) fn ready(&self, name: &str) -> Value {
         let row = self.connected(name);
         let prefix: String =
             format!("{name}__").chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
@@ -107,11 +107,11 @@ impl Served {
     }
 
     /// Waits until `name` is ready (its tools may not be listed yet).
-    fn connected(&self, name: &str) -> Value {
+    pub(crate) fn connected(&self, name: &str) -> Value {
         self.wait(name, Duration::from_secs(30), |u| u["state"] == "ready")
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.serve.stderr.lock().unwrap().clone()
     }
 }

@@ -1,84 +1,28 @@
 //! Issue 17 review: the gateway against hostile or broken upstream servers and clients. Each test
 //! is the regression test of one finding of the review (see the commit messages).
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{ServeChild, Workspace, BIN};
-use crate::gateway::fault_section;
-
-/// `ctx serve` on 127.0.0.1:0 with a REST client.
-struct Served {
-    #[allow(dead_code)]
-    ws: Workspace,
-    serve: ServeChild,
-    runtime: tokio::runtime::Runtime,
-    client: reqwest::Client,
-}
+use crate::common::{Workspace, BIN};
+use crate::gateway::{fault_section, Served};
 
 fn serve(ws: Workspace) -> Served {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut command = Command::new(BIN);
-    command.current_dir(ws.path()).args(["serve", "--bind", "127.0.0.1:0"]).env_remove("CTX_LOG");
-    let serve = ServeChild::spawn(&mut command);
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    Served { ws, serve, runtime, client: reqwest::Client::new() }
+    crate::gateway::serve(ws, &[])
 }
 
-impl Served {
-    fn get(&self, path: &str) -> (u16, Value) {
-        let url = format!("http://{}{path}", self.serve.addr);
-        self.runtime.block_on(async {
-            let response = self.client.get(url).send().await.unwrap();
-            let status = response.status().as_u16();
-            (status, response.json().await.unwrap_or(Value::Null))
-        })
-    }
-
-    fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let url = format!("http://{}{path}", self.serve.addr);
-        self.runtime.block_on(async {
-            let response = self.client.post(url).json(&body).send().await.unwrap();
-            let status = response.status().as_u16();
-            (status, response.json().await.unwrap_or(Value::Null))
-        })
-    }
-
-    fn upstream(&self, name: &str) -> Value {
-        let (_, health) = self.get("/health");
-        health["upstreams"].as_array().into_iter().flatten().find(|u| u["name"] == name).cloned().unwrap_or(Value::Null)
-    }
-
-    fn wait(&self, name: &str, want: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let row = self.upstream(name);
-            if want(&row) {
-                return row;
-            }
-            assert!(Instant::now() < deadline, "upstream {name} never got there: {row}\nlog:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(50));
+/// Waits until `name` is ready and `tool` (a registry name) is listed.
+fn ready_with(served: &Served, name: &str, tool: &str) {
+    served.wait(name, Duration::from_secs(60), |u| u["state"] == "ready");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, list) = served.get("/tools/list");
+        if list["tools"].as_array().into_iter().flatten().any(|t| t["name"] == tool) {
+            return;
         }
-    }
-
-    /// Waits until `name` is ready and `tool` (a registry name) is listed.
-    fn ready_with(&self, name: &str, tool: &str) {
-        self.wait(name, |u| u["state"] == "ready");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let (_, list) = self.get("/tools/list");
-            if list["tools"].as_array().into_iter().flatten().any(|t| t["name"] == tool) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{tool} never listed; log:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        self.serve.stderr.lock().unwrap().clone()
+        assert!(Instant::now() < deadline, "{tool} never listed; log:\n{}", served.log());
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -122,7 +66,7 @@ fn review_17_oversized_answer_fails_at_once_and_the_connection_survives() {
         fault_section("junk", &["--huge-line", "300000000"], "")
     );
     let served = serve(Workspace::new(&config));
-    served.ready_with("f", "f__echo");
+    ready_with(&served, "f", "f__echo");
     let started = Instant::now();
     let (status, body) = served.post("/tools/f__huge", json!({"bytes": 20_000_000}));
     let took = started.elapsed();
@@ -136,7 +80,7 @@ fn review_17_oversized_answer_fails_at_once_and_the_connection_survives() {
     let (status, body) = served.post("/tools/f__huge", json!({"bytes": 15_000_000}));
     assert_eq!(status, 200, "{}", body.to_string().chars().take(300).collect::<String>());
 
-    served.ready_with("junk", "junk__echo");
+    ready_with(&served, "junk", "junk__echo");
     let hwm_kb: u64 =
         hwm(served.serve.child.id()).split_whitespace().nth(1).and_then(|kb| kb.parse().ok()).expect("VmHWM of ctx");
     assert!(hwm_kb < 250_000, "ctx peaked at {hwm_kb} kB: the 300 MB line was buffered");
@@ -154,9 +98,9 @@ fn review_17_lists_are_bounded_deduplicated_and_capped() {
         fault_section("again", &["--repeat-cursor"], "")
     );
     let served = serve(Workspace::new(&config));
-    served.ready_with("pages", "pages__t299");
-    served.ready_with("many", "many__t0");
-    served.ready_with("again", "again__echo");
+    ready_with(&served, "pages", "pages__t299");
+    ready_with(&served, "many", "many__t0");
+    ready_with(&served, "again", "again__echo");
     let (_, list) = served.get("/tools/list");
     let names: Vec<&str> = list["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
     let count = |prefix: &str| names.iter().filter(|n| n.starts_with(prefix)).count();
@@ -183,8 +127,8 @@ fn review_17_url_credentials_never_reach_health_callers_or_mcp_list() {
     let listed = ws.ctx(&["mcp", "list", "--json"]);
     assert!(listed.stdout().contains("last_error"), "{}", listed.stdout());
     let served = serve(ws);
-    let h = served.wait("h", |u| u["last_error"].is_string());
-    let b = served.wait("b", |u| u["last_error"].is_string());
+    let h = served.wait("h", Duration::from_secs(60), |u| u["last_error"].is_string());
+    let b = served.wait("b", Duration::from_secs(60), |u| u["last_error"].is_string());
     let (_, call) = served.post("/tools/h__anything", json!({}));
     assert!(error_text(&call).contains("upstream MCP server 'h' is"), "{call}");
     for shown in [h.to_string(), b.to_string(), call.to_string(), listed.stdout(), listed.stderr()] {
@@ -258,8 +202,8 @@ fn review_17_list_changed_flood_swaps_nothing() {
 fn review_17_servers_sharing_a_prefix_never_take_each_others_names() {
     let config = format!("{}{}", fault_section("a.b", &["--exit-at-start"], ""), fault_section("a_b", &[], ""));
     let served = serve(Workspace::new(&config));
-    served.wait("a_b", |u| u["state"] == "ready" && u["tools"].as_u64() > Some(0));
-    served.wait("a.b", |u| u["restarts"].as_u64() >= Some(1));
+    served.wait("a_b", Duration::from_secs(60), |u| u["state"] == "ready" && u["tools"].as_u64() > Some(0));
+    served.wait("a.b", Duration::from_secs(60), |u| u["restarts"].as_u64() >= Some(1));
     std::thread::sleep(Duration::from_millis(300));
     let (status, body) = served.post("/tools/a_b__echo", json!({"text": "x"}));
     assert_eq!(status, 503, "a_b answered a name of a.b: {body}");
@@ -297,8 +241,8 @@ fn review_17_prompt_names_are_served_once_agents_first() {
 fn review_17_frozen_upstream_stalls_no_one() {
     let config = format!("{}{}", fault_section("f", &[], "timeout = 3"), fault_section("g", &[], ""));
     let served = serve(Workspace::new(&config));
-    served.ready_with("f", "f__echo");
-    served.ready_with("g", "g__echo");
+    ready_with(&served, "f", "f__echo");
+    ready_with(&served, "g", "g__echo");
     let pid = served.upstream("f")["pid"].as_u64().unwrap() as i32;
     // SAFETY: stopping (and below continuing) the test's own upstream process.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
@@ -335,7 +279,7 @@ fn review_17_frozen_upstream_stalls_no_one() {
 #[test]
 fn review_17_server_requests_and_stray_messages_are_harmless() {
     let served = serve(Workspace::new(&fault_section("f", &["--hostile"], "")));
-    served.ready_with("f", "f__ask");
+    ready_with(&served, "f", "f__ask");
     let (status, body) = served.post("/tools/f__ask", json!({}));
     assert_eq!(status, 200, "{body}");
     assert!(body["result"]["sampling"]["error"].as_str().is_some_and(|e| e.contains("-32601")), "{body}");
@@ -382,7 +326,7 @@ fn review_17_pathological_schemas_neither_crash_nor_reach_files() {
     ws.write("ctx.toml", &config);
     let served = serve(ws);
     for (name, _) in &schemas {
-        served.ready_with(name, &format!("{name}__echo"));
+        ready_with(&served, name, &format!("{name}__echo"));
         let params = match *name {
             "deep" => (0..59).fold(json!({"a": "x"}), |inner, _| json!({"a": inner})),
             "selfref" => (0..100).fold(json!({}), |inner, _| json!({"a": inner})),
@@ -407,12 +351,12 @@ fn review_17_restarts_leave_no_zombies() {
         format!("{}{}", fault_section("f", &["--grandchild"], ""), fault_section("c", &["--exit-at-start"], ""));
     let served = serve(Workspace::new(&config));
     for round in 0..4u64 {
-        served.ready_with("f", "f__echo");
+        ready_with(&served, "f", "f__echo");
         let _ = served.post("/tools/f__crash", json!({}));
-        served.wait("f", |u| u["restarts"].as_u64() >= Some(round + 1));
+        served.wait("f", Duration::from_secs(60), |u| u["restarts"].as_u64() >= Some(round + 1));
     }
-    served.ready_with("f", "f__echo");
-    served.wait("c", |u| u["restarts"].as_u64() >= Some(4));
+    ready_with(&served, "f", "f__echo");
+    served.wait("c", Duration::from_secs(60), |u| u["restarts"].as_u64() >= Some(4));
     std::thread::sleep(Duration::from_millis(500));
     let kids = children(served.serve.child.id());
     assert!(kids.iter().all(|(_, state)| *state != 'Z'), "zombies under ctx: {kids:?}");
@@ -464,7 +408,7 @@ fn review_17_http_redirect_to_another_origin_is_not_followed() {
         "[mcp.servers.r]\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ X-Api-Key = \"redirect-secret-1\" }}\n"
     );
     let served = serve(Workspace::new(&config));
-    let row = served.wait("r", |u| u["last_error"].is_string());
+    let row = served.wait("r", Duration::from_secs(60), |u| u["last_error"].is_string());
     std::thread::sleep(Duration::from_millis(300));
     let seen = seen.lock().unwrap().clone();
     assert!(seen.is_empty(), "ctx followed the redirect to another host: {seen:?}");
