@@ -143,9 +143,8 @@ fn start_upstreams(
             }
         })
         .context("cannot start the upstream thread")?;
-    let sender = std::sync::Mutex::new(sender);
     let events: EventSink = Arc::new(move |event: Event| {
-        let _ = sender.lock().unwrap_or_else(|p| p.into_inner()).send(event);
+        let _ = sender.send(event);
     });
     let _guard = runtime.enter();
     let upstreams = Upstreams::start(sections, events);

@@ -96,7 +96,6 @@ fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Res
     Ok(())
 }
 
-/// `--param KEY=VALUE` items as pairs.
 /// `text` safe to print on a terminal: an upstream server writes tool descriptions and names,
 /// and an escape sequence in them (ESC, BEL, ...) would drive the operator's terminal (set its
 /// title, write its clipboard, hide lines). Control characters other than newline and tab are
@@ -111,6 +110,7 @@ pub(super) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
         .into()
 }
 
+/// `--param KEY=VALUE` items as pairs.
 pub(super) fn param_pairs(raw: &[String]) -> Result<Vec<(String, String)>, CliError> {
     let mut pairs = Vec::new();
     for item in raw {
@@ -337,6 +337,24 @@ fn upstreams_of(
     Ok((Some(runtime), Some(upstreams)))
 }
 
+/// The enabled upstream servers that are not ready, as load problems.
+fn not_connected(upstreams: &crate::upstream::Upstreams) -> Vec<LoadProblem> {
+    use crate::upstream::State;
+    let down = upstreams.status().into_iter().filter(|s| !matches!(s.state, State::Ready | State::Disabled));
+    down.map(|s| LoadProblem {
+        kind: LoadProblemKind::Upstream,
+        message: format!(
+            "not connected ({}, attempt {}): {}; `ctx mcp test {}` shows why",
+            s.state.as_str(),
+            s.attempt,
+            s.last_error.as_deref().unwrap_or("no answer in time"),
+            s.name
+        ),
+        name: s.name,
+    })
+    .collect()
+}
+
 fn with_upstreams(registry: Registry, upstreams: Option<&Arc<crate::upstream::Upstreams>>) -> Registry {
     match upstreams {
         Some(upstreams) => registry.with_upstreams(upstreams),
@@ -366,11 +384,14 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
     let (runtime, upstreams) = upstreams_of(&config)?;
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
+    // A server that did not connect has no tools to list: say so rather than leave it out.
+    let mut problems = registry.problems().to_vec();
     if let (Some(runtime), Some(upstreams)) = (&runtime, &upstreams) {
+        problems.extend(not_connected(upstreams));
         runtime.block_on(upstreams.shutdown());
     }
     if json {
-        let body = json!({ "tools": registry.listing().tools, "problems": registry.problems() });
+        let body = json!({ "tools": registry.listing().tools, "problems": problems });
         println!("{}", serde_json::to_string_pretty(&body).unwrap_or_default());
         return Ok(());
     }
@@ -387,7 +408,7 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
             println!("    parameters: {params}");
         }
     }
-    for problem in registry.problems() {
+    for problem in &problems {
         println!("{}  (broken {})", problem.name, kind_word(problem));
         println!("    error: {}", printable(&problem.message));
     }

@@ -26,36 +26,32 @@ fn catalog(tools: &Tools, which: u8) -> Vec<ServerCatalog> {
 
 /// Every upstream resource, its URI namespaced.
 pub fn resources(tools: &Tools) -> Vec<Resource> {
-    let mut out = Vec::new();
-    for server in catalog(tools, RESOURCES) {
-        for raw in &server.resources {
-            let mut raw = raw.clone();
-            if let Some(Json::String(uri)) = raw.get_mut("uri") {
-                *uri = namespaced_uri(&server.name, uri);
-            }
-            match serde_json::from_value(Json::Object(raw)) {
-                Ok(resource) => out.push(resource),
-                Err(e) => tracing::warn!(upstream = %server.name, "a resource it listed is not valid MCP: {e}"),
-            }
-        }
-    }
-    out
+    namespaced(tools, |s| &s.resources, "uri", "resource")
 }
 
 /// Every upstream resource template, its URI template namespaced.
 pub fn templates(tools: &Tools) -> Vec<ResourceTemplate> {
+    namespaced(tools, |s| &s.resource_templates, "uriTemplate", "resource template")
+}
+
+/// The entries `list` picks from each server, with the URI under `key` namespaced; an entry
+/// that is not valid MCP is left out and logged.
+fn namespaced<T: serde::de::DeserializeOwned>(
+    tools: &Tools,
+    list: fn(&ServerCatalog) -> &Vec<Map<String, Json>>,
+    key: &str,
+    what: &str,
+) -> Vec<T> {
     let mut out = Vec::new();
     for server in catalog(tools, RESOURCES) {
-        for raw in &server.resource_templates {
+        for raw in list(&server) {
             let mut raw = raw.clone();
-            if let Some(Json::String(uri)) = raw.get_mut("uriTemplate") {
+            if let Some(Json::String(uri)) = raw.get_mut(key) {
                 *uri = namespaced_uri(&server.name, uri);
             }
             match serde_json::from_value(Json::Object(raw)) {
-                Ok(template) => out.push(template),
-                Err(e) => {
-                    tracing::warn!(upstream = %server.name, "a resource template it listed is not valid MCP: {e}")
-                }
+                Ok(entry) => out.push(entry),
+                Err(e) => tracing::warn!(upstream = %server.name, "a {what} it listed is not valid MCP: {e}"),
             }
         }
     }

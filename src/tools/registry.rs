@@ -526,8 +526,8 @@ impl Tools {
         }
         // A tool that waits on another process runs as a future right here: no thread, and
         // dropping this future (the client went away or cancelled) cancels it upstream too.
-        if let Some(call) = tool.as_async().map(|a| a.call(params.clone(), options.progress.clone())) {
-            let result = call.await;
+        if let Some(async_tool) = tool.as_async() {
+            let result = async_tool.call(params, options.progress.clone()).await;
             log_call(&name, &options, started, &result);
             return result;
         }

@@ -599,3 +599,14 @@ fn gateway_17_restarts_through_ctx_serve_leave_no_process_behind() {
     assert!(left.is_empty(), "{} processes of earlier starts still run: {left:?}", left.len());
     assert!(last.iter().all(|&p| alive(p)));
 }
+
+#[test]
+fn gateway_17_tool_list_names_a_server_that_did_not_connect() {
+    let config = format!("{}{}", fault_section("good", &[], ""), fault_section("bad", &["--exit-at-start"], ""));
+    let ws = Workspace::new(&config);
+    let list = ws.ctx(&["tool", "list"]);
+    let out = list.ok();
+    assert!(out.contains("good__echo  (upstream good)"), "{out}");
+    assert!(out.contains("bad  (broken upstream)") && out.contains("not connected"), "{out}");
+    assert!(out.contains("ctx mcp test bad"), "{out}");
+}
