@@ -81,10 +81,9 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
             ("configured", rows)
         }
     };
+    // Broken servers from ctx.toml and from the imported file alike.
     let broken: Vec<Json> = config
-        .broken
-        .iter()
-        .filter(|b| b.table == "mcp.servers")
+        .broken_upstreams()
         .map(|b| json!({"name": b.name, "state": "disabled", "last_error": b.message()}))
         .collect();
     let rows: Vec<Json> = rows.into_iter().chain(broken).collect();
@@ -156,7 +155,7 @@ fn test(server: &str, call: Option<&str>, raw: &[String], json: bool, globals: &
     let pairs = super::tool_cmd::param_pairs(raw)?;
     let config = globals.load_config()?;
     let Some(section) = config.upstreams.iter().find(|s| s.name == server).cloned() else {
-        if let Some(broken) = config.broken.iter().find(|b| b.table == "mcp.servers" && b.name == server) {
+        if let Some(broken) = config.broken_upstreams().find(|b| b.name == server) {
             return Err(CliError::Usage(broken.message()));
         }
         let names: Vec<&str> = config.upstreams.iter().map(|s| s.name.as_str()).collect();

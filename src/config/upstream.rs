@@ -73,12 +73,25 @@ pub struct UpstreamSection {
 }
 
 impl UpstreamSection {
-    /// Whether the upstream tool `tool` passes `tools` and `exclude`.
+    /// Whether the upstream tool `tool` passes `tools` and `exclude` (one name; a list goes
+    /// through [`UpstreamSection::tool_filter`]).
     pub fn allows(&self, tool: &str) -> bool {
-        let matches = |globs: &[String]| {
-            globs.iter().any(|g| globset::Glob::new(g).map(|g| g.compile_matcher().is_match(tool)).unwrap_or(false))
+        self.tool_filter()(tool)
+    }
+
+    /// Whether an upstream tool's name passes `tools` and `exclude`: the globs are compiled
+    /// once per call of this, not once per tool (a relist filters up to thousands of names).
+    pub fn tool_filter(&self) -> impl Fn(&str) -> bool {
+        let set = |globs: &[String]| {
+            let mut builder = globset::GlobSetBuilder::new();
+            // The schema check refused invalid globs already.
+            for glob in globs.iter().filter_map(|g| globset::Glob::new(g).ok()) {
+                builder.add(glob);
+            }
+            builder.build().unwrap_or_else(|_| globset::GlobSet::empty())
         };
-        (self.tools.is_empty() || matches(&self.tools)) && !matches(&self.exclude)
+        let (allow, deny, all) = (set(&self.tools), set(&self.exclude), self.tools.is_empty());
+        move |tool| (all || allow.is_match(tool)) && !deny.is_match(tool)
     }
 }
 

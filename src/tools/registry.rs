@@ -91,7 +91,7 @@ impl Registry {
                 (spec.name.clone(), holder)
             })
             .collect();
-        let catalog = upstreams.catalog();
+        let catalog = upstreams.lists(crate::upstream::client::TOOLS);
         let (extra, collisions, notes) = super::upstream_tool::build(&catalog, upstreams, &mut taken);
         let mut all: Vec<ToolRef> = self.tools[..tools].to_vec();
         all.extend(extra);

@@ -96,12 +96,13 @@ pub async fn relist(
     let caps = peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
     lists.has_resources = caps.resources.is_some();
     if which & TOOLS != 0 {
+        let allowed = section.tool_filter();
         lists.tools = if caps.tools.is_some() {
             list(peer, Kind::Tools, limit, &section.name)
                 .await
                 .map_err(|e| format!("tools/list failed: {}", describe(e)))?
                 .into_iter()
-                .filter(|t| t.get("name").and_then(Json::as_str).is_some_and(|n| section.allows(n)))
+                .filter(|t| t.get("name").and_then(Json::as_str).is_some_and(&allowed))
                 .collect()
         } else {
             Vec::new()

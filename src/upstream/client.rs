@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientNotification, ClientRequest,
     Implementation, InitializeRequestParams, JsonRpcMessage, ProgressNotificationParam, ProgressToken, RequestId,
-    ServerCapabilities, ServerNotification,
+    ServerNotification,
 };
 use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningServiceCancellationToken, RxJsonRpcMessage,
@@ -185,7 +185,6 @@ type Done = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// One live connection to an upstream.
 pub struct Connection {
     pub peer: Peer<RoleClient>,
-    pub capabilities: ServerCapabilities,
     cancel: Option<RunningServiceCancellationToken>,
     /// Resolves when rmcp's service loop has ended (EOF, error, or cancel).
     done: Option<Done>,
@@ -324,12 +323,11 @@ pub async fn connect(
 
 fn connection(running: rmcp::service::RunningService<RoleClient, Handler>, child: Option<Child>) -> Connection {
     let peer = running.peer().clone();
-    let capabilities = peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
     let cancel = running.cancellation_token();
     let done: Done = Box::pin(async move {
         let _ = running.waiting().await;
     });
-    Connection { peer, capabilities, cancel: Some(cancel), done: Some(done), child }
+    Connection { peer, cancel: Some(cancel), done: Some(done), child }
 }
 
 /// ctx's HTTP client for upstreams (rustls with ring, no proxy from the environment: through

@@ -83,7 +83,6 @@ pub struct ServerCatalog {
     pub name: String,
     pub expose: Expose,
     pub timeout: Duration,
-    pub state: Option<State>,
     /// `tools/list` entries: `name`, `title`, `description`, `inputSchema`, `outputSchema`,
     /// `annotations`, ... unchanged.
     pub tools: Vec<Map<String, Json>>,
@@ -112,7 +111,8 @@ pub struct Status {
     pub pid: Option<u32>,
 }
 
-/// Why an upstream request failed. Mapped to `CallError` in `tools::error`, the one place.
+/// Why an upstream request failed. A tool call maps it to `CallError` (`tools::error`); a
+/// resource read or a prompt, which have no tool result, to a JSON-RPC error (`mcp::upstream`).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum UpstreamError {
     /// No server by that name is configured.
@@ -121,7 +121,7 @@ pub enum UpstreamError {
     /// The server is not ready: fails at once, never waits for the timeout.
     #[error("upstream MCP server '{server}' is {} (attempt {attempt}){}", state.as_str(), last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default())]
     Down { server: String, state: State, attempt: u32, last_error: Option<String> },
-    #[error("upstream MCP server '{server}' did not answer within {} s", limit.as_secs_f64())]
+    #[error("upstream MCP server '{server}' did not answer within {} s (raise `timeout` in [mcp.servers.{server}]; an imported server can be defined in ctx.toml to set one)", limit.as_secs_f64())]
     Timeout { server: String, limit: Duration },
     /// The upstream answered with a JSON-RPC error.
     #[error("upstream MCP server '{server}' refused the request ({code}): {message}")]
@@ -323,7 +323,6 @@ impl Upstreams {
                     name: section.name.clone(),
                     expose: section.expose,
                     timeout: section.timeout,
-                    state: Some(s.state),
                     tools: copy(client::TOOLS, &s.lists.tools),
                     resources: copy(client::RESOURCES, &s.lists.resources),
                     resource_templates: copy(client::RESOURCES, &s.lists.resource_templates),
