@@ -610,3 +610,16 @@ fn gateway_17_tool_list_names_a_server_that_did_not_connect() {
     assert!(out.contains("bad  (broken upstream)") && out.contains("not connected"), "{out}");
     assert!(out.contains("ctx mcp test bad"), "{out}");
 }
+
+#[test]
+fn gateway_17_mcp_list_and_test_name_a_broken_imported_server() {
+    let ws = Workspace::new("[mcp]\nimport = \"claude.json\"\n");
+    let file = json!({"mcpServers": {"needs": {"command": "x", "env": {"TOKEN": "${CTX_IT17_NEVER_SET}"}}}});
+    ws.write("claude.json", &file.to_string());
+    let listed = ws.ctx(&["mcp", "list", "--json"]).json();
+    assert_eq!(listed["upstreams"][0]["name"], "needs", "{listed}");
+    assert_eq!(listed["upstreams"][0]["state"], "disabled", "{listed}");
+    let test = ws.ctx(&["mcp", "test", "needs"]);
+    assert_eq!(test.code(), 2);
+    assert!(test.stderr().contains("CTX_IT17_NEVER_SET") && test.stderr().contains("claude.json"), "{}", test.stderr());
+}
