@@ -14,6 +14,7 @@
 
 pub mod agents;
 pub mod cli;
+pub mod code;
 pub mod config;
 pub mod connectors;
 pub mod kb;

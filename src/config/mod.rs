@@ -4,6 +4,7 @@
 //! with absolute paths.
 
 mod broken;
+pub mod code_mode;
 mod error;
 mod expand;
 pub mod hosts;
@@ -158,6 +159,10 @@ pub struct Config {
     /// What loaded but deserves a word (a server that ctx.toml and the imported file both
     /// define). [`Config::load`] logs them; `ctx schema check` prints them.
     pub warnings: Vec<String>,
+    /// `[code_mode]`: the limits and permissions of agent-sent scripts.
+    pub code_mode: code_mode::CodeMode,
+    /// `[tools.scripted.*]`, by name.
+    pub scripted: Vec<code_mode::ScriptedSection>,
 }
 
 impl Config {
@@ -318,6 +323,8 @@ impl Config {
             upstreams,
             mcp_import,
             warnings,
+            code_mode: code_mode::CodeMode::default(),
+            scripted: Vec::new(),
         })
     }
 
