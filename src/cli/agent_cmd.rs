@@ -110,7 +110,7 @@ fn test(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
         })?;
         args.insert(k.trim().to_string(), Json::String(v.to_string()));
     }
-    let registry = registry(globals)?;
+    let registry = Arc::new(registry(globals)?);
     for problem in registry.problems().iter().filter(|p| p.kind == crate::types::LoadProblemKind::Agent) {
         eprintln!("warning: agent {} failed to load: {}", problem.name, problem.message);
     }

@@ -197,7 +197,7 @@ fn report(
     // The registry every server uses, so names, filters, validation and results are exactly
     // what clients get.
     let kb = Kb::open(Arc::new(config.clone())).context("cannot open the knowledge base")?;
-    let registry = Registry::build(kb, None).with_upstreams(upstreams);
+    let registry = Arc::new(Registry::build(kb, None).with_upstreams(upstreams));
     let ours: Vec<_> =
         registry.all_specs().filter(|s| s.upstream.as_ref().is_some_and(|o| o.server == section.name)).collect();
     let Some(tool) = call else {

@@ -173,6 +173,8 @@ fn load_script(section: &config::ScriptSection) -> Result<(), crate::lua::Script
         config::ScriptKind::Connector => ("connector", "scan"),
         config::ScriptKind::Tool => ("tool", "execute"),
         config::ScriptKind::Agent => ("agent", "resolve"),
+        // Agent-sent code has no file to check.
+        config::ScriptKind::Code => return Ok(()),
     };
     let vm = Vm::new(ScriptInfo::from_section(section), Limits::for_section(section), CancelHandle::new())?;
     let ext = vm.load_extension(global)?;

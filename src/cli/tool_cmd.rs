@@ -174,7 +174,7 @@ fn run_test(
     };
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = match Registry::with_script(kb, &section) {
-        Ok(r) => r,
+        Ok(r) => Arc::new(r),
         Err(message) => return Err(load_failed(&section.name, &shown, using.as_deref(), message, json)),
     };
     let spec = registry.specs().find(|s| !s.builtin).expect("the script's tool is registered");
@@ -355,11 +355,11 @@ fn not_connected(upstreams: &crate::upstream::Upstreams) -> Vec<LoadProblem> {
     .collect()
 }
 
-fn with_upstreams(registry: Registry, upstreams: Option<&Arc<crate::upstream::Upstreams>>) -> Registry {
-    match upstreams {
+fn with_upstreams(registry: Registry, upstreams: Option<&Arc<crate::upstream::Upstreams>>) -> Arc<Registry> {
+    Arc::new(match upstreams {
         Some(upstreams) => registry.with_upstreams(upstreams),
         None => registry,
-    }
+    })
 }
 
 /// The config for `ctx tool test`: the workspace's when there is one (so context.search sees

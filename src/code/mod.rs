@@ -4,3 +4,5 @@
 
 pub mod catalog;
 pub mod names;
+pub mod outcome;
+pub mod calls;

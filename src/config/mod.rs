@@ -56,6 +56,9 @@ pub enum ScriptKind {
     Connector,
     Tool,
     Agent,
+    /// An agent-sent script (`execute`) or a scripted tool's: no file, no config section of
+    /// its own (`[code_mode]` sets its limits and permissions).
+    Code,
 }
 
 impl ScriptKind {
@@ -64,6 +67,7 @@ impl ScriptKind {
             ScriptKind::Connector => "connector",
             ScriptKind::Tool => "tool",
             ScriptKind::Agent => "agent",
+            ScriptKind::Code => "script",
         }
     }
 
@@ -71,7 +75,7 @@ impl ScriptKind {
     pub fn default_timeout(self) -> Duration {
         match self {
             ScriptKind::Connector => Duration::from_secs(300),
-            ScriptKind::Tool | ScriptKind::Agent => Duration::from_secs(30),
+            ScriptKind::Tool | ScriptKind::Agent | ScriptKind::Code => Duration::from_secs(30),
         }
     }
 
@@ -81,6 +85,7 @@ impl ScriptKind {
             ScriptKind::Connector => "connectors.script",
             ScriptKind::Tool => "tools.script",
             ScriptKind::Agent => "agents.script",
+            ScriptKind::Code => "code_mode",
         }
     }
 }

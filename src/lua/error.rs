@@ -32,6 +32,9 @@ pub enum ScriptError {
     BadResult { what: String, message: String },
     #[error("{what} was cancelled: the caller went away")]
     Cancelled { what: String },
+    /// A code-mode script executed its whole instruction budget.
+    #[error("{what} executed its limit of {limit} Lua instructions")]
+    Instructions { what: String, limit: u64 },
 }
 
 impl ScriptError {

@@ -13,7 +13,7 @@ pub mod convert;
 mod error;
 mod guard;
 mod pattern;
-mod precompiled;
+pub(crate) mod precompiled;
 pub mod reuse;
 pub mod script;
 pub mod watchdog;
@@ -152,6 +152,8 @@ pub enum Kill {
     /// or has effects, or used up its short budget. Nothing visible has happened yet, so the
     /// caller runs the call again, from the start, where blocking is allowed.
     Escalate = 4,
+    /// A code-mode script ran its instruction budget down (see [`Vm::set_instruction_limit`]).
+    Instructions = 5,
 }
 
 /// The clock the deadlines are stored against (an `Instant` does not fit an atomic).
@@ -184,6 +186,12 @@ pub struct RunState {
     /// Log lines this run wrote, and those it dropped past the per-run limit.
     log_lines: std::sync::atomic::AtomicU32,
     log_dropped: std::sync::atomic::AtomicU32,
+    /// The log lines one run may write ([`api::log::LINES_PER_RUN`] unless set for the run).
+    log_limit: std::sync::atomic::AtomicU32,
+    /// VM instructions this run may still execute, and the budget it started with (`u64::MAX`:
+    /// no budget). Counted by the deadline hook, so in steps of its interval.
+    instructions_left: AtomicU64,
+    instruction_limit: AtomicU64,
 }
 
 /// One `progress(done, total?, message?)` call from a script.
@@ -212,6 +220,9 @@ impl RunState {
             floor: AtomicUsize::new(0),
             log_lines: Default::default(),
             log_dropped: Default::default(),
+            log_limit: std::sync::atomic::AtomicU32::new(api::log::LINES_PER_RUN),
+            instructions_left: AtomicU64::new(u64::MAX),
+            instruction_limit: AtomicU64::new(u64::MAX),
         };
         state.set_deadline(Instant::now() + limits.timeout);
         state
@@ -237,6 +248,7 @@ impl RunState {
             2 => Kill::Memory,
             3 => Kill::Cancelled,
             4 => Kill::Escalate,
+            5 => Kill::Instructions,
             _ => Kill::None,
         }
     }
@@ -298,21 +310,44 @@ impl RunState {
     /// is then dropped (counted, and reported when the run ends).
     pub fn note_log_line(&self) -> bool {
         let n = self.log_lines.fetch_add(1, Ordering::Relaxed);
-        if n < api::log::LINES_PER_RUN {
+        let limit = self.log_limit.load(Ordering::Relaxed);
+        if n < limit {
             return true;
         }
         if self.log_dropped.fetch_add(1, Ordering::Relaxed) == 0 {
             tracing::warn!(
-                "{}: more than {} log lines in one run; the rest of this run's lines are dropped",
+                "{}: more than {limit} log lines in one run; the rest of this run's lines are dropped",
                 self.info.what(),
-                api::log::LINES_PER_RUN
             );
         }
         false
     }
 
+    /// Log lines this run dropped past its limit.
+    pub fn log_lines_dropped(&self) -> u32 {
+        self.log_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Charges `n` instructions to the run's budget: false once the budget is spent.
+    fn spend_instructions(&self, n: u64) -> bool {
+        let left = self.instructions_left.load(Ordering::Relaxed);
+        if left == u64::MAX {
+            return true;
+        }
+        self.instructions_left.store(left.saturating_sub(n), Ordering::Relaxed);
+        left > n
+    }
+
+    /// The instruction budget the run started with, when it has one.
+    pub fn instruction_limit(&self) -> Option<u64> {
+        Some(self.instruction_limit.load(Ordering::Relaxed)).filter(|&n| n != u64::MAX)
+    }
+
     /// Reports what the ending run dropped, and readies the counters for the next one.
     pub(crate) fn end_run(&self) {
+        self.log_limit.store(api::log::LINES_PER_RUN, Ordering::Relaxed);
+        self.instructions_left.store(u64::MAX, Ordering::Relaxed);
+        self.instruction_limit.store(u64::MAX, Ordering::Relaxed);
         let dropped = self.log_dropped.swap(0, Ordering::Relaxed);
         self.log_lines.store(0, Ordering::Relaxed);
         if dropped > 0 {
@@ -458,6 +493,18 @@ impl Vm {
         }
     }
 
+    /// Limits this run to `n` VM instructions (code mode); the run stops with
+    /// [`Kill::Instructions`] once they are spent. Counted in steps of the hook's interval.
+    pub fn set_instruction_limit(&self, n: u64) {
+        self.state.instructions_left.store(n, Ordering::Relaxed);
+        self.state.instruction_limit.store(n, Ordering::Relaxed);
+    }
+
+    /// Limits this run to `n` log lines; later lines are dropped and counted.
+    pub fn set_log_limit(&self, n: u32) {
+        self.state.log_limit.store(n, Ordering::Relaxed);
+    }
+
     /// Whether the VM may serve another run: the last one was not stopped by a limit or a
     /// cancel, and left little memory behind.
     pub fn reusable(&self) -> bool {
@@ -495,6 +542,10 @@ impl Vm {
         match self.state.killed() {
             Kill::Timeout => return ScriptError::Timeout { what, limit: self.state.limits.timeout },
             Kill::Memory => return ScriptError::Memory { what, limit_bytes: self.state.limits.memory_bytes },
+            Kill::Instructions => {
+                let limit = self.state.instruction_limit().unwrap_or_default();
+                return ScriptError::Instructions { what, limit };
+            }
             // An escalated inline run is never reported: its caller runs the call again.
             Kill::Cancelled | Kill::Escalate => return ScriptError::Cancelled { what },
             Kill::None => {}
@@ -584,6 +635,9 @@ fn begin_run(lua: &Lua, new_env: &Function, state: &RunState) -> mlua::Result<Ta
 fn set_hook(lua: &Lua, state: &Arc<RunState>, every: u32) -> mlua::Result<()> {
     let hook_state = Arc::clone(state);
     lua.set_global_hook(HookTriggers::new().every_nth_instruction(every), move |_, _| {
+        if !hook_state.spend_instructions(u64::from(every)) {
+            hook_state.kill(Kill::Instructions);
+        }
         hook_state.check().map(|_| VmState::Continue)
     })
 }

@@ -54,6 +54,15 @@ impl Vm {
         self.extension(returned, global)
     }
 
+    /// Runs source text sent by a client (code mode) in the run's globals, under the run's
+    /// limits, and returns what the chunk returned. Only text is accepted, never bytecode:
+    /// Lua's loader is not safe against hand-made bytecode. Messages place errors at
+    /// `name:line`.
+    pub fn run_source(&self, name: &str, source: &[u8]) -> Result<Value, ScriptError> {
+        let source = runnable(source).into_owned();
+        self.run_chunk(format!("={name}"), None, &source)
+    }
+
     /// Runs a script's main chunk in the run's globals: its bytecode when it compiled, else its
     /// text (which then reports the syntax error with its line).
     fn run_chunk(&self, name: String, code: Option<&[u8]>, source: &[u8]) -> Result<Value, ScriptError> {

@@ -65,6 +65,13 @@ pub fn result(result: &McpCallResult) -> Result<CallToolResult, McpError> {
 /// The `tools/call` result of a call that succeeded: an upstream's result passes through
 /// whole (every content block kind, `structuredContent`, `isError`, `_meta`).
 pub fn output(output: &Output) -> Result<CallToolResult, McpError> {
+    if let Output::Traced { output, trace } = output {
+        let mut out = self::output(output)?;
+        let mut meta = out.meta.take().unwrap_or_default();
+        meta.0.insert("ctx/trace".to_string(), trace.clone());
+        out.meta = Some(meta);
+        return Ok(out);
+    }
     let Output::Upstream(raw) = output else { return result(&output.mcp()) };
     let internal = |e: serde_json::Error| McpError::internal_error(format!("upstream tool result: {e}"), None);
     let content: Vec<ContentBlock> =

@@ -89,7 +89,7 @@ impl DirectRoute {
         let Some((id, name, arguments)) = plain_call(&bytes, &parts.headers) else {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
         };
-        let options = CallOptions { cancel: CancelHandle::new(), progress: None, caller: "mcp" };
+        let options = CallOptions { cancel: CancelHandle::new(), progress: None, caller: "mcp", chain: Vec::new() };
         let outcome = self.mcp.tools().call(name, Json::Object(arguments), options).await;
         let result = match &outcome {
             Err(e) if e.is_protocol_error() => {

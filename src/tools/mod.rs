@@ -20,7 +20,7 @@ use serde_json::{Map, Value as Json};
 pub use error::{http_status, CallError};
 pub use output::Output;
 pub use params::Params;
-pub use registry::{check, CallOptions, Checked, Registry, Tools};
+pub use registry::{check, CallOptions, Checked, Registry, Tools, MAX_CHAIN, MAX_REENTRY};
 
 use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};
@@ -81,6 +81,20 @@ pub struct CallEnv<'a> {
     pub kb: &'a Kb,
     pub cancel: CancelHandle,
     pub progress: Option<ProgressSink>,
+    /// The snapshot the call runs on: the calls a tool makes (`context.call`, code mode) go
+    /// through it.
+    pub registry: Arc<Registry>,
+    /// Who called, for the log lines of the calls this one makes.
+    pub caller: &'static str,
+    /// The tools on the way to this call, this one last: the chain of the calls it makes.
+    pub chain: Vec<String>,
+}
+
+impl CallEnv<'_> {
+    /// The options of a call this run makes: its cancel handle, caller and chain.
+    pub fn inner_options(&self) -> CallOptions {
+        CallOptions { cancel: self.cancel.clone(), progress: None, caller: self.caller, chain: self.chain.clone() }
+    }
 }
 
 /// A callable tool. Implementations get parameters that already passed their schema, with

@@ -21,12 +21,18 @@ pub enum Output {
     /// An upstream MCP server's `CallToolResult`, as it sent it (resource URIs namespaced):
     /// MCP passes it on unchanged.
     Upstream(serde_json::Map<String, Json>),
+    /// A code-mode script's result with its trace (the inner calls it made, what was cut):
+    /// REST adds `trace` beside `result`, MCP puts it under `_meta["ctx/trace"]`.
+    Traced { output: Box<Output>, trace: Json },
 }
 
 impl Output {
     /// The REST body: `{"result": ...}` (always status 200).
     pub fn rest_body(&self) -> Json {
-        json!({ "result": self.value() })
+        match self {
+            Output::Traced { output, trace } => json!({ "result": output.value(), "trace": trace }),
+            _ => json!({ "result": self.value() }),
+        }
     }
 
     /// The value under `result`.
@@ -36,6 +42,7 @@ impl Output {
             Output::Text(t) => Json::String(t.clone()),
             Output::Content(blocks) => json!({ "content": blocks }),
             Output::Upstream(result) => upstream_value(result),
+            Output::Traced { output, .. } => output.value(),
         }
     }
 
@@ -64,6 +71,7 @@ impl Output {
                 structured_content: result.get("structuredContent").map(structured).unwrap_or_default(),
                 is_error: is_error(result),
             },
+            Output::Traced { output, .. } => output.mcp(),
             Output::HandledError(v) => McpCallResult {
                 content: vec![text(v.get("error").map(as_text).unwrap_or_else(|| as_text(v)))],
                 structured_content: structured(v),

@@ -29,6 +29,34 @@ pub struct CallOptions {
     pub progress: Option<ProgressSink>,
     /// `rest`, `mcp`, `cli` or `lua`: for log lines.
     pub caller: &'static str,
+    /// The tools whose runs made this call, outermost first (`context.call`, code mode's inner
+    /// calls): what bounds recursion (see [`check_chain`]).
+    pub chain: Vec<String>,
+}
+
+/// How deep a chain of tool calls may go (a tool calling a tool calling a tool...).
+pub const MAX_CHAIN: usize = 16;
+
+/// How many times one tool may already be on a chain when it is called again: a little
+/// deliberate recursion works, a loop fails fast with the chain in the message.
+pub const MAX_REENTRY: usize = 2;
+
+/// Refuses a call of `name` that would make `chain` too deep or come back to a tool too often.
+fn check_chain(name: &str, chain: &[String]) -> Result<(), CallError> {
+    let again = chain.iter().filter(|t| *t == name).count();
+    if again < MAX_REENTRY && chain.len() < MAX_CHAIN {
+        return Ok(());
+    }
+    let path: Vec<&str> = chain.iter().map(String::as_str).chain([name]).collect();
+    let why = if again >= MAX_REENTRY {
+        format!("it would be running {} times at once", again + 1)
+    } else {
+        format!("the chain would be {} calls deep, over the limit of {MAX_CHAIN}", chain.len() + 1)
+    };
+    Err(CallError::BadRequest(format!(
+        "tool '{name}' refused: {why} (chain: {}); a tool that calls tools (context.call, code mode) must not loop back to itself",
+        path.join(" → ")
+    )))
 }
 
 /// Every tool of one config, in listing order: built-ins first, then Lua tools by name.
@@ -44,6 +72,9 @@ pub struct Registry {
     /// their problems follow, and are replaced whenever an upstream relists.
     own: (usize, usize, usize),
     kb: Kb,
+    /// The upstream servers whose tools this snapshot holds, to say why a call of a tool of a
+    /// server that is down fails.
+    upstreams: Option<Arc<crate::upstream::Upstreams>>,
 }
 
 impl Registry {
@@ -108,6 +139,7 @@ impl Registry {
             warnings: all_warnings,
             own: self.own,
             kb: self.kb.clone(),
+            upstreams: Some(Arc::clone(upstreams)),
         }
     }
 
@@ -130,7 +162,7 @@ impl Registry {
         let tools: Vec<ToolRef> = builtin::all().into_iter().chain(lua).collect();
         let index = tools.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
         let own = (tools.len(), problems.len(), 0);
-        Registry { tools, index, agents: Vec::new(), problems, warnings: Vec::new(), own, kb }
+        Registry { tools, index, agents: Vec::new(), problems, warnings: Vec::new(), own, kb, upstreams: None }
     }
 
     /// The error for a call of `name` that is not registered: "failed to load" with the reason
@@ -153,7 +185,7 @@ impl Registry {
 
     /// Resolves an agent's prompt: the one path REST, MCP and the CLI take. Checks the
     /// arguments, runs the agent (a Lua agent under its limits) and fills in its tools.
-    pub fn prompt(&self, name: &str, args: Json, options: &CallOptions) -> Result<AgentPrompt, CallError> {
+    pub fn prompt(self: &Arc<Self>, name: &str, args: Json, options: &CallOptions) -> Result<AgentPrompt, CallError> {
         let started = Instant::now();
         let result = self.resolve_agent(name, args, options);
         let micros = started.elapsed().as_micros() as u64;
@@ -166,7 +198,7 @@ impl Registry {
         result
     }
 
-    fn resolve_agent(&self, name: &str, args: Json, options: &CallOptions) -> Result<AgentPrompt, CallError> {
+    fn resolve_agent(self: &Arc<Self>, name: &str, args: Json, options: &CallOptions) -> Result<AgentPrompt, CallError> {
         let agent = self.agents.iter().find(|a| a.spec().name == name).ok_or_else(|| {
             if let Some(broken) = self.not_loaded(LoadProblemKind::Agent, name) {
                 return broken;
@@ -177,7 +209,7 @@ impl Registry {
         })?;
         let spec = agent.spec();
         let args = spec.check(&args)?;
-        let env = CallEnv { kb: &self.kb, cancel: options.cancel.clone(), progress: options.progress.clone() };
+        let env = self.env(name, options);
         let resolved = agent.resolve(&args, &env)?;
         Ok(AgentPrompt {
             agent: spec.name.clone(),
@@ -228,9 +260,11 @@ impl Registry {
 
     /// Calls a tool: the one path every caller takes. Blocks while a script runs, so async
     /// callers use [`Tools::call`].
-    pub fn call(&self, name: &str, params: Json, options: &CallOptions) -> Result<Output, CallError> {
+    pub fn call(self: &Arc<Self>, name: &str, params: Json, options: &CallOptions) -> Result<Output, CallError> {
         let started = Instant::now();
-        let result = self.prepare(name, params, options).and_then(|(tool, params)| self.run(&tool, params, options));
+        let result = self
+            .prepare(name, params, options)
+            .and_then(|(tool, params)| tool.run(params, &self.env(name, options)));
         log_call(name, options, started, &result);
         result
     }
@@ -241,6 +275,9 @@ impl Registry {
             if let Some(broken) = self.not_loaded(LoadProblemKind::Tool, name) {
                 return broken;
             }
+            if let Some(down) = self.down_upstream(name) {
+                return down;
+            }
             let names: Vec<&str> = self.specs().map(|s| s.name.as_str()).collect();
             CallError::UnknownTool(format!("unknown tool '{name}'; available tools: {}", names.join(", ")))
         })?;
@@ -249,18 +286,95 @@ impl Registry {
             .params
             .check(params)
             .map_err(|problems| CallError::InvalidParams { tool: name.to_string(), problems })?;
+        check_chain(name, &options.chain)?;
         if options.cancel.is_cancelled() {
             return Err(CallError::cancelled(name));
         }
         Ok((Arc::clone(tool), params))
     }
 
-    fn env(&self, options: &CallOptions) -> CallEnv<'_> {
-        CallEnv { kb: &self.kb, cancel: options.cancel.clone(), progress: options.progress.clone() }
+    /// What the run of `name` may use: the calls it makes carry `name` on their chain.
+    fn env(self: &Arc<Self>, name: &str, options: &CallOptions) -> CallEnv<'_> {
+        let mut chain = options.chain.clone();
+        chain.push(name.to_string());
+        CallEnv {
+            kb: &self.kb,
+            cancel: options.cancel.clone(),
+            progress: options.progress.clone(),
+            registry: Arc::clone(self),
+            caller: options.caller,
+            chain,
+        }
     }
 
-    fn run(&self, tool: &ToolRef, params: Json, options: &CallOptions) -> Result<Output, CallError> {
-        tool.run(params, &self.env(options))
+    /// Why `name` is not registered when it names a tool of an upstream server that is not
+    /// ready: its tools are gone from the listing until it reconnects, and a call says so at
+    /// once instead of "unknown tool".
+    fn down_upstream(&self, name: &str) -> Option<CallError> {
+        let upstreams = self.upstreams.as_ref()?;
+        let statuses = upstreams.status();
+        // The server the name belongs to, as the registry decides it (not merely the first
+        // down server whose prefix matches: `a` down says nothing about `a__b__c`).
+        let server = super::upstream_tool::owner(statuses.iter().map(|s| s.name.as_str()), name)?.to_string();
+        let status = statuses.into_iter().find(|s| s.name == server && s.state != crate::upstream::State::Ready)?;
+        let down = crate::upstream::UpstreamError::Down {
+            server: status.name.clone(),
+            state: status.state,
+            attempt: status.attempt,
+            last_error: status.last_error,
+        };
+        Some(CallError::from_upstream(name, std::time::Duration::ZERO, down))
+    }
+
+    /// [`Registry::call`] for async callers: the one call path of REST, MCP and code mode's
+    /// inner calls. A tool that waits on another process runs as a future right here; any
+    /// other first gets a short inline run on this thread ([`Tool::run_inline`]), and what
+    /// cannot finish there without blocking runs on the blocking pool, where dropping the
+    /// future (the client went away) cancels the script. A panic inside the tool becomes an
+    /// `internal` error.
+    pub async fn call_async(self: Arc<Self>, name: String, params: Json, options: CallOptions) -> Result<Output, CallError> {
+        let started = Instant::now();
+        let (tool, params) = match self.prepare(&name, params, &options) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                let result = Err(e);
+                log_call(&name, &options, started, &result);
+                return result;
+            }
+        };
+        if let Some(run) = stuck::quarantined(stuck::identity(&tool)) {
+            let result = Err(CallError::Unavailable(format!(
+                "tool '{name}' is quarantined: a call {:.0} s ago overran its deadline inside a library call and is still running; ctx refuses new calls of this tool until that call ends or its script is edited (the server log has the details)",
+                run.since.elapsed().as_secs_f64()
+            )));
+            log_call(&name, &options, started, &result);
+            return result;
+        }
+        // A tool that waits on another process runs as a future right here: no thread, and
+        // dropping this future (the client went away or cancelled) cancels it upstream too.
+        if let Some(async_tool) = tool.as_async() {
+            let result = async_tool.call(params, options.progress.clone()).await;
+            log_call(&name, &options, started, &result);
+            return result;
+        }
+        let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tool.run_inline(&params, &self.env(&name, &options))
+        }));
+        let result = match inline {
+            Ok(Some(result)) => result,
+            Ok(None) => {
+                let (identity, deadline) = (stuck::identity(&tool), tool.deadline());
+                let (registry, opts, tool_name) = (Arc::clone(&self), options.clone(), name.clone());
+                let run = move || tool.run(params, &registry.env(&tool_name, &opts));
+                let subject = format!("tool '{name}'");
+                watched(identity, deadline, subject, &options.cancel, run)
+                    .await
+                    .unwrap_or_else(|e| Err(crashed(&name, &e.to_string())))
+            }
+            Err(_) => Err(crashed(&name, "panic in an inline run")),
+        };
+        log_call(&name, &options, started, &result);
+        result
     }
 }
 
@@ -463,25 +577,6 @@ impl Tools {
         self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Why `name` is not registered when it names a tool of an upstream server that is not
-    /// ready: its tools are gone from the listing until it reconnects, and a call says so at
-    /// once instead of "unknown tool".
-    fn down_upstream(&self, name: &str) -> Option<CallError> {
-        let upstreams = self.upstreams()?;
-        let statuses = upstreams.status();
-        // The server the name belongs to, as the registry decides it (not merely the first
-        // down server whose prefix matches: `a` down says nothing about `a__b__c`).
-        let server = super::upstream_tool::owner(statuses.iter().map(|s| s.name.as_str()), name)?.to_string();
-        let status = statuses.into_iter().find(|s| s.name == server && s.state != crate::upstream::State::Ready)?;
-        let down = crate::upstream::UpstreamError::Down {
-            server: status.name.clone(),
-            state: status.state,
-            attempt: status.attempt,
-            last_error: status.last_error,
-        };
-        Some(CallError::from_upstream(name, std::time::Duration::ZERO, down))
-    }
-
     /// The snapshot new calls use. The lock is held only to clone an `Arc`.
     pub fn current(&self) -> Arc<Registry> {
         Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
@@ -497,58 +592,10 @@ impl Tools {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(registry);
     }
 
-    /// [`Registry::call`] for async callers. The tool first gets a short inline run on this
-    /// thread ([`Tool::run_inline`]); what cannot finish there without blocking runs on the
-    /// blocking pool, where dropping the future (the client went away) cancels the script. A
-    /// panic inside the tool becomes an `internal` error.
+    /// [`Registry::call_async`] on the current snapshot: the call keeps the snapshot it
+    /// started with until it finishes.
     pub async fn call(&self, name: String, params: Json, options: CallOptions) -> Result<Output, CallError> {
-        let registry = self.current();
-        let started = Instant::now();
-        let (tool, params) = match registry.prepare(&name, params, &options) {
-            Ok(prepared) => prepared,
-            Err(e) => {
-                let e = match e {
-                    CallError::UnknownTool(_) => self.down_upstream(&name).unwrap_or(e),
-                    other => other,
-                };
-                let result = Err(e);
-                log_call(&name, &options, started, &result);
-                return result;
-            }
-        };
-        if let Some(run) = stuck::quarantined(stuck::identity(&tool)) {
-            let result = Err(CallError::Unavailable(format!(
-                "tool '{name}' is quarantined: a call {:.0} s ago overran its deadline inside a library call and is still running; ctx refuses new calls of this tool until that call ends or its script is edited (the server log has the details)",
-                run.since.elapsed().as_secs_f64()
-            )));
-            log_call(&name, &options, started, &result);
-            return result;
-        }
-        // A tool that waits on another process runs as a future right here: no thread, and
-        // dropping this future (the client went away or cancelled) cancels it upstream too.
-        if let Some(async_tool) = tool.as_async() {
-            let result = async_tool.call(params, options.progress.clone()).await;
-            log_call(&name, &options, started, &result);
-            return result;
-        }
-        let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tool.run_inline(&params, &registry.env(&options))
-        }));
-        let result = match inline {
-            Ok(Some(result)) => result,
-            Ok(None) => {
-                let (identity, deadline) = (stuck::identity(&tool), tool.deadline());
-                let (reg, opts) = (Arc::clone(&registry), options.clone());
-                let run = move || reg.run(&tool, params, &opts);
-                let subject = format!("tool '{name}'");
-                watched(identity, deadline, subject, &options.cancel, run)
-                    .await
-                    .unwrap_or_else(|e| Err(crashed(&name, &e.to_string())))
-            }
-            Err(_) => Err(crashed(&name, "panic in an inline run")),
-        };
-        log_call(&name, &options, started, &result);
-        result
+        self.current().call_async(name, params, options).await
     }
 }
 

@@ -35,6 +35,9 @@ pub fn register_all(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
         if super::guard::load_std(lua, name.as_bytes().as_ref())? {
             return globals.raw_get(key);
         }
+        if let Some(refusal) = refused_to_code(&state.info, name.as_bytes().as_ref()) {
+            return Err(fail(refusal));
+        }
         match name.as_bytes().as_ref() {
             b"json" => json::register(lua, &state)?,
             b"log" | b"print" => log::register(lua, &state)?,
@@ -57,6 +60,28 @@ pub fn register_all(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     meta.raw_set("__metatable", false)?;
     lua.globals().set_metatable(Some(meta))?;
     Ok(())
+}
+
+/// Why agent-sent code (kind `Code`) may not use the host API `name`, when it may not: it
+/// reaches the world only through tools, unless `[code_mode]` allows an API. `http` needs
+/// `allow_hosts`, `env` needs `allow_env`, and `fs`/`require` need `fs_root` (which becomes the
+/// script's folder: without it the script has no folder at all).
+fn refused_to_code(info: &super::ScriptInfo, name: &[u8]) -> Option<String> {
+    if info.kind != crate::config::ScriptKind::Code {
+        return None;
+    }
+    let (api, key, example) = match name {
+        b"http" if info.allow_hosts.is_none() => ("http", "allow_hosts", "allow_hosts = [\"api.example.com\"]"),
+        b"env" if info.allow_env.is_none() => ("env", "allow_env", "allow_env = [\"MY_VAR\"]"),
+        b"fs" | b"require" if info.path.as_os_str().is_empty() => {
+            (if name == b"fs" { "fs" } else { "require" }, "fs_root", "fs_root = \"docs\"")
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "{api} is not available to agent-sent scripts: they reach the world only through tools (ctx.*, and the \
+         upstream servers' tables). An operator can allow it with {key} in [code_mode] of ctx.toml, for example {example}"
+    ))
 }
 
 /// A Lua error raised by a host function: a plain message, like `error("...")` would give.

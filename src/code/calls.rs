@@ -1,0 +1,280 @@
+//! The inner calls of one code-mode run. A tool function starts its call at once, on the async
+//! runtime, through the registry's one call path ([`Registry::call_async`]); the script gets a
+//! pending call and blocks only when it awaits one. So calls started before they are awaited
+//! run concurrently, up to [`CodeLimits::max_concurrent`] at a time per upstream server (and per
+//! ctx's own tools): the others wait their turn, and the wait is not part of a call's own
+//! timeout, which starts when the call does.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value as Json};
+use tokio::sync::Semaphore;
+
+use crate::config::code_mode::CodeLimits;
+use crate::lua::{CancelHandle, Progress, ProgressSink, RunState};
+use crate::tools::{CallError, CallOptions, Output, Registry};
+
+/// The most inner calls a trace lists one by one; the rest are counted.
+pub const TRACE_ENTRIES: usize = 200;
+
+/// How often a blocked await looks at the run's deadline and cancel flag.
+const WAKE_EVERY: Duration = Duration::from_millis(20);
+
+/// One inner call: its result once it has one.
+pub struct Slot {
+    /// The registry name it called.
+    pub tool: String,
+    /// How the script named it (`github.search_repos`), for messages.
+    pub path: String,
+    done: Mutex<Option<Result<Output, CallError>>>,
+    ready: Condvar,
+    cancel: CancelHandle,
+    abort: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Slot {
+    fn finish(&self, result: Result<Output, CallError>) -> bool {
+        let mut done = lock(&self.done);
+        if done.is_some() {
+            return false;
+        }
+        *done = Some(result);
+        self.ready.notify_all();
+        true
+    }
+
+    /// The result, once there is one.
+    pub fn result(&self) -> Option<Result<Output, CallError>> {
+        lock(&self.done).clone()
+    }
+}
+
+/// Why a run stopped short of finishing by itself.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tripped {
+    /// `max_calls`, `timeout`, `memory`, `max_instructions`, `cancelled`.
+    pub limit: &'static str,
+    pub message: String,
+}
+
+/// The inner calls of one run, and their trace.
+pub struct Calls {
+    registry: Arc<Registry>,
+    handle: tokio::runtime::Handle,
+    limits: CodeLimits,
+    options: CallOptions,
+    progress: Option<ProgressSink>,
+    state: Arc<RunState>,
+    gates: Mutex<HashMap<String, Arc<Semaphore>>>,
+    slots: Mutex<Vec<Arc<Slot>>>,
+    /// Finished calls' entries, in the order they finished (shared with the call tasks).
+    trace: Arc<Mutex<Vec<Json>>>,
+    tripped: Mutex<Option<Tripped>>,
+}
+
+impl Calls {
+    pub fn new(
+        registry: Arc<Registry>,
+        handle: tokio::runtime::Handle,
+        limits: CodeLimits,
+        options: CallOptions,
+        progress: Option<ProgressSink>,
+        state: Arc<RunState>,
+    ) -> Calls {
+        Calls {
+            registry,
+            handle,
+            limits,
+            options,
+            progress,
+            state,
+            gates: Mutex::new(HashMap::new()),
+            slots: Mutex::new(Vec::new()),
+            trace: Arc::new(Mutex::new(Vec::new())),
+            tripped: Mutex::new(None),
+        }
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The limit that stopped the run, when one did.
+    pub fn tripped(&self) -> Option<Tripped> {
+        lock(&self.tripped).clone()
+    }
+
+    /// Stops the run for `limit`: the VM stops at its next check, and the calls in flight are
+    /// cancelled when the run ends.
+    pub fn trip(&self, limit: &'static str, message: String) {
+        let mut tripped = lock(&self.tripped);
+        if tripped.is_none() {
+            *tripped = Some(Tripped { limit, message });
+        }
+        self.state.kill(crate::lua::Kill::Cancelled);
+    }
+
+    /// How many calls the run started.
+    pub fn started(&self) -> usize {
+        lock(&self.slots).len()
+    }
+
+    /// Starts a call of `tool` in the group `group` (the server, or ctx's own tools). Refuses
+    /// it, stopping the run, once the run has started `max_calls`.
+    pub fn start(&self, tool: &str, path: &str, group: &str, params: Json) -> Result<Arc<Slot>, String> {
+        let mut slots = lock(&self.slots);
+        if slots.len() >= self.limits.max_calls {
+            drop(slots);
+            let message = format!(
+                "the script tried to start more than {} tool calls, its max_calls limit; do more per call, or raise max_calls in [code_mode] of ctx.toml",
+                self.limits.max_calls
+            );
+            self.trip("max_calls", message.clone());
+            return Err(message);
+        }
+        let slot = Arc::new(Slot {
+            tool: tool.to_string(),
+            path: path.to_string(),
+            done: Mutex::new(None),
+            ready: Condvar::new(),
+            cancel: CancelHandle::new(),
+            abort: Mutex::new(None),
+        });
+        slots.push(Arc::clone(&slot));
+        drop(slots);
+
+        let gate = self.gate(group);
+        let registry = Arc::clone(&self.registry);
+        let mut options = self.options.clone();
+        options.cancel = slot.cancel.clone();
+        let (name, on_task) = (tool.to_string(), Arc::clone(&slot));
+        let report = self.reporter();
+        let task = self.handle.spawn(async move {
+            // Queued time is not the call's: its own timeout starts inside `call_async`.
+            let _permit = gate.acquire_owned().await;
+            let started = Instant::now();
+            let result = registry.call_async(name, params, options).await;
+            let elapsed = started.elapsed();
+            report(&on_task, &result, elapsed);
+            on_task.finish(result);
+        });
+        *lock(&slot.abort) = Some(task.abort_handle());
+        Ok(slot)
+    }
+
+    /// What records a finished call: its trace entry and a progress notification.
+    fn reporter(&self) -> impl Fn(&Slot, &Result<Output, CallError>, Duration) + Send + 'static {
+        let trace = Arc::clone(&self.trace);
+        let progress = self.progress.clone();
+        move |slot, result, elapsed| {
+            let entry = entry(&slot.tool, result, elapsed);
+            let done = {
+                let mut trace = lock(&trace);
+                trace.push(entry);
+                trace.len()
+            };
+            if let Some(progress) = &progress {
+                let status = if result.is_ok() { "ok" } else { "failed" };
+                let message = format!("{} {status} in {} ms", slot.path, elapsed.as_millis());
+                progress(Progress { done: done as f64, total: None, message: Some(message) });
+            }
+        }
+    }
+
+    fn gate(&self, group: &str) -> Arc<Semaphore> {
+        let mut gates = lock(&self.gates);
+        Arc::clone(gates.entry(group.to_string()).or_insert_with(|| Arc::new(Semaphore::new(self.limits.max_concurrent))))
+    }
+
+    /// Blocks until `slot` has its result, or the run must stop (its deadline, the caller
+    /// went away, a limit): then the error that stops it.
+    pub fn wait(&self, slot: &Slot) -> mlua::Result<Result<Output, CallError>> {
+        let mut done = lock(&slot.done);
+        loop {
+            if let Some(result) = done.as_ref() {
+                return Ok(result.clone());
+            }
+            self.state.check()?;
+            let wait = self.state.remaining().min(WAKE_EVERY).max(Duration::from_millis(1));
+            done = slot.ready.wait_timeout(done, wait).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Waits for the calls the script started and never awaited (a message it posted and did
+    /// not need the answer of): their effects are part of the run.
+    pub fn settle(&self) -> mlua::Result<()> {
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
+        for slot in slots {
+            let _ = self.wait(&slot)?;
+        }
+        Ok(())
+    }
+
+    /// Cancels every call still in flight: an upstream gets `notifications/cancelled`, a Lua
+    /// tool stops at its next check. Each is traced as cancelled.
+    pub fn cancel_all(&self) {
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
+        for slot in slots {
+            if lock(&slot.done).is_some() {
+                continue;
+            }
+            slot.cancel.cancel();
+            if let Some(abort) = lock(&slot.abort).take() {
+                abort.abort();
+            }
+            let cancelled = Err(CallError::Cancelled { subject: format!("tool '{}'", slot.tool) });
+            if slot.finish(cancelled) {
+                let entry = json!({"tool": slot.tool, "ms": 0, "status": "cancelled", "bytes": 0});
+                lock(&self.trace).push(entry);
+            }
+        }
+    }
+
+    /// The trace: every inner call (tool, ms, status, bytes), the first [`TRACE_ENTRIES`] of
+    /// them one by one, in the order they finished.
+    pub fn trace(&self) -> Json {
+        let calls = lock(&self.trace);
+        let listed: Vec<Json> = calls.iter().take(TRACE_ENTRIES).cloned().collect();
+        let mut out = json!({ "calls": listed, "started": self.started() });
+        if calls.len() > TRACE_ENTRIES {
+            out["unlisted"] = json!(calls.len() - TRACE_ENTRIES);
+        }
+        out
+    }
+
+    /// One line per call for an error message: `ctx.search ok 3 ms; github.x failed 40 ms`.
+    pub fn summary(&self) -> String {
+        let trace = lock(&self.trace);
+        if trace.is_empty() {
+            return "no tool calls were made".to_string();
+        }
+        let mut words: Vec<String> = trace
+            .iter()
+            .take(20)
+            .map(|c| format!("{} {} {} ms", c["tool"].as_str().unwrap_or("?"), c["status"].as_str().unwrap_or("?"), c["ms"]))
+            .collect();
+        if trace.len() > 20 {
+            words.push(format!("and {} more", trace.len() - 20));
+        }
+        format!("calls made: {}", words.join("; "))
+    }
+}
+
+/// The trace entry of one finished call.
+fn entry(tool: &str, result: &Result<Output, CallError>, elapsed: Duration) -> Json {
+    let ms = (elapsed.as_secs_f64() * 1000.0 * 10.0).round() / 10.0;
+    match result {
+        Ok(output) => {
+            let failed = super::outcome::inner_value(output).is_err();
+            let bytes = serde_json::to_vec(&output.value()).map(|v| v.len()).unwrap_or(0);
+            json!({"tool": tool, "ms": ms, "status": if failed { "error" } else { "ok" }, "bytes": bytes})
+        }
+        Err(e) => json!({"tool": tool, "ms": ms, "status": "error", "code": e.code(), "bytes": 0}),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

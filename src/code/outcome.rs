@@ -1,0 +1,225 @@
+//! What crosses the script boundary: an inner call's result as the script sees it, and the
+//! script's own result as a tool result, cut to its size limit without losing its shape.
+
+use serde_json::{Map, Value as Json};
+
+use crate::tools::Output;
+
+/// An inner call's result as a Lua value sees it (seed 001): the structured content when
+/// there is one, else the text parsed as JSON, else the text. `Err` with the message when the
+/// tool reported a failure (`isError`, or a Lua tool's handled `{error = ...}`).
+pub fn inner_value(output: &Output) -> Result<Json, String> {
+    match output {
+        Output::Value(v) => Ok(v.clone()),
+        Output::Text(t) => Ok(parsed(t)),
+        Output::HandledError(v) => Err(match v.get("error") {
+            Some(Json::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => v.to_string(),
+        }),
+        Output::Content(_) | Output::Upstream(_) => {
+            let raw = match output {
+                Output::Upstream(raw) => Json::Object(raw.clone()),
+                _ => serde_json::to_value(output.mcp()).unwrap_or(Json::Null),
+            };
+            from_mcp_result(&raw)
+        }
+        Output::Traced { output, .. } => inner_value(output),
+    }
+}
+
+/// A full MCP `CallToolResult` as the script sees it.
+fn from_mcp_result(raw: &Json) -> Result<Json, String> {
+    let blocks = raw.get("content").and_then(Json::as_array).map(Vec::as_slice).unwrap_or_default();
+    let texts: Option<Vec<&str>> =
+        blocks.iter().map(|b| if b.get("type")? == "text" { b.get("text")?.as_str() } else { None }).collect();
+    let text = texts.map(|t| t.join("\n"));
+    if raw.get("isError").and_then(Json::as_bool).unwrap_or(false) {
+        return Err(text.unwrap_or_else(|| "the tool reported an error without a text message".to_string()));
+    }
+    if let Some(structured) = raw.get("structuredContent").filter(|s| s.is_object()) {
+        return Ok(structured.clone());
+    }
+    match text {
+        Some(text) if !blocks.is_empty() => Ok(parsed(&text)),
+        _ => Ok(serde_json::json!({ "content": blocks })),
+    }
+}
+
+/// `text` as JSON when it is an object or an array, else the text itself.
+fn parsed(text: &str) -> Json {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        if let Ok(value) = serde_json::from_str::<Json>(text) {
+            return value;
+        }
+    }
+    Json::String(text.to_string())
+}
+
+/// The script's result as a tool result (seed 001): a table with keys is structured content
+/// plus its JSON as text, an array or a primitive is text, and a full MCP result (a table with
+/// a `content` list of typed blocks, and nothing but `structuredContent`, `isError` and `_meta`
+/// besides) passes through as it is.
+pub fn script_output(value: Json) -> Output {
+    match value {
+        Json::String(text) => Output::Text(text),
+        Json::Object(map) if is_mcp_result(&map) => Output::Upstream(map),
+        other => Output::Value(other),
+    }
+}
+
+fn is_mcp_result(map: &Map<String, Json>) -> bool {
+    let Some(Json::Array(blocks)) = map.get("content") else { return false };
+    let typed = blocks.iter().all(|b| b.get("type").is_some_and(Json::is_string));
+    typed && map.keys().all(|k| matches!(k.as_str(), "content" | "structuredContent" | "isError" | "_meta"))
+}
+
+/// What [`truncate`] cut.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cut {
+    pub limit_bytes: usize,
+    pub original_bytes: usize,
+}
+
+/// Strings, lists and objects below this many bytes are never cut further: a marker costs
+/// about as much.
+const SMALLEST: usize = 48;
+
+/// `value` cut to about `limit` bytes of JSON, keeping its shape: a long string keeps its
+/// start and says how much was cut, a long list keeps its first items and ends with a string
+/// saying how many more there were, an object keeps its first keys and says how many it lost.
+pub fn truncate(value: Json, limit: usize) -> (Json, Option<Cut>) {
+    let original = size(&value);
+    if original <= limit {
+        return (value, None);
+    }
+    let cut = shrink(value, limit.max(SMALLEST));
+    (cut, Some(Cut { limit_bytes: limit, original_bytes: original }))
+}
+
+fn size(value: &Json) -> usize {
+    serde_json::to_vec(value).map(|v| v.len()).unwrap_or(0)
+}
+
+fn shrink(value: Json, budget: usize) -> Json {
+    match value {
+        Json::String(s) => {
+            if s.len() + 2 <= budget {
+                return Json::String(s);
+            }
+            let keep = budget.saturating_sub(SMALLEST);
+            // JSON escaping can make the kept text longer than its bytes; cut on the escaped
+            // size so the budget holds for text full of quotes or control characters.
+            let mut end = 0;
+            let mut escaped = 0;
+            for (i, c) in s.char_indices() {
+                let width = match c {
+                    '"' | '\\' => 2,
+                    c if (c as u32) < 0x20 => 6,
+                    c => c.len_utf8(),
+                };
+                if escaped + width > keep {
+                    break;
+                }
+                escaped += width;
+                end = i + c.len_utf8();
+            }
+            Json::String(format!("{}… [{} more bytes cut]", &s[..end], s.len() - end))
+        }
+        Json::Array(items) => {
+            let total = items.len();
+            let mut kept = Vec::new();
+            let mut used = 2;
+            for item in items {
+                let left = budget.saturating_sub(used + SMALLEST);
+                if left < SMALLEST {
+                    break;
+                }
+                let item = shrink(item, left);
+                used += size(&item) + 1;
+                kept.push(item);
+            }
+            let more = total - kept.len();
+            if more > 0 {
+                kept.push(Json::String(format!("… {more} more item(s) cut")));
+            }
+            Json::Array(kept)
+        }
+        Json::Object(map) => {
+            let total = map.len();
+            let mut kept = Map::new();
+            let mut used = 2;
+            for (key, item) in map {
+                let left = budget.saturating_sub(used + key.len() + 4 + SMALLEST);
+                if left < SMALLEST {
+                    break;
+                }
+                let item = shrink(item, left);
+                used += key.len() + 4 + size(&item);
+                kept.insert(key, item);
+            }
+            let more = total - kept.len();
+            if more > 0 {
+                kept.insert("…".to_string(), Json::String(format!("{more} more key(s) cut")));
+            }
+            Json::Object(kept)
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn code_18_truncation_keeps_the_shape_and_says_what_was_cut() {
+        let rows: Vec<Json> = (0..1000).map(|i| json!({"id": i, "title": "x".repeat(100)})).collect();
+        let value = json!({"count": 1000, "rows": rows, "note": "y".repeat(5000)});
+        let (cut, what) = truncate(value, 4096);
+        let what = what.expect("it was cut");
+        assert_eq!(what.limit_bytes, 4096);
+        assert!(what.original_bytes > 100_000);
+        assert!(size(&cut) <= 4096 + 256, "{} bytes", size(&cut));
+        assert_eq!(cut["count"], 1000);
+        let rows = cut["rows"].as_array().unwrap();
+        assert!(rows[0]["id"] == 0 && rows.len() > 2);
+        assert!(rows.last().unwrap().as_str().unwrap().contains("more item(s) cut"));
+    }
+
+    #[test]
+    fn code_18_small_results_are_untouched() {
+        let value = json!({"a": [1, 2, 3], "b": "text"});
+        assert_eq!(truncate(value.clone(), 1024), (value, None));
+    }
+
+    #[test]
+    fn code_18_a_cut_string_stays_within_budget_when_escaped() {
+        let (cut, _) = truncate(Json::String("\"".repeat(10_000)), 1000);
+        assert!(size(&cut) <= 1000, "{}", size(&cut));
+    }
+
+    #[test]
+    fn code_18_inner_results_reach_lua_as_tables() {
+        assert_eq!(inner_value(&Output::Text("{\"a\":1}".into())), Ok(json!({"a": 1})));
+        assert_eq!(inner_value(&Output::Text("plain".into())), Ok(json!("plain")));
+        let raw = json!({"content": [{"type": "text", "text": "t"}], "structuredContent": {"s": 2}});
+        assert_eq!(inner_value(&Output::Upstream(raw.as_object().unwrap().clone())), Ok(json!({"s": 2})));
+        let failed = json!({"content": [{"type": "text", "text": "boom"}], "isError": true});
+        assert_eq!(inner_value(&Output::Upstream(failed.as_object().unwrap().clone())), Err("boom".to_string()));
+        assert_eq!(inner_value(&Output::HandledError(json!({"error": "no"}))), Err("no".to_string()));
+    }
+
+    #[test]
+    fn code_18_script_results_map_like_seed_001() {
+        assert!(matches!(script_output(json!({"sum": 8})), Output::Value(_)));
+        assert!(matches!(script_output(json!("hi")), Output::Text(_)));
+        let full = json!({"content": [{"type": "text", "text": "t"}], "isError": false});
+        assert!(matches!(script_output(full), Output::Upstream(_)));
+        // A table that merely has a content key is data.
+        assert!(matches!(script_output(json!({"content": "x", "other": 1})), Output::Value(_)));
+    }
+}
