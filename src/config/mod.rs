@@ -227,6 +227,7 @@ impl Config {
         found.extend(host_rule_problems(&value, text));
         let unresolved = |key: &str| expansion.missing.iter().any(|m| m.key == key);
         found.extend(upstream::section_problems(&value, text, &unresolved));
+        found.extend(code_mode::section_problems(&value, text, &unresolved));
         // Taken before a broken server leaves `value`: ctx.toml's definition wins over an
         // imported one even when it is the broken one.
         let defined: BTreeSet<String> = value
@@ -315,6 +316,8 @@ impl Config {
             }
         }
         upstreams.sort_by(|a, b| a.name.cmp(&b.name));
+        let (code_mode, scripted, code_mode_problems) = code_mode::from_spec(&spec, &base_dir, env, text, &refs);
+        problems.extend(code_mode_problems);
         if !problems.is_empty() {
             return Err(invalid(problems));
         }
@@ -328,8 +331,8 @@ impl Config {
             upstreams,
             mcp_import,
             warnings,
-            code_mode: code_mode::CodeMode::default(),
-            scripted: Vec::new(),
+            code_mode,
+            scripted,
         })
     }
 
@@ -480,23 +483,29 @@ fn hide_value(message: &str, value: &str, label: &str) -> String {
     message.to_string()
 }
 
-/// `allow_hosts` entries that look like a CIDR range and are not one.
+/// `allow_hosts` entries that look like a CIDR range and are not one, in script sections and
+/// in `[code_mode]`.
 fn host_rule_problems(value: &Value, text: &str) -> Vec<(Vec<String>, ConfigProblem)> {
-    let mut problems = Vec::new();
+    let mut sections: Vec<(Vec<String>, &Value)> = Vec::new();
     for kind in [ScriptKind::Connector, ScriptKind::Tool, ScriptKind::Agent] {
-        let sections =
-            split(kind.section()).iter().try_fold(value, |node, key| node.get(key)).and_then(Value::as_object);
-        for (name, section) in sections.into_iter().flatten() {
-            let entries = section.get("allow_hosts").and_then(Value::as_array);
-            for (i, entry) in entries.into_iter().flatten().enumerate() {
-                let Some(entry) = entry.as_str() else { continue };
-                if let Err(message) = hosts::HostRule::parse(entry) {
-                    let key = format!("{}.{name}.allow_hosts.{i}", kind.section());
-                    let mut path = split(kind.section());
-                    path.extend([name.clone(), "allow_hosts".into(), i.to_string()]);
-                    problems
-                        .push((path.clone(), ConfigProblem { line: toml_source::line_of(text, &path), message, key }));
-                }
+        let table = split(kind.section()).iter().try_fold(value, |node, key| node.get(key)).and_then(Value::as_object);
+        for (name, section) in table.into_iter().flatten() {
+            let mut path = split(kind.section());
+            path.push(name.clone());
+            sections.push((path, section));
+        }
+    }
+    sections.extend(value.get("code_mode").map(|section| (split("code_mode"), section)));
+    let mut problems = Vec::new();
+    for (at, section) in sections {
+        let entries = section.get("allow_hosts").and_then(Value::as_array);
+        for (i, entry) in entries.into_iter().flatten().enumerate() {
+            let Some(entry) = entry.as_str() else { continue };
+            if let Err(message) = hosts::HostRule::parse(entry) {
+                let mut path = at.clone();
+                path.extend(["allow_hosts".into(), i.to_string()]);
+                let key = path.join(".");
+                problems.push((path.clone(), ConfigProblem { line: toml_source::line_of(text, &path), message, key }));
             }
         }
     }

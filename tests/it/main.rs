@@ -5,6 +5,7 @@ mod cli;
 mod clients;
 mod common;
 mod config_17;
+mod config_18;
 mod config_loading;
 mod fault_upstream;
 mod gateway;
