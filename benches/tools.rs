@@ -75,7 +75,7 @@ fn main() {
     let mut corpus = Corpus::with_files(extra, &[("tools/echo.lua", &echo), ("tools/kb-search.lua", KB_SEARCH)]);
     let growth = corpus.grow_to(CHUNKS);
     println!("corpus: {} documents, {} chunks", growth.docs, growth.chunks);
-    let registry = Registry::build(corpus.kb.clone(), None);
+    let registry = Arc::new(Registry::build(corpus.kb.clone(), None));
     assert!(registry.problems().is_empty(), "{:?}", registry.problems());
     let options = CallOptions { caller: "bench", ..Default::default() };
     let mut verdicts = Vec::new();
@@ -247,7 +247,7 @@ fn one_caller(args: &[String]) {
     println!("{}", throughput(&registry, &args[1], &params, 1, span));
 }
 
-fn call(registry: &Registry, tool: &str, params: Value, options: &CallOptions) {
+fn call(registry: &Arc<Registry>, tool: &str, params: Value, options: &CallOptions) {
     if let Err(e) = registry.call(tool, params, options) {
         panic!("{tool} failed: {e}");
     }

@@ -4,6 +4,7 @@
 //! Lua or HTTP.
 
 mod agent_cmd;
+mod code_cmd;
 mod connector_cmd;
 mod init;
 mod kb_cmd;
@@ -72,6 +73,10 @@ pub enum Command {
     /// List and try the upstream MCP servers ctx connects to ([mcp.servers.*], mcp.import).
     #[command(subcommand)]
     Mcp(mcp_cmd::McpCommand),
+    /// Run a code-mode Lua script (what an agent sends to `execute`), with its trace.
+    Run(code_cmd::RunArgs),
+    /// Print the code-mode catalog: every tool a script can call, as a Lua signature.
+    Catalog(code_cmd::CatalogArgs),
     /// Print a shell completion script.
     Completions {
         /// Shell to generate for.
@@ -160,6 +165,8 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
         Command::Tool(cmd) => tool_cmd::run(cmd, globals),
         Command::Agent(cmd) => agent_cmd::run(cmd, globals),
         Command::Mcp(cmd) => mcp_cmd::run(cmd, globals),
+        Command::Run(args) => code_cmd::run(args, globals),
+        Command::Catalog(args) => code_cmd::catalog(args, globals),
         Command::Serve(args) => serve_cmd::run(args, globals),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ctx", &mut std::io::stdout());

@@ -230,7 +230,7 @@ pub(super) fn print_outcome(outcome: Result<Output, CallError>, builtin: bool, j
 
 /// The exit of a failed call: the envelope on stdout under `--json`, the message on stderr
 /// otherwise. The caller's own mistakes (unknown tool, bad parameters) exit 2, the rest 1.
-fn call_failed(err: CallError, json: bool) -> Result<(), CliError> {
+pub(super) fn call_failed(err: CallError, json: bool) -> Result<(), CliError> {
     let usage = matches!(err.code(), ErrorCode::NotFound | ErrorCode::BadRequest)
         && matches!(err, CallError::UnknownTool(_) | CallError::InvalidParams { .. });
     if json {
@@ -325,14 +325,15 @@ fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
 
 /// Connects the config's upstream MCP servers, when it has any, for a command that lists or
 /// calls their tools. The runtime must outlive every call.
-fn upstreams_of(
+pub(super) fn upstreams_of(
     config: &Config,
 ) -> Result<(Option<tokio::runtime::Runtime>, Option<Arc<crate::upstream::Upstreams>>), CliError> {
-    if config.upstreams.is_empty() {
-        return Ok((None, None));
-    }
+    // Code mode's inner calls run on the runtime too, so there is always one.
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    if config.upstreams.is_empty() {
+        return Ok((Some(runtime), None));
+    }
     let upstreams = super::mcp_cmd::connect(&runtime, &config.upstreams);
     Ok((Some(runtime), Some(upstreams)))
 }
@@ -355,7 +356,7 @@ fn not_connected(upstreams: &crate::upstream::Upstreams) -> Vec<LoadProblem> {
     .collect()
 }
 
-fn with_upstreams(registry: Registry, upstreams: Option<&Arc<crate::upstream::Upstreams>>) -> Arc<Registry> {
+pub(super) fn with_upstreams(registry: Registry, upstreams: Option<&Arc<crate::upstream::Upstreams>>) -> Arc<Registry> {
     Arc::new(match upstreams {
         Some(upstreams) => registry.with_upstreams(upstreams),
         None => registry,

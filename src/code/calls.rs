@@ -123,7 +123,7 @@ impl Calls {
 
     /// Starts a call of `tool` in the group `group` (the server, or ctx's own tools). Refuses
     /// it, stopping the run, once the run has started `max_calls`.
-    pub fn start(&self, tool: &str, path: &str, group: &str, params: Json) -> Result<Arc<Slot>, String> {
+    pub fn start(&self, tool: &str, path: &str, group: &str, params: Json) -> Result<usize, String> {
         let mut slots = lock(&self.slots);
         if slots.len() >= self.limits.max_calls {
             drop(slots);
@@ -142,6 +142,7 @@ impl Calls {
             cancel: CancelHandle::new(),
             abort: Mutex::new(None),
         });
+        let id = slots.len();
         slots.push(Arc::clone(&slot));
         drop(slots);
 
@@ -161,7 +162,17 @@ impl Calls {
             on_task.finish(result);
         });
         *lock(&slot.abort) = Some(task.abort_handle());
-        Ok(slot)
+        Ok(id)
+    }
+
+    /// The call the script knows by `id`.
+    pub fn slot(&self, id: usize) -> Option<Arc<Slot>> {
+        lock(&self.slots).get(id).cloned()
+    }
+
+    /// The run's limits and kill flag.
+    pub fn state(&self) -> Arc<RunState> {
+        Arc::clone(&self.state)
     }
 
     /// What records a finished call: its trace entry and a progress notification.
@@ -185,7 +196,9 @@ impl Calls {
 
     fn gate(&self, group: &str) -> Arc<Semaphore> {
         let mut gates = lock(&self.gates);
-        Arc::clone(gates.entry(group.to_string()).or_insert_with(|| Arc::new(Semaphore::new(self.limits.max_concurrent))))
+        Arc::clone(
+            gates.entry(group.to_string()).or_insert_with(|| Arc::new(Semaphore::new(self.limits.max_concurrent))),
+        )
     }
 
     /// Blocks until `slot` has its result, or the run must stop (its deadline, the caller
@@ -253,7 +266,9 @@ impl Calls {
         let mut words: Vec<String> = trace
             .iter()
             .take(20)
-            .map(|c| format!("{} {} {} ms", c["tool"].as_str().unwrap_or("?"), c["status"].as_str().unwrap_or("?"), c["ms"]))
+            .map(|c| {
+                format!("{} {} {} ms", c["tool"].as_str().unwrap_or("?"), c["status"].as_str().unwrap_or("?"), c["ms"])
+            })
             .collect();
         if trace.len() > 20 {
             words.push(format!("and {} more", trace.len() - 20));

@@ -2,7 +2,43 @@
 //! 002). The `execute` built-in, the discovery tools, and scripted tools all run scripts here,
 //! and every inner call goes through the registry's one call path.
 
+pub mod calls;
 pub mod catalog;
 pub mod names;
 pub mod outcome;
-pub mod calls;
+pub mod run;
+pub mod tools;
+
+use crate::config::code_mode::CODE_MODE_TOOLS;
+use crate::tools::{Registry, ToolSpec};
+
+/// The catalog a script of `execute` (or of the scripted tool `scripted`) sees in `registry`:
+/// what the catalog prompt and `ctx catalog` render.
+pub fn catalog_for(registry: &Registry, scripted: Option<&str>) -> Result<catalog::Catalog, String> {
+    let config = registry.kb().config();
+    let is_scripted = |s: &ToolSpec| config.scripted.iter().any(|section| section.name == s.name);
+    let code_tool = |s: &ToolSpec| s.builtin && CODE_MODE_TOOLS.contains(&s.name.as_str());
+    match scripted {
+        None if !config.code_mode.enabled => {
+            Err("code mode is disabled ([code_mode] enabled = false in ctx.toml)".to_string())
+        }
+        None => Ok(catalog::Catalog::new(registry.all_specs().filter(|s| !code_tool(s)))),
+        Some(name) => {
+            let Some(section) = config.scripted.iter().find(|s| s.name == name) else {
+                let names: Vec<&str> = config.scripted.iter().map(|s| s.name.as_str()).collect();
+                let names = if names.is_empty() { "none configured".to_string() } else { names.join(", ") };
+                return Err(format!("no scripted tool '{name}' ([tools.scripted.{name}]); scripted tools: {names}"));
+            };
+            let allow = section.tool_set();
+            Ok(catalog::Catalog::new(
+                registry.all_specs().filter(|s| !code_tool(s) && !is_scripted(s) && allow.is_match(&s.name)),
+            ))
+        }
+    }
+}
+
+/// The catalog prompt (seed 002's `system_prompt()`) of `execute` or of a scripted tool.
+pub fn catalog_prompt(registry: &Registry, scripted: Option<&str>) -> Result<String, String> {
+    let catalog = catalog_for(registry, scripted)?;
+    Ok(catalog.prompt(scripted.unwrap_or("execute")))
+}

@@ -493,6 +493,15 @@ impl Vm {
         }
     }
 
+    /// Brings the run's deadline forward to `within` from now, if that is sooner (a call's own
+    /// `timeout`, below the tool's limit).
+    pub fn shorten_deadline(&self, within: Duration) {
+        let at = Instant::now() + within;
+        if at < self.state.deadline() {
+            self.state.set_deadline(at);
+        }
+    }
+
     /// Limits this run to `n` VM instructions (code mode); the run stops with
     /// [`Kill::Instructions`] once they are spent. Counted in steps of the hook's interval.
     pub fn set_instruction_limit(&self, n: u64) {

@@ -128,6 +128,10 @@ impl Registry {
         all.extend(extra);
         let mut all_problems = self.problems[..problems].to_vec();
         all_problems.extend(collisions);
+        let config = self.kb.config();
+        let (code, code_problems) = crate::code::tools::tools(&config.code_mode, &config.scripted, &all);
+        all.extend(code);
+        all_problems.extend(code_problems);
         let mut all_warnings = self.warnings[..warnings].to_vec();
         all_warnings.extend(notes);
         let index = all.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
@@ -158,10 +162,16 @@ impl Registry {
         }
     }
 
-    fn assemble(kb: Kb, lua: Vec<ToolRef>, problems: Vec<LoadProblem>) -> Registry {
-        let tools: Vec<ToolRef> = builtin::all().into_iter().chain(lua).collect();
-        let index = tools.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
+    fn assemble(kb: Kb, lua: Vec<ToolRef>, mut problems: Vec<LoadProblem>) -> Registry {
+        let mut tools: Vec<ToolRef> = builtin::all().into_iter().chain(lua).collect();
+        // Code mode's tools come last and are rebuilt with every relist: their catalogs
+        // describe the tools before them.
         let own = (tools.len(), problems.len(), 0);
+        let config = kb.config();
+        let (code, code_problems) = crate::code::tools::tools(&config.code_mode, &config.scripted, &tools);
+        tools.extend(code);
+        problems.extend(code_problems);
+        let index = tools.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
         Registry { tools, index, agents: Vec::new(), problems, warnings: Vec::new(), own, kb, upstreams: None }
     }
 
@@ -198,7 +208,12 @@ impl Registry {
         result
     }
 
-    fn resolve_agent(self: &Arc<Self>, name: &str, args: Json, options: &CallOptions) -> Result<AgentPrompt, CallError> {
+    fn resolve_agent(
+        self: &Arc<Self>,
+        name: &str,
+        args: Json,
+        options: &CallOptions,
+    ) -> Result<AgentPrompt, CallError> {
         let agent = self.agents.iter().find(|a| a.spec().name == name).ok_or_else(|| {
             if let Some(broken) = self.not_loaded(LoadProblemKind::Agent, name) {
                 return broken;
@@ -262,9 +277,8 @@ impl Registry {
     /// callers use [`Tools::call`].
     pub fn call(self: &Arc<Self>, name: &str, params: Json, options: &CallOptions) -> Result<Output, CallError> {
         let started = Instant::now();
-        let result = self
-            .prepare(name, params, options)
-            .and_then(|(tool, params)| tool.run(params, &self.env(name, options)));
+        let result =
+            self.prepare(name, params, options).and_then(|(tool, params)| tool.run(params, &self.env(name, options)));
         log_call(name, options, started, &result);
         result
     }
@@ -332,7 +346,12 @@ impl Registry {
     /// cannot finish there without blocking runs on the blocking pool, where dropping the
     /// future (the client went away) cancels the script. A panic inside the tool becomes an
     /// `internal` error.
-    pub async fn call_async(self: Arc<Self>, name: String, params: Json, options: CallOptions) -> Result<Output, CallError> {
+    pub async fn call_async(
+        self: Arc<Self>,
+        name: String,
+        params: Json,
+        options: CallOptions,
+    ) -> Result<Output, CallError> {
         let started = Instant::now();
         let (tool, params) = match self.prepare(&name, params, &options) {
             Ok(prepared) => prepared,
@@ -473,7 +492,7 @@ fn load_lua(sections: &[&ScriptSection], broken: &[&BrokenSection], previous: Op
         };
         let name = tool.spec().name.clone();
         let here = (section.name.clone(), section.display_path.clone());
-        let clash = if BUILTINS.contains(&name.as_str()) {
+        let clash = if crate::config::code_mode::is_builtin(&name) {
             Some(format!(
                 "{} ([tools.script.{}]) declares the name '{name}', which is a built-in tool; built-ins cannot be shadowed, so rename tool.name",
                 here.1, here.0
@@ -520,9 +539,9 @@ pub struct Tools {
 }
 
 impl Tools {
-    pub fn new(registry: Registry) -> Tools {
+    pub fn new(registry: impl Into<Arc<Registry>>) -> Tools {
         Tools {
-            current: RwLock::new(Arc::new(registry)),
+            current: RwLock::new(registry.into()),
             config: RwLock::new(None),
             upstreams: RwLock::new(None),
             swap: std::sync::Mutex::new(()),

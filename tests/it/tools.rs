@@ -17,12 +17,12 @@ use crate::common::{repo, stub};
 
 pub struct Fixture {
     _dir: tempfile::TempDir,
-    registry: Registry,
+    registry: std::sync::Arc<Registry>,
 }
 
 impl Fixture {
     /// The workspace folder (keep it alive) and the registry.
-    pub fn into_parts(self) -> (tempfile::TempDir, Registry) {
+    pub fn into_parts(self) -> (tempfile::TempDir, std::sync::Arc<Registry>) {
         (self._dir, self.registry)
     }
 }
@@ -47,7 +47,7 @@ pub fn fixture(tools_toml: &str, scripts: &[(&str, &str)]) -> Fixture {
     let kb = Kb::open(Arc::new(config)).unwrap();
     let summaries = sync_target(&kb, "all", SyncOptions::default(), &mut |_| {}).unwrap();
     assert_eq!(summaries[0].added, 6, "the sample corpus is indexed");
-    Fixture { _dir: dir, registry: Registry::build(kb, None) }
+    Fixture { _dir: dir, registry: std::sync::Arc::new(Registry::build(kb, None)) }
 }
 
 pub fn shipped(name: &str) -> String {
@@ -290,8 +290,11 @@ fn every_error_code_has_its_envelope() {
         stopper.cancel();
     });
     let started = std::time::Instant::now();
-    let cancelled =
-        f.registry.call("fail", json!({"how": "sleep"}), &CallOptions { cancel, caller: "test", progress: None });
+    let cancelled = f.registry.call(
+        "fail",
+        json!({"how": "sleep"}),
+        &CallOptions { cancel, caller: "test", progress: None, chain: Vec::new() },
+    );
     assert!(started.elapsed() < Duration::from_secs(2), "cancel stops the script promptly");
     record("cancelled", cancelled);
 

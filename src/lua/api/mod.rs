@@ -206,4 +206,4 @@ pub(crate) fn script_location(lua: &Lua) -> String {
 }
 
 /// Chunks of ctx's own Lua (the sandbox's wrappers): never the place an error is reported at.
-const INTERNAL_CHUNKS: [&str; 2] = ["=sandbox", "=[string patterns]"];
+const INTERNAL_CHUNKS: [&str; 3] = ["=sandbox", "=[string patterns]", "=code"];

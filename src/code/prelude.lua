@@ -1,0 +1,125 @@
+-- Code mode's script-facing objects: tool functions, pending calls, await_all and result().
+-- Written in Lua so that a failed call is raised as the error table it is (a Rust function
+-- can only raise a string), where pcall can catch it with its fields.
+local start, wait, resolve, groups = ...
+local setmetatable, rawset, error, select, type, tostring = setmetatable, rawset, error, select, type, tostring
+
+-- A pending call's slot and name, out of the script's reach.
+local ids = setmetatable({}, { __mode = "k" })
+local paths = setmetatable({}, { __mode = "k" })
+
+local function await(p)
+  local id = ids[p]
+  if id == nil then
+    error("await: expected a pending tool call (what a tool function returns), got " .. type(p), 2)
+  end
+  local ok, value = wait(id)
+  if ok then
+    return value
+  end
+  error(value, 0)
+end
+
+local Pending = { __metatable = false }
+Pending.__index = function(p, key)
+  if key == "await" then
+    return await
+  end
+  error("this is a pending call of " .. paths[p] .. ", not its result: add :await(), as in local r = "
+    .. paths[p] .. "({...}):await()", 2)
+end
+Pending.__newindex = function()
+  error("a pending call is read-only; add :await() to get its result", 2)
+end
+Pending.__tostring = function(p)
+  return "pending call of " .. paths[p]
+end
+
+local function tool(group, name, path)
+  return function(args, extra)
+    if extra ~= nil then
+      error(path .. ": pass the arguments as one table, as in " .. path .. "({key = value})", 2)
+    end
+    local ok, id = start(group, name, path, args)
+    if not ok then
+      error(id, 2)
+    end
+    local p = setmetatable({}, Pending)
+    ids[p] = id
+    paths[p] = path
+    return p
+  end
+end
+
+local function group_table(group)
+  return setmetatable({}, {
+    __metatable = false,
+    __index = function(t, key)
+      local name, path = resolve(group, key)
+      if name == nil then
+        error(path, 2)
+      end
+      local f = tool(group, name, path)
+      rawset(t, key, f)
+      return f
+    end,
+  })
+end
+
+local mcp = setmetatable({}, {
+  __metatable = false,
+  __index = function(t, key)
+    local group, message = groups(key)
+    if group == nil then
+      error(message, 2)
+    end
+    local g = group_table(group)
+    rawset(t, key, g)
+    return g
+  end,
+})
+
+local function await_all(...)
+  local list = ...
+  if select("#", ...) ~= 1 or ids[list] ~= nil then
+    list = { ... }
+  end
+  if type(list) ~= "table" then
+    error("await_all: expected a list of pending calls, got " .. type(list), 2)
+  end
+  local out, failed = {}, nil
+  -- Every call is waited for before a failure is raised: they all run at once anyway, and the
+  -- trace then has every outcome.
+  for i = 1, #list do
+    local id = ids[list[i]]
+    if id == nil then
+      error("await_all: item " .. i .. " is not a pending tool call", 2)
+    end
+    local ok, value = wait(id)
+    if ok then
+      out[i] = value
+    elseif failed == nil then
+      failed = value
+    end
+  end
+  if failed ~= nil then
+    error(failed, 0)
+  end
+  return out
+end
+
+local has, captured = false, nil
+local function result(...)
+  if has then
+    error("result() was already called; call it once, with the whole result", 2)
+  end
+  if select("#", ...) == 0 then
+    error("result() needs a value, as in result({count = 3})", 2)
+  end
+  has, captured = true, (...)
+end
+local function outcome()
+  return has, captured
+end
+
+return group_table, mcp, await_all, result, outcome

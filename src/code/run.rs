@@ -1,0 +1,451 @@
+//! One code-mode script run: a sandbox with the code-mode limits, the tool globals of its scope
+//! (`ctx`, a table per upstream server, `mcp[...]` by exact name), the discovery functions,
+//! `result`, and the script's outcome as a tool result with its trace.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use globset::GlobSet;
+use mlua::{Lua, MultiValue, Table, Value};
+use serde_json::{json, Value as Json};
+
+use super::calls::Calls;
+use super::catalog::Catalog;
+use super::names::OWN;
+use super::outcome;
+use crate::config::code_mode::{CodeLimits, CodeMode};
+use crate::config::ScriptKind;
+use crate::lua::reuse::{self, ScriptKey};
+use crate::lua::{convert, CancelHandle, Limits, ScriptError, ScriptInfo, Vm};
+use crate::tools::{CallEnv, CallError, Output};
+
+/// The most bytes of arguments one inner call may pass, as JSON.
+const ARGS_BUDGET: usize = 4 * 1024 * 1024;
+
+/// How a script reaches tools: who runs it, what it may call, and its limits.
+pub struct Runner {
+    /// `execute`, or the scripted tool's name: for messages.
+    pub name: String,
+    pub catalog: Arc<Catalog>,
+    /// A scripted tool's globs: the only tools that exist in its scripts.
+    pub allow: Option<GlobSet>,
+    pub limits: CodeLimits,
+    pub mode: Arc<CodeMode>,
+    destructive: GlobSet,
+    allow_destructive: GlobSet,
+    key: ScriptKey,
+}
+
+impl Runner {
+    pub fn new(
+        name: String,
+        catalog: Arc<Catalog>,
+        allow: Option<GlobSet>,
+        limits: CodeLimits,
+        mode: Arc<CodeMode>,
+    ) -> Runner {
+        let (destructive, allow_destructive) = (mode.destructive_set(), mode.allow_destructive_set());
+        Runner { name, catalog, allow, limits, mode, destructive, allow_destructive, key: ScriptKey::new() }
+    }
+
+    fn info(&self) -> ScriptInfo {
+        let mode = &self.mode;
+        ScriptInfo {
+            kind: ScriptKind::Code,
+            name: self.name.clone(),
+            // The script's folder is `fs_root` when the operator gave one; otherwise it has no
+            // folder, and `fs`/`require` say so.
+            path: mode.fs_root.as_ref().map(|root| root.join("script.lua")).unwrap_or_default(),
+            display_path: "script".to_string(),
+            allow_hosts: mode.allow_hosts.clone(),
+            allow_env: mode.allow_env.clone(),
+            allow_private: mode.allow_private,
+            reserved_env: mode.reserved_env.clone(),
+            config: Default::default(),
+        }
+    }
+
+    /// Runs `script` (Lua source text) with at most `timeout` of wall time (never more than the
+    /// configured limit).
+    pub fn run(&self, script: &str, timeout: Option<Duration>, env: &CallEnv<'_>) -> Result<Output, CallError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| {
+            CallError::Internal(format!("tool '{}' needs ctx's async runtime, which this caller has not", self.name))
+        })?;
+        let limits = Limits {
+            timeout: self.limits.timeout,
+            memory_bytes: self.limits.memory_bytes,
+            max_result_bytes: self.limits.max_output_bytes,
+        };
+        let info = self.info();
+        let vm = reuse::take(self.key, env.cancel.clone(), |cancel: CancelHandle| Vm::new(info, limits, cancel))
+            .map_err(|e| CallError::from_script(&self.name, e))?;
+        if let Some(timeout) = timeout {
+            vm.shorten_deadline(timeout);
+        }
+        vm.set_instruction_limit(self.limits.max_instructions);
+        vm.set_log_limit(self.limits.max_log_lines);
+        if let Some(sink) = &env.progress {
+            vm.set_progress(sink.clone());
+        }
+        let calls = Arc::new(Calls::new(
+            Arc::clone(&env.registry),
+            handle,
+            self.limits.clone(),
+            env.inner_options(),
+            env.progress.clone(),
+            Arc::clone(vm.state()),
+        ));
+        let result = self.run_in(&vm, &calls, script);
+        if result.is_err() {
+            calls.cancel_all();
+        }
+        let dropped_lines = vm.state().log_lines_dropped();
+        reuse::put(self.key, vm);
+        match result {
+            Ok(value) => Ok(self.output(value, &calls, dropped_lines)),
+            Err(e) => Err(self.failure(e, &calls, timeout)),
+        }
+    }
+
+    fn run_in(&self, vm: &Vm, calls: &Arc<Calls>, script: &str) -> Result<Json, ScriptError> {
+        let outcome = self.install(vm, calls).map_err(|e| vm.classify(&e))?;
+        let returned = vm.run_source("script", script.as_bytes())?;
+        let (has, captured): (bool, Value) = outcome.call(()).map_err(|e| vm.classify(&e))?;
+        let value = if has { captured } else { returned };
+        // The calls it started and never awaited are part of the run: wait for them.
+        calls.settle().map_err(|e| vm.classify(&e))?;
+        let budget = self.limits.memory_bytes.max(self.limits.max_output_bytes);
+        match convert::to_json(vm.lua(), &value, budget) {
+            Ok(json) => Ok(json),
+            Err(convert::ConvertError::TooLarge { size }) => {
+                Err(ScriptError::ResultTooLarge { what: format!("tool '{}'", self.name), size, limit: budget })
+            }
+            Err(convert::ConvertError::Invalid(message)) => {
+                Err(ScriptError::BadResult { what: format!("the script of tool '{}'", self.name), message })
+            }
+            Err(convert::ConvertError::Stopped) => Err(vm.classify(&crate::lua::script::stopped())),
+        }
+    }
+
+    /// Installs the run's globals and returns the function that reads what `result()` got.
+    fn install(&self, vm: &Vm, calls: &Arc<Calls>) -> mlua::Result<mlua::Function> {
+        let lua = vm.lua();
+        let env = vm.env();
+        let start = self.start_fn(lua, calls)?;
+        let wait = wait_fn(lua, calls)?;
+        let catalog = Arc::clone(&self.catalog);
+        let resolve = lua.create_function(move |_, (group, key): (String, Value)| {
+            let Value::String(key) = key else {
+                return Ok((None, Some(format!("{group}: tool names are strings, got a {}", key.type_name()))));
+            };
+            let key = key.to_string_lossy();
+            Ok(resolve(&catalog, &group, &key))
+        })?;
+        let catalog = Arc::clone(&self.catalog);
+        let groups = lua.create_function(move |_, key: Value| {
+            let Value::String(key) = key else {
+                return Ok((None, Some(format!("mcp: server names are strings, got a {}", key.type_name()))));
+            };
+            let key = key.to_string_lossy();
+            Ok(match catalog.layout().group(&key) {
+                Some(group) => (Some(group.name.clone()), None),
+                None => (None, Some(no_group(&catalog, &key))),
+            })
+        })?;
+        let prelude = crate::lua::precompiled::function(
+            lua,
+            "code-mode-prelude",
+            "=code",
+            || include_str!("prelude.lua").to_string(),
+            None,
+        )?;
+        let (group_table, mcp, await_all, result, outcome): (
+            mlua::Function,
+            Table,
+            mlua::Function,
+            mlua::Function,
+            mlua::Function,
+        ) = prelude.call((start, wait, resolve, groups))?;
+        for group in &self.catalog.layout().groups {
+            if let Some(global) = &group.global {
+                env.raw_set(global.as_str(), group_table.call::<Table>(group.name.as_str())?)?;
+            }
+        }
+        if self.catalog.layout().group(OWN).is_none() {
+            // A scripted tool that may call none of ctx's own tools still finds `ctx` there.
+            env.raw_set(OWN, group_table.call::<Table>(OWN)?)?;
+        }
+        env.raw_set("mcp", mcp)?;
+        env.raw_set("await_all", await_all)?;
+        env.raw_set("result", result)?;
+        self.install_discovery(lua, env)?;
+        Ok(outcome)
+    }
+
+    /// `list_servers()`, `list_tools(server)`, `describe_tool(name)`, `search_tools(query,
+    /// limit?)`: the discovery tools, inside the script.
+    fn install_discovery(&self, lua: &Lua, env: &Table) -> mlua::Result<()> {
+        let catalog = Arc::clone(&self.catalog);
+        env.raw_set(
+            "list_servers",
+            lua.create_function(move |lua, ()| convert::to_lua(lua, &catalog.list_servers()))?,
+        )?;
+        let catalog = Arc::clone(&self.catalog);
+        env.raw_set(
+            "list_tools",
+            lua.create_function(move |lua, server: String| {
+                catalog.list_tools(&server).map_err(mlua::Error::RuntimeError).and_then(|j| convert::to_lua(lua, &j))
+            })?,
+        )?;
+        let catalog = Arc::clone(&self.catalog);
+        env.raw_set(
+            "describe_tool",
+            lua.create_function(move |lua, name: String| {
+                catalog.describe_tool(&name).map_err(mlua::Error::RuntimeError).and_then(|j| convert::to_lua(lua, &j))
+            })?,
+        )?;
+        let catalog = Arc::clone(&self.catalog);
+        env.raw_set(
+            "search_tools",
+            lua.create_function(move |lua, (query, limit): (String, Option<usize>)| {
+                catalog
+                    .search_tools(&query, limit.unwrap_or(10))
+                    .map_err(mlua::Error::RuntimeError)
+                    .and_then(|j| convert::to_lua(lua, &j))
+            })?,
+        )?;
+        Ok(())
+    }
+
+    /// The Rust half of a tool function: checks the call may be made, converts the arguments,
+    /// and starts it. `(true, id)`, or `(false, error table)` for a refusal the script may
+    /// catch; a tripped limit stops the run.
+    fn start_fn(&self, lua: &Lua, calls: &Arc<Calls>) -> mlua::Result<mlua::Function> {
+        let calls = Arc::clone(calls);
+        let state = calls.state();
+        let admit = self.admission();
+        lua.create_function(move |lua, (group, name, path, args): (String, String, String, Value)| {
+            state.check()?;
+            if let Err(message) = admit(&calls, &name) {
+                return Ok((false, error_table(lua, &name, &path, &message, "refused")?));
+            }
+            let params = match &args {
+                Value::Nil => json!({}),
+                Value::Table(_) => match convert::to_json(lua, &args, ARGS_BUDGET) {
+                    Ok(json) => json,
+                    Err(convert::ConvertError::Stopped) => return Err(crate::lua::script::stopped()),
+                    Err(e) => {
+                        let message = format!("{path}: the arguments cannot be sent as JSON: {e}");
+                        return Ok((false, error_table(lua, &name, &path, &message, "bad_request")?));
+                    }
+                },
+                other => {
+                    let message = format!(
+                        "{path}: pass the arguments as a table, as in {path}({{key = value}}), not a {}",
+                        other.type_name()
+                    );
+                    return Ok((false, error_table(lua, &name, &path, &message, "bad_request")?));
+                }
+            };
+            match calls.start(&name, &path, &group, params) {
+                Ok(id) => Ok((true, Value::Integer(id as i64))),
+                Err(_) => Err(crate::lua::script::stopped()),
+            }
+        })
+    }
+
+    /// Whether a tool may be called from this runner's scripts: in its scope, and not
+    /// destructive unless the operator allows it.
+    fn admission(&self) -> impl Fn(&Calls, &str) -> Result<(), String> + Send + 'static {
+        let allow = self.allow.clone();
+        let (destructive, allowed) = (self.destructive.clone(), self.allow_destructive.clone());
+        let runner = self.name.clone();
+        move |calls, name| {
+            if allow.as_ref().is_some_and(|set| !set.is_match(name)) {
+                return Err(format!(
+                    "tool '{name}' is not available in scripted tool '{runner}': only the tools its `tools` globs name exist here"
+                ));
+            }
+            let Some(spec) = calls.registry().spec(name) else {
+                return Err(format!("tool '{name}' is not registered (it may have gone away with a reload)"));
+            };
+            let annotated = spec.annotations.as_ref().and_then(|a| a.destructive).unwrap_or(false);
+            if (annotated || destructive.is_match(name)) && !allowed.is_match(name) {
+                return Err(format!(
+                    "tool '{name}' is destructive (annotated destructiveHint, or listed in [code_mode] destructive), so scripts may not call it; \
+                     call it directly, or let scripts call it with allow_destructive = [\"{name}\"] in [code_mode] of ctx.toml"
+                ));
+            }
+            Ok(())
+        }
+    }
+
+    /// The successful outcome: the result, cut to `max_output_bytes`, with the trace.
+    fn output(&self, value: Json, calls: &Calls, dropped_lines: u32) -> Output {
+        let (value, cut) = outcome::truncate(value, self.limits.max_output_bytes);
+        let mut trace = calls.trace();
+        if let Some(cut) = &cut {
+            trace["truncated"] = json!({
+                "limit_bytes": cut.limit_bytes,
+                "original_bytes": cut.original_bytes,
+                "note": format!(
+                    "the result was {} bytes of JSON, over max_output_bytes ({}); long lists, texts and objects were cut where they say so",
+                    cut.original_bytes, cut.limit_bytes
+                ),
+            });
+        }
+        if dropped_lines > 0 {
+            trace["log_lines_dropped"] = json!(dropped_lines);
+        }
+        Output::Traced { output: Box::new(outcome::script_output(value)), trace }
+    }
+
+    /// A failed run as a tool error: what stopped it, where, and the calls made so far.
+    fn failure(&self, err: ScriptError, calls: &Calls, timeout: Option<Duration>) -> CallError {
+        let summary = calls.summary();
+        let (code, message, mut data) = match (calls.tripped(), err) {
+            (_, ScriptError::Cancelled { .. }) if calls.tripped().is_none() => {
+                return CallError::Cancelled { subject: format!("tool '{}'", self.name) }
+            }
+            (Some(tripped), _) => {
+                (tripped.limit, format!("the script was stopped: {}", tripped.message), json!({"limit": tripped.limit}))
+            }
+            (None, ScriptError::Timeout { .. }) => {
+                let limit = timeout.map_or(self.limits.timeout, |t| t.min(self.limits.timeout));
+                let message = format!(
+                    "the script was stopped: it ran past its time limit of {} (the call's timeout, at most [code_mode] timeout); calls in flight were cancelled",
+                    crate::lua::seconds(&limit)
+                );
+                ("timeout", message, json!({"limit": "timeout"}))
+            }
+            (None, ScriptError::Memory { limit_bytes, .. }) => {
+                let message = format!(
+                    "the script was stopped: it used more than its memory limit of {} MiB ([code_mode] memory_mb); keep less data in Lua tables",
+                    limit_bytes / (1024 * 1024)
+                );
+                ("memory", message, json!({"limit": "memory"}))
+            }
+            (None, ScriptError::Instructions { limit, .. }) => {
+                let message = format!(
+                    "the script was stopped: it executed its limit of {limit} Lua instructions ([code_mode] max_instructions); is there a loop that never ends?"
+                );
+                ("max_instructions", message, json!({"limit": "max_instructions"}))
+            }
+            (None, ScriptError::Raised { message, data, .. }) => {
+                let line = data.get("line").and_then(Json::as_i64);
+                let at = line.map(|l| format!("script:{l}: ")).unwrap_or_default();
+                let message = format!("{at}{message}");
+                ("script_error", message, json!({"error": data, "line": line}))
+            }
+            (None, e @ (ScriptError::Runtime { .. } | ScriptError::Load { .. })) => {
+                let message = shadowing_hint(&e.to_string()).unwrap_or_else(|| e.to_string());
+                let line = line_of(&message);
+                let code = if matches!(e, ScriptError::Load { .. }) { "syntax_error" } else { "script_error" };
+                (code, message, json!({"line": line}))
+            }
+            (None, other) => return CallError::from_script(&self.name, other),
+        };
+        data["trace"] = calls.trace();
+        CallError::ToolFailed {
+            message: format!("{message} ({summary})"),
+            tool_code: Some(code.to_string()),
+            data: Some(data),
+        }
+    }
+}
+
+/// Seed 001's common mistake: `local result = ...` hides the global `result()`.
+fn shadowing_hint(message: &str) -> Option<String> {
+    if !message.contains("attempt to call") || !message.contains("(local 'result')") {
+        return None;
+    }
+    let at = line_of(message).map(|l| format!("script:{l}: ")).unwrap_or_default();
+    Some(format!(
+        "{at}`result` is a local variable here, so it hides the global result() function; \
+         give the local another name (local sum = ...) and call result(sum)"
+    ))
+}
+
+/// The line of a `script:12: ...` message.
+fn line_of(message: &str) -> Option<i64> {
+    let rest = &message[message.find("script:")? + 7..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// The group and registry name of `key` in `group`: `(name, path)`, or `(nil, message)`.
+fn resolve(catalog: &Catalog, group: &str, key: &str) -> (Option<String>, Option<String>) {
+    let layout = catalog.layout();
+    if let Some(found) = layout.group(group) {
+        if let Some(member) = layout.member(found, key) {
+            return (Some(member.registry.clone()), Some(super::names::path(found, member)));
+        }
+    }
+    // `ctx["github__search"]`: any tool in scope by its registry name.
+    if group == OWN {
+        if let Some((found, member)) = layout.locate(key) {
+            return (Some(member.registry.clone()), Some(super::names::path(found, member)));
+        }
+    }
+    let shown = if group == OWN { OWN.to_string() } else { format!("mcp[{}]", super::names::lua_string(group)) };
+    (
+        None,
+        Some(format!(
+            "{shown} has no tool {}; list_tools({}) lists them, search_tools(\"...\") finds one",
+            super::names::lua_string(key),
+            super::names::lua_string(group)
+        )),
+    )
+}
+
+fn no_group(catalog: &Catalog, key: &str) -> String {
+    let names: Vec<&str> = catalog.layout().groups.iter().map(|g| g.name.as_str()).collect();
+    format!("mcp: no server {}; the servers are: {}", super::names::lua_string(key), names.join(", "))
+}
+
+/// The Rust half of `:await()`: `(true, value)` or `(false, error table)`.
+fn wait_fn(lua: &Lua, calls: &Arc<Calls>) -> mlua::Result<mlua::Function> {
+    let calls = Arc::clone(calls);
+    lua.create_function(move |lua, id: i64| {
+        let Some(slot) = usize::try_from(id).ok().and_then(|i| calls.slot(i)) else {
+            return Err(mlua::Error::RuntimeError("await: not a pending call of this script".to_string()));
+        };
+        let result = calls.wait(&slot)?;
+        let (path, tool) = (slot.path.as_str(), slot.tool.as_str());
+        let value = match result {
+            Ok(output) => match outcome::inner_value(&output) {
+                Ok(json) => return Ok(MultiValue::from_vec(vec![Value::Boolean(true), convert::to_lua(lua, &json)?])),
+                Err(message) => error_table(lua, tool, path, &message, "tool_error")?,
+            },
+            Err(e) => {
+                let code = serde_json::to_value(e.code()).ok().and_then(|c| c.as_str().map(str::to_string));
+                error_table(lua, tool, path, &e.to_string(), code.as_deref().unwrap_or("tool_error"))?
+            }
+        };
+        Ok(MultiValue::from_vec(vec![Value::Boolean(false), value]))
+    })
+}
+
+/// The error a failed call raises: `{tool, call, message, code, line}`, whose `tostring` reads
+/// `github.search_repos failed: message`.
+fn error_table(lua: &Lua, tool: &str, path: &str, message: &str, code: &str) -> mlua::Result<Value> {
+    let table = lua.create_table()?;
+    table.raw_set("tool", tool)?;
+    table.raw_set("call", path)?;
+    table.raw_set("message", crate::lua::ScriptError::bounded_text(message, crate::lua::ScriptError::MESSAGE_CAP))?;
+    table.raw_set("code", code)?;
+    if let Some(line) = line_of(&crate::lua::api::script_location(lua)) {
+        table.raw_set("line", line)?;
+    }
+    let meta = lua.create_table()?;
+    meta.raw_set(
+        "__tostring",
+        lua.create_function(|_, e: Table| {
+            let call: String = e.raw_get("call").unwrap_or_default();
+            let message: String = e.raw_get("message").unwrap_or_default();
+            Ok(format!("{call} failed: {message}"))
+        })?,
+    )?;
+    table.set_metatable(Some(meta))?;
+    Ok(Value::Table(table))
+}

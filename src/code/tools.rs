@@ -1,0 +1,220 @@
+//! Code mode's tools: `execute` (an agent-sent script over every tool), the four discovery
+//! tools, and the scripted tools an operator composes in `[tools.scripted.<name>]`. Each is one
+//! more implementation of the registry's [`Tool`], so REST, MCP and the CLI serve them as they
+//! serve any tool.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value as Json};
+
+use super::catalog::Catalog;
+use super::run::Runner;
+use crate::config::code_mode::{CodeMode, ScriptedSection};
+use crate::tools::{CallEnv, CallError, Output, Params, Tool, ToolRef, ToolSpec};
+use crate::types::{LoadProblem, LoadProblemKind, ToolAnnotations};
+
+/// The largest script `execute` accepts, in bytes.
+pub const MAX_SCRIPT_BYTES: usize = 256 * 1024;
+
+/// Code mode's tools for a registry whose other tools are `others` (built-ins, Lua tools,
+/// upstream tools), in listing order: `execute` and the discovery tools (when code mode is
+/// enabled), then the scripted tools. A scripted tool whose name is taken is a load problem.
+pub fn tools(mode: &CodeMode, scripted: &[ScriptedSection], others: &[ToolRef]) -> (Vec<ToolRef>, Vec<LoadProblem>) {
+    let mode = Arc::new(mode.clone());
+    let taken: HashSet<&str> = others.iter().map(|t| t.spec().name.as_str()).collect();
+    let mut problems = Vec::new();
+    let mut composed: Vec<ToolRef> = Vec::new();
+    for section in scripted {
+        if taken.contains(section.name.as_str()) {
+            problems.push(LoadProblem {
+                kind: LoadProblemKind::Tool,
+                name: section.name.clone(),
+                message: format!(
+                    "[tools.scripted.{0}]: the name '{0}' is already a tool's (a Lua tool or an upstream server's); rename the section",
+                    section.name
+                ),
+            });
+            continue;
+        }
+        let allow = section.tool_set();
+        let catalog = Arc::new(Catalog::new(others.iter().map(|t| t.spec()).filter(|s| allow.is_match(&s.name))));
+        let description = format!("{}\n\n{}", section.description.trim_end(), catalog.prompt(&section.name));
+        let runner = Runner::new(section.name.clone(), catalog, Some(allow), section.limits.clone(), Arc::clone(&mode));
+        composed.push(Arc::new(ScriptTool { spec: script_spec(&section.name, description, &runner), runner }));
+    }
+    let mut out: Vec<ToolRef> = Vec::new();
+    if mode.enabled {
+        let catalog = Arc::new(Catalog::new(others.iter().chain(composed.iter()).map(|t| t.spec())));
+        let description = catalog.execute_description();
+        let runner =
+            Runner::new("execute".to_string(), Arc::clone(&catalog), None, mode.limits.clone(), Arc::clone(&mode));
+        out.push(Arc::new(ScriptTool { spec: script_spec("execute", description, &runner), runner }));
+        for kind in [Discovery::ListServers, Discovery::ListTools, Discovery::DescribeTool, Discovery::SearchTools] {
+            out.push(Arc::new(DiscoveryTool { spec: discovery_spec(kind), kind, catalog: Arc::clone(&catalog) }));
+        }
+    }
+    out.extend(composed);
+    (out, problems)
+}
+
+/// `execute`, or a scripted tool: takes `{script, timeout?}` and runs it.
+struct ScriptTool {
+    spec: ToolSpec,
+    runner: Runner,
+}
+
+impl Tool for ScriptTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn run(&self, params: Json, env: &CallEnv<'_>) -> Result<Output, CallError> {
+        let script = params.get("script").and_then(Json::as_str).unwrap_or_default();
+        let timeout = params.get("timeout").and_then(Json::as_f64).map(Duration::from_secs_f64);
+        self.runner.run(script, timeout, env)
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.runner.limits.timeout)
+    }
+}
+
+fn script_spec(name: &str, description: String, runner: &Runner) -> ToolSpec {
+    let most = runner.limits.timeout.as_secs_f64();
+    let schema = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["script"],
+        "properties": {
+            "script": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_SCRIPT_BYTES,
+                "description": "Lua 5.4 source. Call tools as functions that return pending calls, e.g. local r = ctx.search({query = \"x\"}):await(); end with result(value) or return value."
+            },
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": most,
+                "description": format!("Seconds the whole script may run, inner calls included (at most {most})."),
+            }
+        }
+    });
+    ToolSpec {
+        name: name.to_string(),
+        description,
+        version: None,
+        builtin: true,
+        params: Params::compile(schema).expect("the script schema compiles"),
+        annotations: Some(ToolAnnotations {
+            title: Some("Run a Lua script that calls tools".to_string()),
+            read_only: Some(false),
+            destructive: None,
+            idempotent: Some(false),
+            open_world: Some(true),
+        }),
+        output_schema: None,
+        script: None,
+        section: None,
+        hidden: false,
+        upstream: None,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Discovery {
+    ListServers,
+    ListTools,
+    DescribeTool,
+    SearchTools,
+}
+
+/// A discovery tool: the same functions a script has, as tools of their own.
+struct DiscoveryTool {
+    spec: ToolSpec,
+    kind: Discovery,
+    catalog: Arc<Catalog>,
+}
+
+impl Tool for DiscoveryTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn run(&self, params: Json, _env: &CallEnv<'_>) -> Result<Output, CallError> {
+        let text = |key: &str| params.get(key).and_then(Json::as_str).unwrap_or_default().to_string();
+        let found = match self.kind {
+            Discovery::ListServers => Ok(self.catalog.list_servers()),
+            Discovery::ListTools => self.catalog.list_tools(&text("server")),
+            Discovery::DescribeTool => self.catalog.describe_tool(&text("name")),
+            Discovery::SearchTools => {
+                let limit = params.get("limit").and_then(Json::as_u64).unwrap_or(10) as usize;
+                self.catalog.search_tools(&text("query"), limit)
+            }
+        };
+        found.map(Output::Value).map_err(CallError::NotFound)
+    }
+
+    /// Answers come from memory (the first search builds a small index): run on the caller's
+    /// thread.
+    fn run_inline(&self, params: &Json, env: &CallEnv<'_>) -> Option<Result<Output, CallError>> {
+        Some(self.run(params.clone(), env))
+    }
+}
+
+fn discovery_spec(kind: Discovery) -> ToolSpec {
+    let string =
+        |description: &str| json!({"type": "string", "minLength": 1, "maxLength": 1024, "description": description});
+    let (name, description, properties, required) = match kind {
+        Discovery::ListServers => (
+            "list_servers",
+            "Code mode: list the groups of tools a script can call (ctx's own tools, then each upstream MCP server) with their Lua globals and tool counts.",
+            json!({}),
+            vec![],
+        ),
+        Discovery::ListTools => (
+            "list_tools",
+            "Code mode: list one server's tools (\"ctx\" for ctx's own) with how a script calls each and a one-line summary.",
+            json!({"server": string("The server's name, as list_servers gives it.")}),
+            vec!["server"],
+        ),
+        Discovery::DescribeTool => (
+            "describe_tool",
+            "Code mode: one tool's Lua call signature (from its input and output schemas), its description, parameters and an example call.",
+            json!({"name": string("The tool's name (github__search_repos) or its call (github.search_repos).")}),
+            vec!["name"],
+        ),
+        Discovery::SearchTools => (
+            "search_tools",
+            "Code mode: find tools by what they do. A ranked full-text search over every tool's name and description, e.g. \"create a jira ticket\".",
+            json!({
+                "query": string("What the tool should do, in words."),
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10, "description": "How many tools to return."}
+            }),
+            vec!["query"],
+        ),
+    };
+    let schema =
+        json!({"type": "object", "additionalProperties": false, "properties": properties, "required": required});
+    ToolSpec {
+        name: name.to_string(),
+        description: description.to_string(),
+        version: None,
+        builtin: true,
+        params: Params::compile(schema).expect("the discovery schemas compile"),
+        annotations: Some(ToolAnnotations {
+            title: None,
+            read_only: Some(true),
+            destructive: Some(false),
+            idempotent: Some(true),
+            open_world: Some(false),
+        }),
+        output_schema: None,
+        script: None,
+        section: None,
+        hidden: false,
+        upstream: None,
+    }
+}
