@@ -10,6 +10,9 @@ pub mod run;
 pub mod tools;
 
 use crate::config::code_mode::CODE_MODE_TOOLS;
+
+/// The MCP prompt that renders the catalog (seed 002's `system_prompt()`).
+pub const PROMPT: &str = "code_mode";
 use crate::tools::{Registry, ToolSpec};
 
 /// The catalog a script of `execute` (or of the scripted tool `scripted`) sees in `registry`:

@@ -42,7 +42,9 @@ pub fn tools(mode: &CodeMode, scripted: &[ScriptedSection], others: &[ToolRef]) 
         let catalog = Arc::new(Catalog::new(others.iter().map(|t| t.spec()).filter(|s| allow.is_match(&s.name))));
         let description = format!("{}\n\n{}", section.description.trim_end(), catalog.prompt(&section.name));
         let runner = Runner::new(section.name.clone(), catalog, Some(allow), section.limits.clone(), Arc::clone(&mode));
-        composed.push(Arc::new(ScriptTool { spec: script_spec(&section.name, description, &runner), runner }));
+        let mut spec = script_spec(&section.name, description, &runner);
+        spec.builtin = false;
+        composed.push(Arc::new(ScriptTool { spec, runner }));
     }
     let mut out: Vec<ToolRef> = Vec::new();
     if mode.enabled {

@@ -108,6 +108,29 @@ pub fn prompt(spec: &AgentSpec) -> Prompt {
     Prompt::new(spec.name.clone(), Some(spec.description.clone()), Some(arguments))
 }
 
+/// The code-mode catalog prompt's `prompts/list` entry, when code mode is on and no agent has
+/// taken its name.
+pub fn catalog_prompt(registry: &crate::tools::Registry) -> Option<Prompt> {
+    let name = crate::code::PROMPT;
+    if !registry.kb().config().code_mode.enabled || registry.agents().any(|a| a.name == name) {
+        return None;
+    }
+    let argument = PromptArgument::new("tool")
+        .with_description("A scripted tool's name, for its catalog; `execute` (the default) for every tool.")
+        .with_required(false);
+    Some(Prompt::new(
+        name,
+        Some("Code mode: every tool a script can call, as Lua signatures with how to call, await and return, for writing scripts for the execute tool."),
+        Some(vec![argument]),
+    ))
+}
+
+/// `prompts/get` of the catalog prompt: one user message with the catalog.
+pub fn catalog_result(text: String) -> GetPromptResult {
+    GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
+        .with_description("The tools a code-mode script can call".to_string())
+}
+
 /// `prompts/get`: the system prompt opens the conversation as the first user message (MCP prompt
 /// messages have no system role), ending with the tools to use; then the agent's messages. The
 /// tools line is part of the system text, not a message of its own after the agent's, so an

@@ -309,6 +309,9 @@ impl ServerHandler for Mcp {
     ) -> Result<ListPromptsResult, McpError> {
         let registry = self.inner.tools.current();
         let mut prompts: Vec<_> = registry.agents().map(convert::prompt).collect();
+        if let Some(catalog) = convert::catalog_prompt(&registry) {
+            prompts.push(catalog);
+        }
         prompts.extend(upstream::prompts(&self.inner.tools));
         Ok(ListPromptsResult::with_all_items(prompts))
     }
@@ -320,6 +323,14 @@ impl ServerHandler for Mcp {
     ) -> Result<GetPromptResponse, McpError> {
         let tools = &self.inner.tools;
         let is_agent = tools.current().agents().any(|a| a.name == request.name);
+        if !is_agent && request.name == crate::code::PROMPT {
+            let scripted = request.arguments.as_ref().and_then(|a| a.get("tool")).and_then(Json::as_str);
+            let scripted = scripted.filter(|t| *t != "execute");
+            return match crate::code::catalog_prompt(&tools.current(), scripted) {
+                Ok(text) => Ok(convert::catalog_result(text).into()),
+                Err(message) => Err(McpError::invalid_params(message, None)),
+            };
+        }
         if !is_agent {
             let arguments = request.arguments.clone().unwrap_or_default();
             let upstream = upstream::get_prompt(tools, &request.name, arguments);

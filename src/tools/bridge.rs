@@ -1,4 +1,5 @@
-//! The `context` table a tool or agent script receives: `search`, `get`, `sources` and `config`.
+//! The `context` table a tool or agent script receives: `search`, `get`, `sources`, `call` and
+//! `config`.
 //!
 //! Scripts run on a blocking worker thread, so the bridge calls the store directly: no async
 //! runtime is blocked, and each call takes its own pooled connection (no shared lock). The
@@ -17,7 +18,8 @@ use crate::lua::{api, convert, Vm};
 const ARG_BUDGET: usize = 64 * 1024;
 
 /// Builds the `context` table for one run.
-pub fn context_table(vm: &Vm, kb: &Kb, config: &Map<String, Json>) -> mlua::Result<Table> {
+pub fn context_table(vm: &Vm, env: &super::CallEnv<'_>, config: &Map<String, Json>) -> mlua::Result<Table> {
+    let kb: &Kb = env.kb;
     let lua = vm.lua();
     let context = lua.create_table()?;
     let state = Arc::clone(vm.state());
@@ -70,9 +72,41 @@ pub fn context_table(vm: &Vm, kb: &Kb, config: &Map<String, Json>) -> mlua::Resu
         })?,
     )?;
 
+    // `context.call(name, params)`: tool chaining through the registry's one call path
+    // (validation, limits, logging), with this run's tool on the chain so that a loop back to it
+    // is refused (see `registry::check_chain`).
+    let (registry, options, st) = (std::sync::Arc::clone(&env.registry), env.inner_options(), Arc::clone(&state));
+    context.raw_set(
+        "call",
+        api::function(lua, "context.call", move |lua, (name, params): (String, Value)| {
+            st.check_blocking()?;
+            let params = match &params {
+                Value::Nil => Json::Object(Map::new()),
+                Value::Table(_) => {
+                    convert::to_json(lua, &params, CALL_ARG_BUDGET).map_err(|e| fail(format!("context.call: {e}")))?
+                }
+                other => {
+                    return Err(fail(format!(
+                        "context.call: the parameters must be a table, as in context.call(\"{name}\", {{key = value}}), not a {}",
+                        other.type_name()
+                    )))
+                }
+            };
+            let outcome = registry.call(&name, params, &options);
+            st.check()?;
+            match outcome.map_err(|e| e.to_string()).and_then(|out| crate::code::outcome::inner_value(&out)) {
+                Ok(value) => convert::to_lua(lua, &value),
+                Err(message) => Err(fail(format!("context.call: tool '{name}' failed: {message}"))),
+            }
+        })?,
+    )?;
+
     context.raw_set("config", convert::to_lua(lua, &Json::Object(config.clone()))?)?;
     Ok(context)
 }
+
+/// Largest parameter table `context.call` passes on, as JSON.
+const CALL_ARG_BUDGET: usize = 4 * 1024 * 1024;
 
 /// `context.search("query", {mode=, limit=, source=, since=})` or
 /// `context.search{query=, mode=, limit=, filters={source=}}`, as a search request.

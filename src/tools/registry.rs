@@ -238,12 +238,14 @@ impl Registry {
     /// The listed tools, in listing order: built-ins, Lua tools, then upstream tools (a server
     /// with `expose = "discover"` is left out, though its tools stay callable by name).
     pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
-        self.tools.iter().map(|t| t.spec()).filter(|s| !s.hidden)
+        self.all_specs().filter(|s| !s.hidden)
     }
 
     /// Every tool, listed or not (`expose = "discover"` servers' tools included).
+    /// Built-ins (code mode's among them) come first, then the rest in registry order.
     pub fn all_specs(&self) -> impl Iterator<Item = &ToolSpec> {
-        self.tools.iter().map(|t| t.spec())
+        let specs = || self.tools.iter().map(|t| t.spec());
+        specs().filter(|s| s.builtin).chain(specs().filter(|s| !s.builtin))
     }
 
     pub fn spec(&self, name: &str) -> Option<&ToolSpec> {

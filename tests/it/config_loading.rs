@@ -255,7 +255,7 @@ fn config_16_05_unset_variable_breaks_only_its_section() {
     let prompts = mcp.call("prompts/list", json!({}));
     let agents: Vec<&str> =
         prompts["result"]["prompts"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
-    assert_eq!(agents, ["guide"], "{prompts}");
+    assert_eq!(agents, ["guide", "code_mode"], "{prompts}");
     drop(mcp);
 
     // /health reports the three sections as problems.

@@ -174,9 +174,14 @@ fn tools_list_pages_through_every_tool_with_true_annotations() {
             None => break,
         }
     }
-    assert_eq!(pages, 3);
+    assert_eq!(pages, 5);
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["search", "get", "sources", "blocks", "echo", "fails", "poller", "steps"]);
+    let code_mode = ["execute", "list_servers", "list_tools", "describe_tool", "search_tools"];
+    assert_eq!(names[3..8], code_mode);
+    assert_eq!(
+        [&names[..3], &names[8..]].concat(),
+        ["search", "get", "sources", "blocks", "echo", "fails", "poller", "steps"]
+    );
     // inputSchema is exactly the REST parameter schema.
     let rest = c.tools.current().listing();
     let rest = serde_json::to_value(rest).unwrap();
@@ -186,8 +191,8 @@ fn tools_list_pages_through_every_tool_with_true_annotations() {
     // Built-ins are read-only and closed-world; a script that declares nothing claims nothing.
     assert_eq!(tools[0]["annotations"]["readOnlyHint"], true);
     assert_eq!(tools[0]["annotations"]["openWorldHint"], false);
-    assert!(tools[5].get("annotations").is_none(), "fails declares nothing: {}", tools[5]);
-    assert_eq!(tools[7]["annotations"], json!({"destructiveHint": true, "openWorldHint": true}));
+    assert!(tools[10].get("annotations").is_none(), "fails declares nothing: {}", tools[10]);
+    assert_eq!(tools[12]["annotations"], json!({"destructiveHint": true, "openWorldHint": true}));
     let (bad, _) = c.request(20, "tools/list", json!({"cursor": "zzz"}));
     assert_eq!(bad["error"]["code"], -32602);
     insta::assert_json_snapshot!("mcp_tools_list", tools);

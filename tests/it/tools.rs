@@ -160,7 +160,23 @@ fn listing_is_ordered_complete_and_free_of_config_values() {
     assert!(f.registry.problems().is_empty(), "{:?}", f.registry.problems());
     let listing = serde_json::to_value(f.registry.listing()).unwrap();
     let names: Vec<&str> = listing["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["search", "get", "sources", "create-jira-ticket", "echo", "find-runbook", "nested"]);
+    assert_eq!(
+        names,
+        [
+            "search",
+            "get",
+            "sources",
+            "execute",
+            "list_servers",
+            "list_tools",
+            "describe_tool",
+            "search_tools",
+            "create-jira-ticket",
+            "echo",
+            "find-runbook",
+            "nested"
+        ]
+    );
     let text = listing.to_string();
     for secret in ["s3cret-token-value", "another-s3cret", "bot@example.com", "hello"] {
         assert!(!text.contains(secret), "config value {secret:?} leaked into the listing");
@@ -318,7 +334,9 @@ fn every_error_code_has_its_envelope() {
     let raised = message("tool_error");
     assert!(raised.starts_with("tools/fail.lua:14:"), "{raised}");
     assert!(!raised.contains("traceback") && !raised.contains(f._dir.path().to_str().unwrap()), "{raised}");
-    assert!(message("not_found").contains("available tools: search, get, sources, fail"));
+    assert!(message("not_found").contains(
+        "available tools: search, get, sources, execute, list_servers, list_tools, describe_tool, search_tools, fail"
+    ));
     insta::assert_json_snapshot!("tool_error_bodies", bodies);
 }
 
@@ -419,7 +437,21 @@ fn shadowing_duplicates_and_broken_scripts_are_reported_while_the_rest_load() {
         ],
     );
     let names: Vec<String> = f.registry.specs().map(|s| s.name.clone()).collect();
-    assert_eq!(names, ["search", "get", "sources", "dup", "good"]);
+    assert_eq!(
+        names,
+        [
+            "search",
+            "get",
+            "sources",
+            "execute",
+            "list_servers",
+            "list_tools",
+            "describe_tool",
+            "search_tools",
+            "dup",
+            "good"
+        ]
+    );
     assert_eq!(f.ok("dup", json!({}))["from"], "dup");
     assert_eq!(f.ok("good", json!({}))["from"], "good");
     // The built-in search is still the built-in.
@@ -787,7 +819,10 @@ fn ctx_tool_cli_init_test_and_list() {
     .unwrap();
     let listed = ws.ctx(&["tool", "list", "--json"]).json();
     let names: Vec<&str> = listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["search", "get", "sources", "hello"]);
+    assert_eq!(
+        names,
+        ["search", "get", "sources", "execute", "list_servers", "list_tools", "describe_tool", "search_tools", "hello"]
+    );
     assert_eq!(listed["problems"][0]["name"], "broken");
     assert!(!listed.to_string().contains("zzz-hidden"));
     let text = ws.ctx(&["tool", "list"]).ok();

@@ -269,7 +269,7 @@ fn wire_16_13_python_sdk_ends_its_session_without_a_warning() {
         Command::new(python).args(["-c", PYTHON_SESSION, &format!("{}/mcp", w.base)]).output().expect("run python");
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("tools: 5") && stdout.contains("closed"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("tools: 10") && stdout.contains("closed"), "{stdout}\n{stderr}");
     assert!(!stderr.contains("Session termination failed"), "the SDK logged a failed DELETE:\n{stderr}");
 }
 
