@@ -6,6 +6,7 @@
 //! timeout, which starts when the call does.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -72,6 +73,17 @@ pub struct Calls {
     /// Finished calls' entries, in the order they finished (shared with the call tasks).
     trace: Arc<Mutex<Vec<Json>>>,
     tripped: Mutex<Option<Tripped>>,
+    /// Bytes of arguments and results the run's calls hold in Rust, outside the Lua memory
+    /// cap: bounded by that cap too, so 100 calls of 16 MiB each cannot pile up.
+    held: Arc<AtomicUsize>,
+}
+
+/// Why a call was not started.
+pub enum Refusal {
+    /// A limit that stops the run (`max_calls`).
+    Stop(String),
+    /// A refusal the script may catch and recover from.
+    Refuse(String),
 }
 
 impl Calls {
@@ -94,6 +106,7 @@ impl Calls {
             slots: Mutex::new(Vec::new()),
             trace: Arc::new(Mutex::new(Vec::new())),
             tripped: Mutex::new(None),
+            held: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -123,7 +136,15 @@ impl Calls {
 
     /// Starts a call of `tool` in the group `group` (the server, or ctx's own tools). Refuses
     /// it, stopping the run, once the run has started `max_calls`.
-    pub fn start(&self, tool: &str, path: &str, group: &str, params: Json) -> Result<usize, String> {
+    pub fn start(&self, tool: &str, path: &str, group: &str, params: Json) -> Result<usize, Refusal> {
+        let size = serde_json::to_vec(&params).map(|v| v.len()).unwrap_or(0);
+        if !reserve(&self.held, size, self.limits.memory_bytes) {
+            return Err(Refusal::Refuse(format!(
+                "{path}: the script's calls would hold more than its memory limit of {} MiB of arguments and results; \
+                 pass less data, or await and drop results before starting more calls",
+                self.limits.memory_bytes / (1024 * 1024)
+            )));
+        }
         let mut slots = lock(&self.slots);
         if slots.len() >= self.limits.max_calls {
             drop(slots);
@@ -132,7 +153,7 @@ impl Calls {
                 self.limits.max_calls
             );
             self.trip("max_calls", message.clone());
-            return Err(message);
+            return Err(Refusal::Stop(message));
         }
         let slot = Arc::new(Slot {
             tool: tool.to_string(),
@@ -152,13 +173,28 @@ impl Calls {
         options.cancel = slot.cancel.clone();
         let (name, on_task) = (tool.to_string(), Arc::clone(&slot));
         let report = self.reporter();
+        let (held, cap) = (Arc::clone(&self.held), self.limits.memory_bytes);
         let task = self.handle.spawn(async move {
             // Queued time is not the call's: its own timeout starts inside `call_async`.
             let _permit = gate.acquire_owned().await;
             let started = Instant::now();
             let result = registry.call_async(name, params, options).await;
+            held.fetch_sub(size, Ordering::Relaxed);
             let elapsed = started.elapsed();
-            report(&on_task, &result, elapsed);
+            let bytes = match &result {
+                Ok(output) => serde_json::to_vec(&output.value()).map(|v| v.len()).unwrap_or(0),
+                Err(_) => 0,
+            };
+            let result = match result {
+                Ok(_) if !reserve(&held, bytes, cap) => Err(CallError::ResultTooLarge(format!(
+                    "tool '{}' returned {bytes} bytes, more than the script's memory limit of {} MiB leaves for results; \
+                     ask for less (a limit or a filter parameter)",
+                    on_task.tool,
+                    cap / (1024 * 1024)
+                ))),
+                other => other,
+            };
+            report(&on_task, &result, elapsed, bytes);
             on_task.finish(result);
         });
         *lock(&slot.abort) = Some(task.abort_handle());
@@ -176,11 +212,11 @@ impl Calls {
     }
 
     /// What records a finished call: its trace entry and a progress notification.
-    fn reporter(&self) -> impl Fn(&Slot, &Result<Output, CallError>, Duration) + Send + 'static {
+    fn reporter(&self) -> impl Fn(&Slot, &Result<Output, CallError>, Duration, usize) + Send + 'static {
         let trace = Arc::clone(&self.trace);
         let progress = self.progress.clone();
-        move |slot, result, elapsed| {
-            let entry = entry(&slot.tool, result, elapsed);
+        move |slot, result, elapsed, bytes| {
+            let entry = entry(&slot.tool, result, elapsed, bytes);
             let done = {
                 let mut trace = lock(&trace);
                 trace.push(entry);
@@ -263,31 +299,46 @@ impl Calls {
         if trace.is_empty() {
             return "no tool calls were made".to_string();
         }
+        let count = |status: &str| trace.iter().filter(|c| c["status"] == status).count();
+        let counts: Vec<String> = ["ok", "error", "cancelled"]
+            .into_iter()
+            .map(|status| (status, count(status)))
+            .filter(|(_, n)| *n > 0)
+            .map(|(status, n)| format!("{n} {status}"))
+            .collect();
         let mut words: Vec<String> = trace
             .iter()
-            .take(20)
+            .take(SUMMARY_CALLS)
             .map(|c| {
                 format!("{} {} {} ms", c["tool"].as_str().unwrap_or("?"), c["status"].as_str().unwrap_or("?"), c["ms"])
             })
             .collect();
-        if trace.len() > 20 {
-            words.push(format!("and {} more", trace.len() - 20));
+        if trace.len() > SUMMARY_CALLS {
+            words.push(format!("and {} more", trace.len() - SUMMARY_CALLS));
         }
-        format!("calls made: {}", words.join("; "))
+        format!("{} call(s) made, {}: {}", trace.len(), counts.join(", "), words.join("; "))
     }
 }
 
+/// How many calls an error message names one by one.
+const SUMMARY_CALLS: usize = 10;
+
 /// The trace entry of one finished call.
-fn entry(tool: &str, result: &Result<Output, CallError>, elapsed: Duration) -> Json {
+fn entry(tool: &str, result: &Result<Output, CallError>, elapsed: Duration, bytes: usize) -> Json {
     let ms = (elapsed.as_secs_f64() * 1000.0 * 10.0).round() / 10.0;
     match result {
         Ok(output) => {
             let failed = super::outcome::inner_value(output).is_err();
-            let bytes = serde_json::to_vec(&output.value()).map(|v| v.len()).unwrap_or(0);
             json!({"tool": tool, "ms": ms, "status": if failed { "error" } else { "ok" }, "bytes": bytes})
         }
         Err(e) => json!({"tool": tool, "ms": ms, "status": "error", "code": e.code(), "bytes": 0}),
     }
+}
+
+/// Adds `bytes` to `held` if the total stays within `cap`.
+fn reserve(held: &AtomicUsize, bytes: usize, cap: usize) -> bool {
+    held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| now.checked_add(bytes).filter(|&total| total <= cap))
+        .is_ok()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

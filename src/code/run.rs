@@ -9,7 +9,7 @@ use globset::GlobSet;
 use mlua::{Lua, MultiValue, Table, Value};
 use serde_json::{json, Value as Json};
 
-use super::calls::Calls;
+use super::calls::{Calls, Refusal};
 use super::catalog::Catalog;
 use super::names::OWN;
 use super::outcome;
@@ -249,7 +249,8 @@ impl Runner {
             };
             match calls.start(&name, &path, &group, params) {
                 Ok(id) => Ok((true, Value::Integer(id as i64))),
-                Err(_) => Err(crate::lua::script::stopped()),
+                Err(Refusal::Refuse(message)) => Ok((false, error_table(lua, &name, &path, &message, "refused")?)),
+                Err(Refusal::Stop(_)) => Err(crate::lua::script::stopped()),
             }
         })
     }
