@@ -3,6 +3,8 @@
 mod agents;
 mod cli;
 mod clients;
+mod code_mode;
+mod code_mode_upstream;
 mod common;
 mod config_17;
 mod config_18;

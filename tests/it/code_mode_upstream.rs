@@ -1,0 +1,376 @@
+//! Issue 18, code mode with upstream MCP servers: seed 001's example scripts against the real
+//! servers of the gateway tests (server-everything, mcp-server-time) over REST and MCP, and the
+//! fault-injecting upstream for concurrency, cancellation of calls in flight, and server names
+//! that are Lua keywords or library names.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::code_mode::{execute, run_script, was_cancelled};
+use crate::common::{test_command, Workspace};
+use crate::gateway::{fault_section, serve, McpStdio};
+
+/// A `[mcp.servers.<name>]` section running `words` (a command line from `scripts/test-env`)
+/// with `args` after them.
+fn section(name: &str, words: &[String], args: &[&str]) -> String {
+    let args: Vec<String> =
+        words[1..].iter().map(String::as_str).chain(args.iter().copied()).map(|a| format!("{a:?}")).collect();
+    format!("[mcp.servers.{name}]\ncommand = {:?}\nargs = [{}]\n\n", words[0], args.join(", "))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seed 001's examples, in their form, against real servers.
+
+/// Seed 001's simple call, with the local named as its "correct pattern" says.
+const SIMPLE: &str = "local sum = everything.get_sum({ a = 10, b = 20 }):await()\nresult(sum)\n";
+
+/// Seed 001's simple call exactly as it is written there: its own "common mistake".
+const SIMPLE_AS_WRITTEN: &str = "local result = everything.get_sum({ a = 10, b = 20 }):await()\nresult(result)\n";
+
+const MULTI_SERVER: &str = r#"
+-- Fetch data from one server
+local now = time.get_current_time({ timezone = "Europe/Paris" }):await()
+
+-- Process with another server
+local echoed = everything.echo({ message = now.timezone }):await()
+local tokyo = time.convert_time({ source_timezone = "UTC", time = "12:00", target_timezone = "Asia/Tokyo" }):await()
+
+-- Return combined result
+result({
+    timezone = now.timezone,
+    echoed = echoed,
+    tokyo = tokyo.target.datetime,
+    difference = tokyo.time_difference,
+})
+"#;
+
+fn error_handling(timezone: &str) -> String {
+    format!(
+        r#"
+local success, data = pcall(function()
+    return time.get_current_time({{ timezone = "{timezone}" }}):await()
+end)
+
+if success then
+    result({{ status = "ok", data = data }})
+else
+    result({{ status = "error", message = tostring(data) }})
+end
+"#
+    )
+}
+
+const TRANSFORM: &str = r#"
+local raw = everything.get_resource_links({ count = 4 }):await()
+
+-- Transform in Lua
+local names, uris = {}, {}
+for i, block in ipairs(raw.content) do
+    if block.type == "resource_link" then
+        names[#names + 1] = block.name
+        uris[#uris + 1] = block.uri
+    end
+end
+
+result({ user_names = names, uris = uris })
+"#;
+
+fn check_simple(result: &Value) {
+    assert_eq!(result, "The sum of 10 and 20 is 30.", "{result}");
+}
+
+fn check_multi(result: &Value) {
+    assert_eq!(result["timezone"], "Europe/Paris", "{result}");
+    assert_eq!(result["echoed"], "Echo: Europe/Paris", "{result}");
+    assert!(result["tokyo"].as_str().unwrap().ends_with("T21:00:00+09:00"), "{result}");
+    assert_eq!(result["difference"], "+9.0h", "{result}");
+}
+
+fn check_error(result: &Value) {
+    assert_eq!(result["status"], "error", "{result}");
+    let message = result["message"].as_str().unwrap();
+    assert!(message.starts_with("time.get_current_time failed: ") && message.contains("Nowhere/18"), "{message}");
+}
+
+fn check_ok(result: &Value) {
+    assert_eq!(result["status"], "ok", "{result}");
+    assert_eq!(result["data"]["timezone"], "UTC", "{result}");
+}
+
+fn check_transform(result: &Value) {
+    let names = result["user_names"].as_array().unwrap();
+    assert_eq!(names.len(), 4, "{result}");
+    assert!(names.iter().all(|n| n.as_str().unwrap().contains("Resource")), "{result}");
+    // Resource URIs are namespaced by the server they came from, inside scripts too.
+    let uris = result["uris"].as_array().unwrap();
+    assert!(uris.iter().all(|u| u.as_str().unwrap().starts_with("mcp://everything/demo://")), "{result}");
+}
+
+type Seed = (&'static str, String, usize, fn(&Value));
+
+fn seeds() -> Vec<Seed> {
+    vec![
+        ("simple call", SIMPLE.to_string(), 1, check_simple),
+        ("multi-server orchestration", MULTI_SERVER.to_string(), 3, check_multi),
+        ("error handling, failing", error_handling("Nowhere/18"), 1, check_error),
+        ("error handling, working", error_handling("UTC"), 1, check_ok),
+        ("data transformation", TRANSFORM.to_string(), 1, check_transform),
+    ]
+}
+
+#[test]
+fn code_18_seed_001_examples_run_against_real_upstreams_over_rest_and_mcp() {
+    let (Some(everything), Some(time)) = (test_command("CTX_TEST_EVERYTHING"), test_command("CTX_TEST_TIME_SERVER"))
+    else {
+        return;
+    };
+    let config = format!(
+        "{}{}",
+        section("everything", &everything, &["stdio"]),
+        section("time", &time, &["--local-timezone", "UTC"])
+    );
+
+    // REST.
+    let served = serve(Workspace::new(&config), &[]);
+    served.ready("everything");
+    served.ready("time");
+    for (name, script, calls, check) in seeds() {
+        let reply = execute(&served, &script);
+        check(reply.ok());
+        assert_eq!(reply.trace()["calls"].as_array().unwrap().len(), calls, "{name}: {}", reply.body);
+        assert_eq!(reply.trace()["started"], calls, "{name}: {}", reply.body);
+    }
+    let reply = execute(&served, SIMPLE_AS_WRITTEN);
+    reply.failed("script_error", "`result` is a local variable here");
+    assert!(reply.message().contains("local sum = ..."), "{}", reply.message());
+    // Uncaught, the failing call ends the run with its line, message and trace.
+    let reply = execute(
+        &served,
+        "local now = time.get_current_time({ timezone = \"UTC\" }):await()\nlocal bad = time.get_current_time({ timezone = \"Nowhere/18\" }):await()\nreturn bad",
+    );
+    reply.failed("script_error", "Nowhere/18");
+    assert_eq!(reply.body["error"]["data"]["data"]["line"], 2, "{}", reply.body);
+    let statuses: Vec<&str> =
+        reply.trace()["calls"].as_array().unwrap().iter().map(|c| c["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["ok", "error"], "{}", reply.body);
+    // Discovery over the real servers: the relevant tool ranks first.
+    let reply = execute(&served, "return search_tools('current time in a timezone', 3).tools[1].call");
+    assert_eq!(reply.ok(), "time.get_current_time", "{}", reply.body);
+    let reply = execute(&served, "return describe_tool('everything.get_sum').signature");
+    assert!(reply.ok().as_str().unwrap().starts_with("everything.get_sum({a: number, b: number"), "{}", reply.body);
+    drop(served);
+
+    // MCP (stdio): the same scripts give the same results, the trace in _meta.
+    let ws = Workspace::new(&config);
+    let mut mcp = McpStdio::start(&ws);
+    mcp.wait_tool("everything__get-resource-links");
+    mcp.wait_tool("time__convert_time");
+    for (name, script, calls, check) in seeds() {
+        let (response, _) = mcp.request("tools/call", json!({"name": "execute", "arguments": {"script": script}}));
+        let result = &response["result"];
+        assert_ne!(result["isError"], true, "{name}: {response}");
+        match result.get("structuredContent") {
+            Some(structured) => check(structured),
+            // A text result (the simple call) is text only.
+            None => check(&result["content"][0]["text"]),
+        }
+        let trace = &result["_meta"]["ctx/trace"];
+        assert_eq!(trace["calls"].as_array().map(Vec::len), Some(calls), "{name}: {response}");
+    }
+    let (response, _) =
+        mcp.request("tools/call", json!({"name": "execute", "arguments": {"script": SIMPLE_AS_WRITTEN}}));
+    assert_eq!(response["result"]["isError"], true, "{response}");
+    assert!(
+        response["result"]["content"][0]["text"].as_str().unwrap().contains("`result` is a local variable here"),
+        "{response}"
+    );
+    // Discovery is there as MCP tools too.
+    let (response, _) = mcp.request("tools/call", json!({"name": "list_servers", "arguments": {}}));
+    let servers = response["result"]["structuredContent"]["servers"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = servers.iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(names, ["ctx", "everything", "time"], "{response}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fault upstream: concurrency and cancellation.
+
+#[test]
+fn code_18_upstream_calls_run_concurrently_and_max_concurrent_queues_them() {
+    let config = format!(
+        "{}[tools.scripted.pair]\ndescription = \"Two calls at a time per server.\"\ntools = [\"fault__*\"]\nmax_concurrent = 2\n",
+        fault_section("fault", &[], "")
+    );
+    let served = serve(Workspace::new(&config), &[]);
+    served.ready("fault");
+    const N: u32 = 8;
+    let t = Duration::from_millis(400);
+    let script = format!(
+        "local calls = {{}}\nfor i = 1, {N} do calls[i] = fault.slow({{ ms = {} }}) end\nreturn await_all(calls)",
+        t.as_millis()
+    );
+    let reply = execute(&served, &script);
+    let answers = reply.ok().as_array().unwrap();
+    assert_eq!(answers.len(), N as usize);
+    assert!(answers.iter().all(|a| a == "slept 400"), "{answers:?}");
+    assert!(reply.took < t * N / 2, "{N} calls of {t:?} took {:?}: they did not run concurrently", reply.took);
+    let calls = reply.trace()["calls"].as_array().unwrap();
+    assert!(calls.iter().all(|c| c["tool"] == "fault__slow" && c["ms"].as_f64().unwrap() >= 390.0), "{calls:?}");
+
+    let reply = run_script(&served, "pair", &script, json!({}));
+    assert_eq!(reply.ok().as_array().unwrap().len(), N as usize);
+    let floor = t.mul_f64(f64::from(N) / 2.0 * 0.8);
+    assert!(reply.took >= floor, "max_concurrent = 2 ran {N} calls of {t:?} in {:?}", reply.took);
+    // The wait for a turn is not part of a call's own time.
+    let calls = reply.trace()["calls"].as_array().unwrap();
+    assert!(calls.iter().all(|c| c["ms"].as_f64().unwrap() < 1500.0), "{calls:?}");
+}
+
+fn log_lines(path: &Path, prefix: &str) -> usize {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter(|l| l.starts_with(prefix)).count()
+}
+
+/// Waits until the upstream's log has `count` lines starting with `prefix`.
+#[track_caller]
+fn wait_log(path: &Path, prefix: &str, count: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while log_lines(path, prefix) < count {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the upstream logged {} {prefix:?} lines, not {count}: {:?}",
+            log_lines(path, prefix),
+            std::fs::read_to_string(path).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const CANCEL_CONFIG: &str = r#"
+[code_mode]
+timeout = 10
+memory_mb = 16
+max_instructions = 50000000
+
+[tools.scripted.few]
+description = "At most three calls."
+tools = ["fault__*"]
+max_calls = 3
+"#;
+
+#[test]
+fn code_18_a_tripped_limit_cancels_the_calls_in_flight_at_the_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let config = format!("{CANCEL_CONFIG}\n{}", fault_section("fault", &["--log", log.to_str().unwrap()], ""));
+    let served = serve(Workspace::new(&config), &[]);
+    served.ready("fault");
+    // Each script starts a call that never answers, lets it reach the upstream, then trips a limit.
+    let hang = "local h = fault.hang({})\nsleep(0.3)\n";
+    let cases: Vec<(&str, String, Value, &str)> = vec![
+        ("execute", "local h = fault.hang({})\nreturn h:await()".to_string(), json!({"timeout": 1}), "timeout"),
+        // A call never awaited is still part of the run, which waits for it until its deadline.
+        ("execute", "local h = fault.hang({})\nreturn 'done'".to_string(), json!({"timeout": 1}), "timeout"),
+        ("execute", format!("{hang}while true do end"), json!({}), "max_instructions"),
+        ("execute", format!("{hang}local t = {{}} for i = 1, 1e8 do t[i] = i end"), json!({}), "memory"),
+        ("few", format!("{hang}for i = 1, 5 do fault.echo({{ text = 'x' }}) end"), json!({}), "max_calls"),
+        ("execute", format!("{hang}error('boom')"), json!({}), "script_error"),
+        (
+            "execute",
+            format!(
+                "{hang}local ok, e = pcall(function() return fault.fail({{ message = 'no' }}):await() end)\nerror(e)"
+            ),
+            json!({}),
+            "script_error",
+        ),
+    ];
+    for (i, (tool, script, extra, code)) in cases.iter().enumerate() {
+        let reply = run_script(&served, tool, script, extra.clone());
+        assert_eq!(reply.code(), *code, "{script}: {}", reply.body);
+        assert!(reply.took < Duration::from_secs(8), "{script} took {:?}", reply.took);
+        assert!(was_cancelled(reply.trace(), "fault__hang"), "{script}: {}", reply.body);
+        wait_log(&log, "call hang", i + 1, script);
+        wait_log(&log, "cancelled ", i + 1, script);
+        // The connection is still good.
+        let reply = execute(&served, "return fault.echo({ text = 'still here' }):await()");
+        assert_eq!(reply.ok(), &json!({"text": "still here"}), "after {script}");
+    }
+    assert_eq!(served.upstream("fault")["state"], "ready");
+    assert_eq!(served.upstream("fault")["restarts"], 0);
+}
+
+#[test]
+#[ignore = "BUG: a call cancelled when a run fails can be traced twice (cancel_all's entry and the call task's own), so trace.calls outnumbers trace.started"]
+fn code_18_each_cancelled_call_is_traced_once() {
+    let served = serve(Workspace::new(&format!("{CANCEL_CONFIG}\n{}", fault_section("fault", &[], ""))), &[]);
+    served.ready("fault");
+    // Seen in about one run in eight on 2 cores: the memory limit trips while the call is
+    // being sent.
+    for round in 0..60 {
+        let reply = execute(&served, "local h = fault.hang({}) local s = string.rep('x', 1e9)");
+        assert_eq!(reply.code(), "memory", "{}", reply.body);
+        let trace = reply.trace();
+        assert_eq!(trace["started"], 1, "{trace}");
+        assert_eq!(trace["calls"].as_array().unwrap().len(), 1, "round {round}: {trace}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names: a keyword, a library's name, a dash.
+
+#[test]
+fn code_18_server_names_are_sanitised_and_a_server_named_string_is_only_in_mcp() {
+    let config = format!(
+        "{}{}{}",
+        fault_section("goto", &[], ""),
+        fault_section("string", &[], ""),
+        fault_section("data-server", &[], "")
+    );
+    let served = serve(Workspace::new(&config), &[]);
+    for name in ["goto", "string", "data-server"] {
+        served.ready(name);
+    }
+    let reply = execute(
+        &served,
+        r#"
+local a = _goto.add({ a = 1, b = 2 }):await()
+local b = mcp["goto"].add({ a = 2, b = 3 }):await()
+local c = mcp["string"].echo({ text = "through mcp" }):await()
+local d = data_server.echo({ text = "dash" }):await()
+local e = mcp["data-server"]["echo"]({ text = "exact" }):await()
+return {
+  goto_sum = a.sum, exact_sum = b.sum, string_echo = c.text, dash = d.text, exact = e.text,
+  formatted = string.format("%05.1f|%s", 3.14159, ("x"):upper()),
+  string_is_lua = string.echo == nil and rawget(string, "add") == nil and type(string.rep) == "function",
+}
+"#,
+    );
+    assert_eq!(
+        reply.ok(),
+        &json!({
+            "goto_sum": 3, "exact_sum": 5, "string_echo": "through mcp", "dash": "dash", "exact": "exact",
+            "formatted": "003.1|X", "string_is_lua": true
+        }),
+        "{}",
+        reply.body
+    );
+    // `goto` as a global is a syntax error in Lua; `string.add` is Lua's string table's.
+    execute(&served, "return goto.add({ a = 1, b = 2 }):await()").failed("syntax_error", "script");
+    let reply = execute(&served, "return string.add({ a = 1, b = 2 })");
+    reply.failed("script_error", "attempt to call a nil value");
+
+    let reply = execute(&served, "return list_servers()");
+    let servers = reply.ok()["servers"].as_array().unwrap().clone();
+    let by_name =
+        |name: &str| servers.iter().find(|s| s["name"] == name).cloned().unwrap_or_else(|| panic!("{servers:?}"));
+    assert_eq!(by_name("goto")["global"], "_goto");
+    assert_eq!(by_name("data-server")["global"], "data_server");
+    let string = by_name("string");
+    assert_eq!(string["global"], Value::Null, "{string}");
+    let note = string["note"].as_str().unwrap();
+    assert!(note.contains("shadow") && note.contains("mcp[\"string\"]"), "{note}");
+    // The catalog shows how to reach each.
+    let catalog = served.ws.ctx(&["catalog"]).ok();
+    assert!(catalog.contains("_goto.add(") && catalog.contains("data_server.echo("), "{catalog}");
+    assert!(catalog.contains("mcp[\"string\"]"), "{catalog}");
+}
