@@ -29,6 +29,9 @@ pub struct Slot {
     pub tool: String,
     /// How the script named it (`github.search_repos`), for messages.
     pub path: String,
+    /// The script line that started it: where a failure is reported (the line of the await
+    /// can be lost to a tail call, as in `return x.y({}):await()`).
+    pub line: Option<i64>,
     done: Mutex<Option<Result<Output, CallError>>>,
     ready: Condvar,
     cancel: CancelHandle,
@@ -36,11 +39,14 @@ pub struct Slot {
 }
 
 impl Slot {
-    fn finish(&self, result: Result<Output, CallError>) -> bool {
+    /// Stores the result unless the slot has one already; `record` traces it, only when it is
+    /// the one stored, so a call that finishes as it is cancelled is traced once.
+    fn finish(&self, result: Result<Output, CallError>, record: impl FnOnce(&Result<Output, CallError>)) -> bool {
         let mut done = lock(&self.done);
         if done.is_some() {
             return false;
         }
+        record(&result);
         *done = Some(result);
         self.ready.notify_all();
         true
@@ -136,7 +142,14 @@ impl Calls {
 
     /// Starts a call of `tool` in the group `group` (the server, or ctx's own tools). Refuses
     /// it, stopping the run, once the run has started `max_calls`.
-    pub fn start(&self, tool: &str, path: &str, group: &str, params: Json) -> Result<usize, Refusal> {
+    pub fn start(
+        &self,
+        tool: &str,
+        path: &str,
+        line: Option<i64>,
+        group: &str,
+        params: Json,
+    ) -> Result<usize, Refusal> {
         let size = serde_json::to_vec(&params).map(|v| v.len()).unwrap_or(0);
         if !reserve(&self.held, size, self.limits.memory_bytes) {
             return Err(Refusal::Refuse(format!(
@@ -158,6 +171,7 @@ impl Calls {
         let slot = Arc::new(Slot {
             tool: tool.to_string(),
             path: path.to_string(),
+            line,
             done: Mutex::new(None),
             ready: Condvar::new(),
             cancel: CancelHandle::new(),
@@ -194,8 +208,7 @@ impl Calls {
                 ))),
                 other => other,
             };
-            report(&on_task, &result, elapsed, bytes);
-            on_task.finish(result);
+            on_task.finish(result, |result| report(&on_task, result, elapsed, bytes));
         });
         *lock(&slot.abort) = Some(task.abort_handle());
         Ok(id)
@@ -274,10 +287,10 @@ impl Calls {
                 abort.abort();
             }
             let cancelled = Err(CallError::Cancelled { subject: format!("tool '{}'", slot.tool) });
-            if slot.finish(cancelled) {
+            slot.finish(cancelled, |_| {
                 let entry = json!({"tool": slot.tool, "ms": 0, "status": "cancelled", "bytes": 0});
                 lock(&self.trace).push(entry);
-            }
+            });
         }
     }
 
@@ -316,7 +329,7 @@ impl Calls {
         if trace.len() > SUMMARY_CALLS {
             words.push(format!("and {} more", trace.len() - SUMMARY_CALLS));
         }
-        format!("{} call(s) made, {}: {}", trace.len(), counts.join(", "), words.join("; "))
+        format!("calls made: {} ({}): {}", trace.len(), counts.join(", "), words.join("; "))
     }
 }
 

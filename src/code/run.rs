@@ -29,6 +29,8 @@ pub struct Runner {
     pub catalog: Arc<Catalog>,
     /// A scripted tool's globs: the only tools that exist in its scripts.
     pub allow: Option<GlobSet>,
+    /// Those globs as written, for messages.
+    pub globs: Vec<String>,
     pub limits: CodeLimits,
     pub mode: Arc<CodeMode>,
     destructive: GlobSet,
@@ -40,12 +42,16 @@ impl Runner {
     pub fn new(
         name: String,
         catalog: Arc<Catalog>,
-        allow: Option<GlobSet>,
+        scope: Option<(GlobSet, Vec<String>)>,
         limits: CodeLimits,
         mode: Arc<CodeMode>,
     ) -> Runner {
         let (destructive, allow_destructive) = (mode.destructive_set(), mode.allow_destructive_set());
-        Runner { name, catalog, allow, limits, mode, destructive, allow_destructive, key: ScriptKey::new() }
+        let (allow, globs) = match scope {
+            Some((set, globs)) => (Some(set), globs),
+            None => (None, Vec::new()),
+        };
+        Runner { name, catalog, allow, globs, limits, mode, destructive, allow_destructive, key: ScriptKey::new() }
     }
 
     fn info(&self) -> ScriptInfo {
@@ -134,12 +140,24 @@ impl Runner {
         let start = self.start_fn(lua, calls)?;
         let wait = wait_fn(lua, calls)?;
         let catalog = Arc::clone(&self.catalog);
+        // In a scripted tool, a tool outside its globs is missing for a reason worth saying.
+        let scope = self.allow.as_ref().map(|_| {
+            format!(
+                "; scripted tool '{}' may call only the tools its `tools` globs select ({})",
+                self.name,
+                self.globs.join(", ")
+            )
+        });
         let resolve = lua.create_function(move |_, (group, key): (String, Value)| {
             let Value::String(key) = key else {
                 return Ok((None, Some(format!("{group}: tool names are strings, got a {}", key.type_name()))));
             };
             let key = key.to_string_lossy();
-            Ok(resolve(&catalog, &group, &key))
+            let (name, path) = resolve(&catalog, &group, &key);
+            Ok(match (name, &scope) {
+                (None, Some(scope)) => (None, path.map(|message| format!("{message}{scope}"))),
+                (name, _) => (name, path),
+            })
         })?;
         let catalog = Arc::clone(&self.catalog);
         let groups = lua.create_function(move |_, key: Value| {
@@ -227,7 +245,7 @@ impl Runner {
         lua.create_function(move |lua, (group, name, path, args): (String, String, String, Value)| {
             state.check()?;
             if let Err(message) = admit(&calls, &name) {
-                return Ok((false, error_table(lua, &name, &path, &message, "refused")?));
+                return Ok((false, error_table(lua, &name, &path, &message, "refused", None)?));
             }
             let params = match &args {
                 Value::Nil => json!({}),
@@ -236,7 +254,7 @@ impl Runner {
                     Err(convert::ConvertError::Stopped) => return Err(crate::lua::script::stopped()),
                     Err(e) => {
                         let message = format!("{path}: the arguments cannot be sent as JSON: {e}");
-                        return Ok((false, error_table(lua, &name, &path, &message, "bad_request")?));
+                        return Ok((false, error_table(lua, &name, &path, &message, "bad_request", None)?));
                     }
                 },
                 other => {
@@ -244,12 +262,15 @@ impl Runner {
                         "{path}: pass the arguments as a table, as in {path}({{key = value}}), not a {}",
                         other.type_name()
                     );
-                    return Ok((false, error_table(lua, &name, &path, &message, "bad_request")?));
+                    return Ok((false, error_table(lua, &name, &path, &message, "bad_request", None)?));
                 }
             };
-            match calls.start(&name, &path, &group, params) {
+            let line = line_of(&crate::lua::api::script_location(lua));
+            match calls.start(&name, &path, line, &group, params) {
                 Ok(id) => Ok((true, Value::Integer(id as i64))),
-                Err(Refusal::Refuse(message)) => Ok((false, error_table(lua, &name, &path, &message, "refused")?)),
+                Err(Refusal::Refuse(message)) => {
+                    Ok((false, error_table(lua, &name, &path, &message, "refused", None)?))
+                }
                 Err(Refusal::Stop(_)) => Err(crate::lua::script::stopped()),
             }
         })
@@ -338,6 +359,11 @@ impl Runner {
                 let message = format!("{at}{message}");
                 ("script_error", message, json!({"error": data, "line": line}))
             }
+            (None, e @ (ScriptError::BadResult { .. } | ScriptError::ResultTooLarge { .. })) => {
+                let message =
+                    format!("{e}; return a table of strings, numbers, booleans and tables (no functions, no cycles)");
+                ("script_error", message, json!({"line": null}))
+            }
             (None, e @ (ScriptError::Runtime { .. } | ScriptError::Load { .. })) => {
                 let message = shadowing_hint(&e.to_string()).unwrap_or_else(|| e.to_string());
                 let line = line_of(&message);
@@ -416,11 +442,11 @@ fn wait_fn(lua: &Lua, calls: &Arc<Calls>) -> mlua::Result<mlua::Function> {
         let value = match result {
             Ok(output) => match outcome::inner_value(&output) {
                 Ok(json) => return Ok(MultiValue::from_vec(vec![Value::Boolean(true), convert::to_lua(lua, &json)?])),
-                Err(message) => error_table(lua, tool, path, &message, "tool_error")?,
+                Err(message) => error_table(lua, tool, path, &message, "tool_error", slot.line)?,
             },
             Err(e) => {
                 let code = serde_json::to_value(e.code()).ok().and_then(|c| c.as_str().map(str::to_string));
-                error_table(lua, tool, path, &e.to_string(), code.as_deref().unwrap_or("tool_error"))?
+                error_table(lua, tool, path, &e.to_string(), code.as_deref().unwrap_or("tool_error"), slot.line)?
             }
         };
         Ok(MultiValue::from_vec(vec![Value::Boolean(false), value]))
@@ -429,13 +455,13 @@ fn wait_fn(lua: &Lua, calls: &Arc<Calls>) -> mlua::Result<mlua::Function> {
 
 /// The error a failed call raises: `{tool, call, message, code, line}`, whose `tostring` reads
 /// `github.search_repos failed: message`.
-fn error_table(lua: &Lua, tool: &str, path: &str, message: &str, code: &str) -> mlua::Result<Value> {
+fn error_table(lua: &Lua, tool: &str, path: &str, message: &str, code: &str, line: Option<i64>) -> mlua::Result<Value> {
     let table = lua.create_table()?;
     table.raw_set("tool", tool)?;
     table.raw_set("call", path)?;
     table.raw_set("message", crate::lua::ScriptError::bounded_text(message, crate::lua::ScriptError::MESSAGE_CAP))?;
     table.raw_set("code", code)?;
-    if let Some(line) = line_of(&crate::lua::api::script_location(lua)) {
+    if let Some(line) = line.or_else(|| line_of(&crate::lua::api::script_location(lua))) {
         table.raw_set("line", line)?;
     }
     let meta = lua.create_table()?;

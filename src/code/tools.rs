@@ -41,7 +41,8 @@ pub fn tools(mode: &CodeMode, scripted: &[ScriptedSection], others: &[ToolRef]) 
         let allow = section.tool_set();
         let catalog = Arc::new(Catalog::new(others.iter().map(|t| t.spec()).filter(|s| allow.is_match(&s.name))));
         let description = format!("{}\n\n{}", section.description.trim_end(), catalog.prompt(&section.name));
-        let runner = Runner::new(section.name.clone(), catalog, Some(allow), section.limits.clone(), Arc::clone(&mode));
+        let scope = Some((allow, section.tools.clone()));
+        let runner = Runner::new(section.name.clone(), catalog, scope, section.limits.clone(), Arc::clone(&mode));
         let mut spec = script_spec(&section.name, description, &runner);
         spec.builtin = false;
         composed.push(Arc::new(ScriptTool { spec, runner }));
