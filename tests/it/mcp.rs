@@ -258,6 +258,41 @@ fn progress_is_sent_before_the_result_with_the_clients_token() {
 }
 
 #[test]
+fn code_18_each_inner_call_of_a_script_sends_progress_and_the_trace_rides_in_meta() {
+    let mut c = connect(50);
+    let script = "local a = ctx.echo({message = 'a'}) local b = ctx.echo({message = 'b'}) local r = await_all({a, b}) return {n = #r}";
+    let (result, before) = c.request(
+        1,
+        "tools/call",
+        json!({"name": "execute", "arguments": {"script": script}, "_meta": {"progressToken": "code-1"}}),
+    );
+    assert_eq!(result["result"]["structuredContent"], json!({"n": 2}), "{result}");
+    let trace = &result["result"]["_meta"]["ctx/trace"];
+    assert_eq!(trace["started"], 2, "{result}");
+    assert_eq!(trace["calls"].as_array().unwrap().len(), 2, "{result}");
+    let progress: Vec<&Value> = before.iter().filter(|m| m["method"] == "notifications/progress").collect();
+    assert_eq!(progress.len(), 2, "{before:?}");
+    assert_eq!(progress[1]["params"]["progressToken"], "code-1");
+    assert_eq!(progress[1]["params"]["progress"], 2.0);
+    assert!(progress[0]["params"]["message"].as_str().unwrap().starts_with("ctx.echo ok in "), "{progress:?}");
+}
+
+#[test]
+fn code_18_the_catalog_is_an_mcp_prompt() {
+    let mut c = connect(50);
+    let (list, _) = c.request(1, "prompts/list", json!({}));
+    let names: Vec<&str> =
+        list["result"]["prompts"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"code_mode"), "{list}");
+    let (prompt, _) = c.request(2, "prompts/get", json!({"name": "code_mode"}));
+    let text = prompt["result"]["messages"][0]["content"]["text"].as_str().unwrap();
+    assert!(text.contains("ctx.echo(") && text.contains(":await()"), "{text}");
+    let (unknown, _) = c.request(3, "prompts/get", json!({"name": "code_mode", "arguments": {"tool": "nope"}}));
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert!(unknown["error"]["message"].as_str().unwrap().contains("no scripted tool 'nope'"), "{unknown}");
+}
+
+#[test]
 fn cancelled_notification_stops_the_script() {
     let (addr, received) = crate::common::stub(|_| (200, "ok".into()));
     let mut c = connect(50);

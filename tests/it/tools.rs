@@ -848,3 +848,34 @@ fn shipped_scripts_pass_schema_check() {
     let run = crate::common::run_in(dir.path(), &["schema", "check"]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
 }
+
+const CHAIN: &str = r#"
+tool = {
+  name = "chain",
+  description = "Calls search through context.call, or itself when asked.",
+  parameters = { { name = "again", type = "boolean", default = false } },
+  execute = function(params, context)
+    if params.again then
+      return context.call("chain", { again = true })
+    end
+    local r = context.call("search", { query = "deploy" })
+    local ok, err = pcall(context.call, "nope", {})
+    return { hits = #r.results, unknown = tostring(err) }
+  end,
+}
+"#;
+
+#[test]
+fn code_18_context_call_chains_tools_and_bounds_recursion() {
+    let f = fixture("[tools.script.chain]\npath = \"tools/chain.lua\"\n", &[("chain.lua", CHAIN)]);
+    let out = f.ok("chain", json!({}));
+    assert!(out["hits"].as_u64().is_some(), "{out}");
+    assert!(
+        out["unknown"].as_str().unwrap().contains("context.call: tool 'nope' failed: unknown tool 'nope'"),
+        "{out}"
+    );
+    // chain → chain → chain: the third time on the chain is refused, and the message shows it.
+    let err = f.err("chain", json!({"again": true})).to_string();
+    assert!(err.contains("it would be running 3 times at once"), "{err}");
+    assert!(err.contains("chain: chain → chain → chain"), "{err}");
+}
