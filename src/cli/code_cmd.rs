@@ -47,6 +47,15 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
     };
     let config = globals.load_config()?;
     let tool = args.scripted.clone().unwrap_or_else(|| "execute".to_string());
+    if let Some(name) = &args.scripted {
+        if !config.scripted.iter().any(|s| &s.name == name) {
+            let names: Vec<&str> = config.scripted.iter().map(|s| s.name.as_str()).collect();
+            let names = if names.is_empty() { "none configured".to_string() } else { names.join(", ") };
+            return Err(CliError::Usage(format!(
+                "no scripted tool '{name}' ([tools.scripted.{name}] in ctx.toml); scripted tools: {names}"
+            )));
+        }
+    }
     if args.scripted.is_none() && !config.code_mode.enabled {
         return Err(CliError::Usage(
             "code mode is disabled ([code_mode] enabled = false in ctx.toml); enable it to run scripts".to_string(),

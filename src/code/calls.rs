@@ -32,7 +32,9 @@ pub struct Slot {
     /// The script line that started it: where a failure is reported (the line of the await
     /// can be lost to a tail call, as in `return x.y({}):await()`).
     pub line: Option<i64>,
-    done: Mutex<Option<Result<Output, CallError>>>,
+    done: Mutex<Option<Done>>,
+    /// What its result counts against the run's memory until the script takes it.
+    held_bytes: AtomicUsize,
     ready: Condvar,
     cancel: CancelHandle,
     abort: Mutex<Option<tokio::task::AbortHandle>>,
@@ -47,15 +49,17 @@ impl Slot {
             return false;
         }
         record(&result);
-        *done = Some(result);
+        *done = Some(Done::Result(result));
         self.ready.notify_all();
         true
     }
+}
 
-    /// The result, once there is one.
-    pub fn result(&self) -> Option<Result<Output, CallError>> {
-        lock(&self.done).clone()
-    }
+/// A finished call: its result until the script awaits it, then only the fact (the script
+/// keeps the value; ctx lets go of its copy and of what it counted against the memory cap).
+enum Done {
+    Result(Result<Output, CallError>),
+    Taken,
 }
 
 /// Why a run stopped short of finishing by itself.
@@ -173,6 +177,7 @@ impl Calls {
             path: path.to_string(),
             line,
             done: Mutex::new(None),
+            held_bytes: AtomicUsize::new(0),
             ready: Condvar::new(),
             cancel: CancelHandle::new(),
             abort: Mutex::new(None),
@@ -199,13 +204,19 @@ impl Calls {
                 Ok(output) => serde_json::to_vec(&output.value()).map(|v| v.len()).unwrap_or(0),
                 Err(_) => 0,
             };
+            // The result is held as a JSON tree until the script takes it: about twice its
+            // serialised size.
             let result = match result {
-                Ok(_) if !reserve(&held, bytes, cap) => Err(CallError::ResultTooLarge(format!(
+                Ok(_) if !reserve(&held, bytes * 2, cap) => Err(CallError::ResultTooLarge(format!(
                     "tool '{}' returned {bytes} bytes, more than the script's memory limit of {} MiB leaves for results; \
                      ask for less (a limit or a filter parameter)",
                     on_task.tool,
                     cap / (1024 * 1024)
                 ))),
+                Ok(output) => {
+                    on_task.held_bytes.store(bytes * 2, Ordering::Relaxed);
+                    Ok(output)
+                }
                 other => other,
             };
             on_task.finish(result, |result| report(&on_task, result, elapsed, bytes));
@@ -252,11 +263,21 @@ impl Calls {
 
     /// Blocks until `slot` has its result, or the run must stop (its deadline, the caller
     /// went away, a limit): then the error that stops it.
+    /// The script takes the result once (the prelude keeps what it got for a second await).
     pub fn wait(&self, slot: &Slot) -> mlua::Result<Result<Output, CallError>> {
         let mut done = lock(&slot.done);
         loop {
-            if let Some(result) = done.as_ref() {
-                return Ok(result.clone());
+            match done.take() {
+                Some(Done::Result(result)) => {
+                    *done = Some(Done::Taken);
+                    self.held.fetch_sub(slot.held_bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+                    return Ok(result);
+                }
+                Some(Done::Taken) => {
+                    *done = Some(Done::Taken);
+                    return Err(mlua::Error::RuntimeError(format!("{}: this call was already awaited", slot.path)));
+                }
+                None => {}
             }
             self.state.check()?;
             let wait = self.state.remaining().min(WAKE_EVERY).max(Duration::from_millis(1));
@@ -269,7 +290,12 @@ impl Calls {
     pub fn settle(&self) -> mlua::Result<()> {
         let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
         for slot in slots {
-            let _ = self.wait(&slot)?;
+            let mut done = lock(&slot.done);
+            while done.is_none() {
+                self.state.check()?;
+                let wait = self.state.remaining().min(WAKE_EVERY).max(Duration::from_millis(1));
+                done = slot.ready.wait_timeout(done, wait).unwrap_or_else(|p| p.into_inner()).0;
+            }
         }
         Ok(())
     }

@@ -45,3 +45,25 @@ pub fn catalog_prompt(registry: &Registry, scripted: Option<&str>) -> Result<Str
     let catalog = catalog_for(registry, scripted)?;
     Ok(catalog.prompt(scripted.unwrap_or("execute")))
 }
+
+/// Why `name` may not be called on behalf of a code-mode script, when `chain` (the tools on the
+/// way to the call) passes through one (`execute`, or a scripted tool): code mode's destructive
+/// policy holds for every call a script causes, `context.call` in a Lua tool it called included.
+pub fn refused_in_script(registry: &Registry, chain: &[String], name: &str) -> Option<String> {
+    let config = registry.kb().config();
+    let in_script = chain.iter().any(|t| t == "execute" || config.scripted.iter().any(|s| &s.name == t));
+    if !in_script {
+        return None;
+    }
+    let mode = &config.code_mode;
+    let spec = registry.spec(name)?;
+    let annotated = spec.annotations.as_ref().and_then(|a| a.destructive).unwrap_or(false);
+    if !(annotated || mode.destructive_set().is_match(name)) || mode.allow_destructive_set().is_match(name) {
+        return None;
+    }
+    Some(format!(
+        "tool '{name}' is destructive (annotated destructiveHint, or listed in [code_mode] destructive), and this call comes from a code-mode script \
+         ({}); let scripts call it with allow_destructive = [\"{name}\"] in [code_mode] of ctx.toml",
+        chain.join(" → ")
+    ))
+}

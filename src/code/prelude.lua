@@ -7,13 +7,24 @@ local setmetatable, rawset, error, select, type, tostring = setmetatable, rawset
 -- A pending call's slot and name, out of the script's reach.
 local ids = setmetatable({}, { __mode = "k" })
 local paths = setmetatable({}, { __mode = "k" })
+-- What each awaited call gave: ctx hands a result over once and lets go of its copy.
+local settled = setmetatable({}, { __mode = "k" })
+
+local function settle(p)
+  local s = settled[p]
+  if s == nil then
+    local ok, value = wait(ids[p])
+    s = { ok, value }
+    settled[p] = s
+  end
+  return s[1], s[2]
+end
 
 local function await(p)
-  local id = ids[p]
-  if id == nil then
+  if ids[p] == nil then
     error("await: expected a pending tool call (what a tool function returns), got " .. type(p), 2)
   end
-  local ok, value = wait(id)
+  local ok, value = settle(p)
   if ok then
     return value
   end
@@ -91,11 +102,10 @@ local function await_all(...)
   -- Every call is waited for before a failure is raised: they all run at once anyway, and the
   -- trace then has every outcome.
   for i = 1, #list do
-    local id = ids[list[i]]
-    if id == nil then
+    if ids[list[i]] == nil then
       error("await_all: item " .. i .. " is not a pending tool call", 2)
     end
-    local ok, value = wait(id)
+    local ok, value = settle(list[i])
     if ok then
       out[i] = value
     elseif failed == nil then

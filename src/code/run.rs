@@ -22,6 +22,48 @@ use crate::tools::{CallEnv, CallError, Output};
 /// The most bytes of arguments one inner call may pass, as JSON.
 const ARGS_BUDGET: usize = 4 * 1024 * 1024;
 
+/// The most code-mode scripts that run at once, server-wide. Each holds a blocking thread and
+/// its inner calls of Lua tools hold more (up to `max_concurrent` each): unbounded, scripts
+/// could take the whole blocking pool from every other caller. Past it, a script is refused at
+/// once rather than queued (a scripted tool called from a script must not wait on its caller).
+pub const MAX_RUNS: usize = 16;
+
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One of the [`MAX_RUNS`] places, given back when dropped.
+struct RunSlot;
+
+impl RunSlot {
+    fn take() -> Option<RunSlot> {
+        use std::sync::atomic::Ordering;
+        RUNNING.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_RUNS).then_some(n + 1)).ok()?;
+        Some(RunSlot)
+    }
+}
+
+impl Drop for RunSlot {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The longest name or query a script may hand the lookups and discovery functions, like the
+/// discovery tools' own `maxLength`: past it the work (and the message quoting it) would grow
+/// with the input, outside the script's limits.
+const MAX_NAME: usize = 1024;
+
+/// `text` if it is short enough for a lookup, else the error that says so.
+fn short(what: &str, text: &mlua::LuaString) -> mlua::Result<String> {
+    let bytes = text.as_bytes();
+    if bytes.len() > MAX_NAME {
+        return Err(mlua::Error::RuntimeError(format!(
+            "{what}: the name is {} bytes long; names and queries have at most {MAX_NAME}",
+            bytes.len()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// How a script reaches tools: who runs it, what it may call, and its limits.
 pub struct Runner {
     /// `execute`, or the scripted tool's name: for messages.
@@ -74,6 +116,12 @@ impl Runner {
     /// Runs `script` (Lua source text) with at most `timeout` of wall time (never more than the
     /// configured limit).
     pub fn run(&self, script: &str, timeout: Option<Duration>, env: &CallEnv<'_>) -> Result<Output, CallError> {
+        let _slot = RunSlot::take().ok_or_else(|| {
+            CallError::Unavailable(format!(
+                "tool '{}': {MAX_RUNS} code-mode scripts are running at once, the most ctx runs together; retry shortly",
+                self.name
+            ))
+        })?;
         let handle = tokio::runtime::Handle::try_current().map_err(|_| {
             CallError::Internal(format!("tool '{}' needs ctx's async runtime, which this caller has not", self.name))
         })?;
@@ -152,7 +200,7 @@ impl Runner {
             let Value::String(key) = key else {
                 return Ok((None, Some(format!("{group}: tool names are strings, got a {}", key.type_name()))));
             };
-            let key = key.to_string_lossy();
+            let key = short(&group, &key)?;
             let (name, path) = resolve(&catalog, &group, &key);
             Ok(match (name, &scope) {
                 (None, Some(scope)) => (None, path.map(|message| format!("{message}{scope}"))),
@@ -164,7 +212,7 @@ impl Runner {
             let Value::String(key) = key else {
                 return Ok((None, Some(format!("mcp: server names are strings, got a {}", key.type_name()))));
             };
-            let key = key.to_string_lossy();
+            let key = short("mcp", &key)?;
             Ok(match catalog.layout().group(&key) {
                 Some(group) => (Some(group.name.clone()), None),
                 None => (None, Some(no_group(&catalog, &key))),
@@ -211,23 +259,29 @@ impl Runner {
         let catalog = Arc::clone(&self.catalog);
         env.raw_set(
             "list_tools",
-            lua.create_function(move |lua, server: String| {
-                catalog.list_tools(&server).map_err(mlua::Error::RuntimeError).and_then(|j| convert::to_lua(lua, &j))
+            lua.create_function(move |lua, server: mlua::LuaString| {
+                catalog
+                    .list_tools(&short("list_tools", &server)?)
+                    .map_err(mlua::Error::RuntimeError)
+                    .and_then(|j| convert::to_lua(lua, &j))
             })?,
         )?;
         let catalog = Arc::clone(&self.catalog);
         env.raw_set(
             "describe_tool",
-            lua.create_function(move |lua, name: String| {
-                catalog.describe_tool(&name).map_err(mlua::Error::RuntimeError).and_then(|j| convert::to_lua(lua, &j))
+            lua.create_function(move |lua, name: mlua::LuaString| {
+                catalog
+                    .describe_tool(&short("describe_tool", &name)?)
+                    .map_err(mlua::Error::RuntimeError)
+                    .and_then(|j| convert::to_lua(lua, &j))
             })?,
         )?;
         let catalog = Arc::clone(&self.catalog);
         env.raw_set(
             "search_tools",
-            lua.create_function(move |lua, (query, limit): (String, Option<usize>)| {
+            lua.create_function(move |lua, (query, limit): (mlua::LuaString, Option<usize>)| {
                 catalog
-                    .search_tools(&query, limit.unwrap_or(10))
+                    .search_tools(&short("search_tools", &query)?, limit.unwrap_or(10))
                     .map_err(mlua::Error::RuntimeError)
                     .and_then(|j| convert::to_lua(lua, &j))
             })?,

@@ -92,6 +92,11 @@ pub fn context_table(vm: &Vm, env: &super::CallEnv<'_>, config: &Map<String, Jso
                     )))
                 }
             };
+            // A Lua tool that a script called is still working for that script: code mode's
+            // destructive policy holds for the tools it calls in turn.
+            if let Some(refusal) = crate::code::refused_in_script(&registry, &options.chain, &name) {
+                return Err(fail(format!("context.call: {refusal}")));
+            }
             let outcome = registry.call(&name, params, &options);
             st.check()?;
             match outcome.map_err(|e| e.to_string()).and_then(|out| crate::code::outcome::inner_value(&out)) {

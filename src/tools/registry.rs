@@ -388,9 +388,13 @@ impl Registry {
                 let (registry, opts, tool_name) = (Arc::clone(&self), options.clone(), name.clone());
                 let run = move || tool.run(params, &registry.env(&tool_name, &opts));
                 let subject = format!("tool '{name}'");
-                watched(identity, deadline, subject, &options.cancel, run)
-                    .await
-                    .unwrap_or_else(|e| Err(crashed(&name, &e.to_string())))
+                watched(identity, deadline, subject, &options.cancel, run).await.unwrap_or_else(|e| {
+                    // A run cancelled with its runtime (shutdown) did not crash.
+                    if e.is_cancelled() {
+                        return Err(CallError::cancelled(&name));
+                    }
+                    Err(crashed(&name, &e.to_string()))
+                })
             }
             Err(_) => Err(crashed(&name, "panic in an inline run")),
         };

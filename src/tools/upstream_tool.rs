@@ -44,7 +44,21 @@ impl Tool for UpstreamTool {
                 self.spec.name
             ))
         })?;
-        handle.block_on(self.call(params, env.progress.clone()))
+        // The caller's cancel flag stops the call too (a script that calls this tool through
+        // `context.call` and is stopped): dropping the future cancels it upstream.
+        let cancel = env.cancel.clone();
+        let name = self.spec.name.clone();
+        let call = self.call(params, env.progress.clone());
+        handle.block_on(async move {
+            tokio::select! {
+                result = call => result,
+                _ = async {
+                    while !cancel.is_cancelled() {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                } => Err(CallError::cancelled(&name)),
+            }
+        })
     }
 
     fn deadline(&self) -> Option<Duration> {
@@ -193,13 +207,19 @@ fn parameters(raw: &Map<String, Json>) -> (Params, Option<String>) {
     }
 }
 
-/// The annotations ctx's own listing understands; the MCP listing passes the raw ones on.
+/// The annotations ctx's own listing understands, read from MCP's hints (`destructiveHint`,
+/// ...): code mode's destructive policy depends on them. The MCP listing passes the raw ones on.
 fn annotations(raw: &Map<String, Json>) -> Option<ToolAnnotations> {
-    let mut annotations: ToolAnnotations = serde_json::from_value(raw.get("annotations")?.clone()).ok()?;
-    if annotations.title.is_none() {
-        annotations.title = raw.get("title").and_then(Json::as_str).map(str::to_string);
-    }
-    Some(annotations)
+    let hints = raw.get("annotations")?.as_object()?;
+    let hint = |key: &str| hints.get(key).and_then(Json::as_bool);
+    let title = hints.get("title").or_else(|| raw.get("title")).and_then(Json::as_str).map(str::to_string);
+    Some(ToolAnnotations {
+        title,
+        read_only: hint("readOnlyHint"),
+        destructive: hint("destructiveHint"),
+        idempotent: hint("idempotentHint"),
+        open_world: hint("openWorldHint"),
+    })
 }
 
 /// `mcp://<server>/<uri>`: how an upstream resource's URI reads through ctx.

@@ -959,3 +959,22 @@ fn code_18_ctx_run_and_ctx_catalog() {
     assert_ne!(run.code(), 0);
     assert!(run.stderr().contains("code mode is disabled"), "{}", run.stderr());
 }
+
+/// Names and queries handed to the lookups and the discovery functions are bounded like the
+/// discovery tools' own parameters: a huge one is refused at once, not worked through.
+#[test]
+fn code_18_huge_names_and_queries_are_refused_at_once() {
+    let served = serve(workspace(PROBE_CONFIG), &[]);
+    for call in [
+        "describe_tool(string.rep('a.', 4000000))",
+        "search_tools(string.rep('deploy ', 1000000))",
+        "list_tools(string.rep('x', 5000))",
+        "ctx[string.rep('\\1', 2000000)]",
+        "mcp[string.rep('y', 2000000)]",
+    ] {
+        let reply = execute(&served, &format!("local ok, e = pcall(function() return {call} end) return tostring(e)"));
+        let text = reply.ok().as_str().unwrap_or_default().to_string();
+        assert!(text.contains("names and queries have at most 1024"), "{call}: {}", reply.body);
+        assert!(text.len() < 400, "{call}: the message must not quote the input: {} bytes", text.len());
+    }
+}

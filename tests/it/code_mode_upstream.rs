@@ -373,3 +373,41 @@ return {
     assert!(catalog.contains("_goto.add(") && catalog.contains("data_server.echo("), "{catalog}");
     assert!(catalog.contains("mcp[\"string\"]"), "{catalog}");
 }
+
+/// An upstream tool annotated `destructiveHint: true` is refused to scripts, whichever name
+/// the script reaches it by, and a discovery tool shows the annotation.
+#[test]
+fn code_18_an_upstream_tools_destructive_hint_is_honoured() {
+    let config = format!("{CANCEL_CONFIG}\n{}", fault_section("fault", &[], ""));
+    let served = serve(Workspace::new(&config), &[]);
+    served.ready("fault");
+    for script in [
+        "return fault.crash({}):await()",
+        "return mcp.fault.crash({}):await()",
+        "return ctx['fault__crash']({}):await()",
+    ] {
+        let reply = execute(&served, script);
+        reply.failed("script_error", "tool 'fault__crash' is destructive");
+    }
+    let reply = execute(&served, "return describe_tool('fault.crash')");
+    assert_eq!(reply.ok()["annotations"]["destructive"], true, "{}", reply.body);
+    // The server is still up: the refused call never reached it.
+    let reply = execute(&served, "return fault.echo({text = 'alive'}):await()");
+    assert!(reply.ok().to_string().contains("alive"), "{}", reply.body);
+}
+
+/// A result the script has taken no longer counts against its memory: ten 3 MB results
+/// awaited one after another fit a 16 MiB script, while holding them all at once does not.
+#[test]
+fn code_18_awaited_results_stop_counting_against_the_memory_cap() {
+    let config = format!("{CANCEL_CONFIG}\n{}", fault_section("fault", &[], ""));
+    let served = serve(Workspace::new(&config), &[]);
+    served.ready("fault");
+    let one_by_one = "local n = 0\nfor i = 1, 10 do\n  local r = fault.huge({bytes = 3000000}):await()\n  n = n + #tostring(r)\n  r = nil\n  collectgarbage()\nend\nreturn n";
+    let reply = execute(&served, one_by_one);
+    assert!(reply.ok().as_u64().unwrap() >= 30_000_000, "{}", reply.body);
+    let all_at_once = "local ps = {}\nfor i = 1, 10 do ps[i] = fault.huge({bytes = 3000000}) end\nlocal ok, e = pcall(await_all, ps)\nreturn {ok = ok, message = e.message}";
+    let reply = execute(&served, all_at_once);
+    assert_eq!(reply.ok()["ok"], false, "{}", reply.body);
+    assert!(reply.ok()["message"].as_str().unwrap().contains("memory limit of 16 MiB"), "{}", reply.body);
+}

@@ -305,7 +305,15 @@ impl Fault {
                     &["bytes"],
                 ),
             ),
-            Tool::new("crash", "Exits the server at once, without answering.", object(json!({}), &[])),
+            // Annotated destructive: code mode's policy refuses it to scripts.
+            Tool::new("crash", "Exits the server at once, without answering.", object(json!({}), &[]))
+                .with_annotations(rmcp::model::ToolAnnotations::from_raw(
+                    None,
+                    Some(false),
+                    Some(true),
+                    Some(false),
+                    Some(false),
+                )),
             Tool::new(
                 "add_tool",
                 "Registers an echo-like tool and sends tools/list_changed.",

@@ -19,7 +19,10 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
         "get",
         super::function(lua, "env.get", move |_, name: String| {
             let info = &state.info;
-            let section = format!("[{}.{}]", info.kind.section(), info.name);
+            let section = match info.kind {
+                crate::config::ScriptKind::Code => "[code_mode]".to_string(),
+                kind => format!("[{}.{}]", kind.section(), info.name),
+            };
             if let Some(reserved) = info.reserved_env.iter().find(|r| r.var == name) {
                 return Err(fail(format!(
                     "env.get: {name} holds a secret ctx itself uses ({} in ctx.toml), so no script may read it, whatever allow_env says; \
