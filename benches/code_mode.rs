@@ -23,7 +23,7 @@
 //! - upstream: one script starts 10 calls of `slow(100 ms)` on the fault upstream
 //!   (`tests/upstream/fault.rs`, built with the release profile), a real MCP server over stdio
 //!   behind ctx's gateway (`Upstreams`), then awaits them. Target <= 130 ms. Run with the default
-//!   `[code_mode] max_concurrent` (8 per server) and with 10; the same 10 calls made directly
+//!   `[code_mode] max_concurrent` (16 per server) and with 10; the same 10 calls made directly
 //!   through `Tools::call` at once are the control.
 //! - context: five tasks done two ways over `ctx serve mcp --stdio` (the release binary) on two
 //!   synced workspaces, counting the bytes that reach the model: plain tool calls (the
@@ -323,7 +323,7 @@ fn upstream(runtime: &tokio::runtime::Runtime, runs: usize, verdicts: &mut Vec<S
          return {{n = #await_all(pending)}}\n"
     );
     let configs = [
-        ("default [code_mode] (max_concurrent = 8)", ""),
+        ("default [code_mode] (max_concurrent = 16)", ""),
         ("[code_mode] max_concurrent = 10", "\n[code_mode]\nmax_concurrent = 10\n"),
     ];
     for (label, extra) in configs {

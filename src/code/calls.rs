@@ -201,7 +201,7 @@ impl Calls {
             held.fetch_sub(size, Ordering::Relaxed);
             let elapsed = started.elapsed();
             let bytes = match &result {
-                Ok(output) => serde_json::to_vec(&output.value()).map(|v| v.len()).unwrap_or(0),
+                Ok(output) => super::outcome::size_of(output),
                 Err(_) => 0,
             };
             // The result is held as a JSON tree until the script takes it: about twice its
@@ -367,7 +367,7 @@ fn entry(tool: &str, result: &Result<Output, CallError>, elapsed: Duration, byte
     let ms = (elapsed.as_secs_f64() * 1000.0 * 10.0).round() / 10.0;
     match result {
         Ok(output) => {
-            let failed = super::outcome::inner_value(output).is_err();
+            let failed = super::outcome::failed(output);
             json!({"tool": tool, "ms": ms, "status": if failed { "error" } else { "ok" }, "bytes": bytes})
         }
         Err(e) => json!({"tool": tool, "ms": ms, "status": "error", "code": e.code(), "bytes": 0}),

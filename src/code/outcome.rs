@@ -7,54 +7,92 @@ use crate::tools::Output;
 
 /// An inner call's result as a Lua value sees it (seed 001): the structured content when
 /// there is one, else the text parsed as JSON, else the text. `Err` with the message when the
-/// tool reported a failure (`isError`, or a Lua tool's handled `{error = ...}`).
-pub fn inner_value(output: &Output) -> Result<Json, String> {
+/// tool reported a failure (`isError`, or a Lua tool's handled `{error = ...}`). Takes the
+/// output: a result of many MiB is moved, not copied.
+pub fn inner_value(output: Output) -> Result<Json, String> {
     match output {
-        Output::Value(v) => Ok(v.clone()),
+        Output::Value(v) => Ok(v),
         Output::Text(t) => Ok(parsed(t)),
         Output::HandledError(v) => Err(match v.get("error") {
             Some(Json::String(s)) => s.clone(),
             Some(other) => other.to_string(),
             None => v.to_string(),
         }),
-        Output::Content(_) | Output::Upstream(_) => {
-            let raw = match output {
-                Output::Upstream(raw) => Json::Object(raw.clone()),
-                _ => serde_json::to_value(output.mcp()).unwrap_or(Json::Null),
-            };
-            from_mcp_result(&raw)
-        }
-        Output::Traced { output, .. } => inner_value(output),
+        Output::Upstream(raw) => from_mcp_result(raw),
+        Output::Content(_) => match serde_json::to_value(output.mcp()) {
+            Ok(Json::Object(raw)) => from_mcp_result(raw),
+            _ => Ok(Json::Null),
+        },
+        Output::Traced { output, .. } => inner_value(*output),
+    }
+}
+
+/// Whether an output reports a failure (`isError`), without converting it.
+pub fn failed(output: &Output) -> bool {
+    match output {
+        Output::HandledError(_) => true,
+        Output::Upstream(raw) => raw.get("isError").and_then(Json::as_bool).unwrap_or(false),
+        Output::Traced { output, .. } => failed(output),
+        _ => false,
+    }
+}
+
+/// The size of an output's value as JSON, counted without building it.
+pub fn size_of(output: &Output) -> usize {
+    let mut counter = Counter(0);
+    let _ = match output {
+        Output::Value(v) | Output::HandledError(v) => serde_json::to_writer(&mut counter, v),
+        Output::Text(t) => serde_json::to_writer(&mut counter, t),
+        Output::Upstream(raw) => serde_json::to_writer(&mut counter, raw),
+        Output::Content(blocks) => serde_json::to_writer(&mut counter, blocks),
+        Output::Traced { output, .. } => return size_of(output),
+    };
+    counter.0
+}
+
+/// Counts the bytes written to it.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
 /// A full MCP `CallToolResult` as the script sees it.
-fn from_mcp_result(raw: &Json) -> Result<Json, String> {
-    let blocks = raw.get("content").and_then(Json::as_array).map(Vec::as_slice).unwrap_or_default();
+fn from_mcp_result(mut raw: serde_json::Map<String, Json>) -> Result<Json, String> {
+    let blocks = match raw.remove("content") {
+        Some(Json::Array(blocks)) => blocks,
+        _ => Vec::new(),
+    };
     let texts: Option<Vec<&str>> =
         blocks.iter().map(|b| if b.get("type")? == "text" { b.get("text")?.as_str() } else { None }).collect();
     let text = texts.map(|t| t.join("\n"));
     if raw.get("isError").and_then(Json::as_bool).unwrap_or(false) {
         return Err(text.unwrap_or_else(|| "the tool reported an error without a text message".to_string()));
     }
-    if let Some(structured) = raw.get("structuredContent").filter(|s| s.is_object()) {
-        return Ok(structured.clone());
+    if let Some(structured @ Json::Object(_)) = raw.remove("structuredContent") {
+        return Ok(structured);
     }
     match text {
-        Some(text) if !blocks.is_empty() => Ok(parsed(&text)),
+        Some(text) if !blocks.is_empty() => Ok(parsed(text)),
         _ => Ok(serde_json::json!({ "content": blocks })),
     }
 }
 
 /// `text` as JSON when it is an object or an array, else the text itself.
-fn parsed(text: &str) -> Json {
+fn parsed(text: String) -> Json {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        if let Ok(value) = serde_json::from_str::<Json>(text) {
+        if let Ok(value) = serde_json::from_str::<Json>(&text) {
             return value;
         }
     }
-    Json::String(text.to_string())
+    Json::String(text)
 }
 
 /// The script's result as a tool result (seed 001): a table with keys is structured content
@@ -204,13 +242,17 @@ mod tests {
 
     #[test]
     fn code_18_inner_results_reach_lua_as_tables() {
-        assert_eq!(inner_value(&Output::Text("{\"a\":1}".into())), Ok(json!({"a": 1})));
-        assert_eq!(inner_value(&Output::Text("plain".into())), Ok(json!("plain")));
+        assert_eq!(inner_value(Output::Text("{\"a\":1}".into())), Ok(json!({"a": 1})));
+        assert_eq!(inner_value(Output::Text("plain".into())), Ok(json!("plain")));
         let raw = json!({"content": [{"type": "text", "text": "t"}], "structuredContent": {"s": 2}});
-        assert_eq!(inner_value(&Output::Upstream(raw.as_object().unwrap().clone())), Ok(json!({"s": 2})));
+        assert_eq!(inner_value(Output::Upstream(raw.as_object().unwrap().clone())), Ok(json!({"s": 2})));
         let failed = json!({"content": [{"type": "text", "text": "boom"}], "isError": true});
-        assert_eq!(inner_value(&Output::Upstream(failed.as_object().unwrap().clone())), Err("boom".to_string()));
-        assert_eq!(inner_value(&Output::HandledError(json!({"error": "no"}))), Err("no".to_string()));
+        let failed = Output::Upstream(failed.as_object().unwrap().clone());
+        assert!(super::failed(&failed));
+        assert_eq!(inner_value(failed), Err("boom".to_string()));
+        assert_eq!(inner_value(Output::HandledError(json!({"error": "no"}))), Err("no".to_string()));
+        let value = Output::Value(json!({"k": [1, 2]}));
+        assert_eq!(size_of(&value), serde_json::to_vec(&value.value()).unwrap().len());
     }
 
     #[test]

@@ -494,7 +494,7 @@ fn wait_fn(lua: &Lua, calls: &Arc<Calls>) -> mlua::Result<mlua::Function> {
         let result = calls.wait(&slot)?;
         let (path, tool) = (slot.path.as_str(), slot.tool.as_str());
         let value = match result {
-            Ok(output) => match outcome::inner_value(&output) {
+            Ok(output) => match outcome::inner_value(output) {
                 Ok(json) => return Ok(MultiValue::from_vec(vec![Value::Boolean(true), convert::to_lua(lua, &json)?])),
                 Err(message) => error_table(lua, tool, path, &message, "tool_error", slot.line)?,
             },

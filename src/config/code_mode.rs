@@ -47,7 +47,7 @@ pub struct CodeLimits {
     /// Inner tool calls one script may start (default 100).
     pub max_calls: usize,
     /// Inner calls that may run at once against one upstream server, or against ctx's own tools
-    /// (default 8). More wait their turn; time spent waiting does not count against a call's
+    /// (default 16). More wait their turn; time spent waiting does not count against a call's
     /// own timeout.
     pub max_concurrent: usize,
     /// Bytes of the script's result, as JSON, before it is truncated (default 1 MiB).
@@ -63,7 +63,7 @@ impl Default for CodeLimits {
             memory_bytes: 64 * 1024 * 1024,
             max_instructions: 500_000_000,
             max_calls: 100,
-            max_concurrent: 8,
+            max_concurrent: 16,
             max_output_bytes: 1024 * 1024,
             max_log_lines: 100,
         }

@@ -99,7 +99,7 @@ pub fn context_table(vm: &Vm, env: &super::CallEnv<'_>, config: &Map<String, Jso
             }
             let outcome = registry.call(&name, params, &options);
             st.check()?;
-            match outcome.map_err(|e| e.to_string()).and_then(|out| crate::code::outcome::inner_value(&out)) {
+            match outcome.map_err(|e| e.to_string()).and_then(crate::code::outcome::inner_value) {
                 Ok(value) => convert::to_lua(lua, &value),
                 Err(message) => Err(fail(format!("context.call: tool '{name}' failed: {message}"))),
             }

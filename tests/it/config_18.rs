@@ -49,7 +49,7 @@ fn config_18_defaults_when_absent() {
     assert_eq!(limits.timeout, Duration::from_secs(30));
     assert_eq!(limits.memory_bytes, 64 * 1024 * 1024);
     assert_eq!(limits.max_instructions, 500_000_000);
-    assert_eq!((limits.max_calls, limits.max_concurrent), (100, 8));
+    assert_eq!((limits.max_calls, limits.max_concurrent), (100, 16));
     assert_eq!((limits.max_output_bytes, limits.max_log_lines), (1024 * 1024, 100));
     let cm = &config.code_mode;
     assert!(cm.enabled && !cm.allow_private);
