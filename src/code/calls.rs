@@ -32,6 +32,12 @@ pub struct Slot {
     /// The script line that started it: where a failure is reported (the line of the await
     /// can be lost to a tail call, as in `return x.y({}):await()`).
     pub line: Option<i64>,
+    /// Its gate: the upstream server, or ctx's own tools.
+    group: String,
+    /// What its arguments count against the run's memory until it has run.
+    args_bytes: usize,
+    /// Its parameters while it is put off (see [`Calls::start`]).
+    deferred: Mutex<Option<Json>>,
     done: Mutex<Option<Done>>,
     /// What its result counts against the run's memory until the script takes it.
     held_bytes: AtomicUsize,
@@ -86,6 +92,8 @@ pub struct Calls {
     /// Bytes of arguments and results the run's calls hold in Rust, outside the Lua memory
     /// cap: bounded by that cap too, so 100 calls of 16 MiB each cannot pile up.
     held: Arc<AtomicUsize>,
+    /// The call put off last, not yet started.
+    waiting: Mutex<Option<Arc<Slot>>>,
 }
 
 /// Why a call was not started.
@@ -117,6 +125,7 @@ impl Calls {
             trace: Arc::new(Mutex::new(Vec::new())),
             tripped: Mutex::new(None),
             held: Arc::new(AtomicUsize::new(0)),
+            waiting: Mutex::new(None),
         }
     }
 
@@ -176,6 +185,9 @@ impl Calls {
             tool: tool.to_string(),
             path: path.to_string(),
             line,
+            group: group.to_string(),
+            args_bytes: size,
+            deferred: Mutex::new(None),
             done: Mutex::new(None),
             held_bytes: AtomicUsize::new(0),
             ready: Condvar::new(),
@@ -185,21 +197,59 @@ impl Calls {
         let id = slots.len();
         slots.push(Arc::clone(&slot));
         drop(slots);
+        if self.registry.is_async(tool) {
+            self.dispatch(&slot, params);
+        } else {
+            // Put off until the script awaits it (then it may run right here, with no thread
+            // hand-off) or does anything else: another call, a blocking host call, or a few
+            // hundred instructions of its own (the hook) start it on the runtime.
+            self.flush();
+            *lock(&slot.deferred) = Some(params);
+            *lock(&self.waiting) = Some(slot);
+            self.state.defer();
+        }
+        Ok(id)
+    }
 
-        let gate = self.gate(group);
+    /// Starts `slot`'s call on the runtime, behind its group's gate.
+    fn dispatch(&self, slot: &Arc<Slot>, params: Json) {
+        let gate = self.gate(&slot.group);
         let registry = Arc::clone(&self.registry);
-        let mut options = self.options.clone();
-        options.cancel = slot.cancel.clone();
-        let (name, on_task) = (tool.to_string(), Arc::clone(&slot));
-        let report = self.reporter();
-        let (held, cap) = (Arc::clone(&self.held), self.limits.memory_bytes);
+        let options = self.options_for(slot);
+        let (name, on_task) = (slot.tool.clone(), Arc::clone(slot));
+        let (conclude, held) = (self.concluder(), Arc::clone(&self.held));
         let task = self.handle.spawn(async move {
             // Queued time is not the call's: its own timeout starts inside `call_async`.
             let _permit = gate.acquire_owned().await;
             let started = Instant::now();
             let result = registry.call_async(name, params, options).await;
-            held.fetch_sub(size, Ordering::Relaxed);
-            let elapsed = started.elapsed();
+            held.fetch_sub(on_task.args_bytes, Ordering::Relaxed);
+            conclude(&on_task, result, started.elapsed());
+        });
+        *lock(&slot.abort) = Some(task.abort_handle());
+    }
+
+    /// Starts the call put off last, if there is one.
+    pub fn flush(&self) {
+        let Some(slot) = lock(&self.waiting).take() else { return };
+        let params = lock(&slot.deferred).take();
+        if let Some(params) = params {
+            self.dispatch(&slot, params);
+        }
+    }
+
+    fn options_for(&self, slot: &Slot) -> CallOptions {
+        let mut options = self.options.clone();
+        options.cancel = slot.cancel.clone();
+        options
+    }
+
+    /// What concludes a finished call: counts its result against the run's memory, stores it,
+    /// and (when it is the one stored) traces it and reports progress.
+    fn concluder(&self) -> impl Fn(&Slot, Result<Output, CallError>, Duration) + Send + 'static {
+        let report = self.reporter();
+        let (held, cap) = (Arc::clone(&self.held), self.limits.memory_bytes);
+        move |slot, result, elapsed| {
             let bytes = match &result {
                 Ok(output) => super::outcome::size_of(output),
                 Err(_) => 0,
@@ -210,19 +260,17 @@ impl Calls {
                 Ok(_) if !reserve(&held, bytes * 2, cap) => Err(CallError::ResultTooLarge(format!(
                     "tool '{}' returned {bytes} bytes, more than the script's memory limit of {} MiB leaves for results; \
                      ask for less (a limit or a filter parameter)",
-                    on_task.tool,
+                    slot.tool,
                     cap / (1024 * 1024)
                 ))),
                 Ok(output) => {
-                    on_task.held_bytes.store(bytes * 2, Ordering::Relaxed);
+                    slot.held_bytes.store(bytes * 2, Ordering::Relaxed);
                     Ok(output)
                 }
                 other => other,
             };
-            on_task.finish(result, |result| report(&on_task, result, elapsed, bytes));
-        });
-        *lock(&slot.abort) = Some(task.abort_handle());
-        Ok(id)
+            slot.finish(result, |result| report(slot, result, elapsed, bytes));
+        }
     }
 
     /// The call the script knows by `id`.
@@ -264,7 +312,10 @@ impl Calls {
     /// Blocks until `slot` has its result, or the run must stop (its deadline, the caller
     /// went away, a limit): then the error that stops it.
     /// The script takes the result once (the prelude keeps what it got for a second await).
-    pub fn wait(&self, slot: &Slot) -> mlua::Result<Result<Output, CallError>> {
+    pub fn wait(&self, slot: &Arc<Slot>) -> mlua::Result<Result<Output, CallError>> {
+        self.run_here(slot);
+        // Whatever else was put off starts now: this thread is about to wait.
+        self.flush();
         let mut done = lock(&slot.done);
         loop {
             match done.take() {
@@ -285,9 +336,31 @@ impl Calls {
         }
     }
 
+    /// Runs `slot`'s call on this thread when it is the one put off and its tool can finish
+    /// it without blocking; else starts it on the runtime.
+    fn run_here(&self, slot: &Arc<Slot>) {
+        let mine = {
+            let mut waiting = lock(&self.waiting);
+            match waiting.as_ref() {
+                Some(w) if Arc::ptr_eq(w, slot) => waiting.take(),
+                _ => None,
+            }
+        };
+        let Some(params) = mine.and_then(|slot| lock(&slot.deferred).take()) else { return };
+        let started = Instant::now();
+        match self.registry.try_inline(&slot.tool, params, &self.options_for(slot)) {
+            Ok(result) => {
+                self.held.fetch_sub(slot.args_bytes, Ordering::Relaxed);
+                (self.concluder())(slot, result, started.elapsed());
+            }
+            Err(params) => self.dispatch(slot, params),
+        }
+    }
+
     /// Waits for the calls the script started and never awaited (a message it posted and did
     /// not need the answer of): their effects are part of the run.
     pub fn settle(&self) -> mlua::Result<()> {
+        self.flush();
         let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
         for slot in slots {
             let mut done = lock(&slot.done);
@@ -303,6 +376,12 @@ impl Calls {
     /// Cancels every call still in flight: an upstream gets `notifications/cancelled`, a Lua
     /// tool stops at its next check. Each is traced as cancelled.
     pub fn cancel_all(&self) {
+        // The call put off never starts.
+        if let Some(slot) = lock(&self.waiting).take() {
+            if lock(&slot.deferred).take().is_some() {
+                self.held.fetch_sub(slot.args_bytes, Ordering::Relaxed);
+            }
+        }
         let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
         for slot in slots {
             if lock(&slot.done).is_some() {

@@ -149,7 +149,16 @@ impl Runner {
             env.progress.clone(),
             Arc::clone(vm.state()),
         ));
+        // The call a script put off starts when the run goes on without awaiting it (see
+        // `Calls::start`). A weak reference: the run state must not keep the calls alive.
+        let weak = Arc::downgrade(&calls);
+        vm.state().set_deferred_work(Some(Arc::new(move || {
+            if let Some(calls) = weak.upgrade() {
+                calls.flush();
+            }
+        })));
         let result = self.run_in(&vm, &calls, script);
+        vm.state().set_deferred_work(None);
         if result.is_err() {
             calls.cancel_all();
         }

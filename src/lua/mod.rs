@@ -192,7 +192,15 @@ pub struct RunState {
     /// no budget). Counted by the deadline hook, so in steps of its interval.
     instructions_left: AtomicU64,
     instruction_limit: AtomicU64,
+    /// Work the run has put off that must start before the run goes on for long or blocks
+    /// (code mode's last started call, see `code::calls`): run by the hook and before any
+    /// blocking host call.
+    deferred: AtomicBool,
+    on_deferred: Mutex<Option<DeferredWork>>,
 }
+
+/// What [`RunState::defer`] runs.
+pub type DeferredWork = Arc<dyn Fn() + Send + Sync>;
 
 /// One `progress(done, total?, message?)` call from a script.
 #[derive(Clone, Debug, PartialEq)]
@@ -223,6 +231,8 @@ impl RunState {
             log_limit: std::sync::atomic::AtomicU32::new(api::log::LINES_PER_RUN),
             instructions_left: AtomicU64::new(u64::MAX),
             instruction_limit: AtomicU64::new(u64::MAX),
+            deferred: AtomicBool::new(false),
+            on_deferred: Mutex::new(None),
         };
         state.set_deadline(Instant::now() + limits.timeout);
         state
@@ -343,8 +353,32 @@ impl RunState {
         Some(self.instruction_limit.load(Ordering::Relaxed)).filter(|&n| n != u64::MAX)
     }
 
+    /// Sets the work [`RunState::defer`] marks as due (`None` at the end of the run: the work
+    /// may hold the run's own state).
+    pub fn set_deferred_work(&self, work: Option<DeferredWork>) {
+        self.deferred.store(false, Ordering::SeqCst);
+        *lock(&self.on_deferred) = work;
+    }
+
+    /// Marks the deferred work as due: it runs at the hook's next check, or before the next
+    /// blocking host call, whichever comes first.
+    pub fn defer(&self) {
+        self.deferred.store(true, Ordering::SeqCst);
+    }
+
+    /// Runs the deferred work now, if it is due.
+    pub fn run_deferred(&self) {
+        if self.deferred.swap(false, Ordering::SeqCst) {
+            let work = lock(&self.on_deferred).clone();
+            if let Some(work) = work {
+                work();
+            }
+        }
+    }
+
     /// Reports what the ending run dropped, and readies the counters for the next one.
     pub(crate) fn end_run(&self) {
+        self.set_deferred_work(None);
         self.log_limit.store(api::log::LINES_PER_RUN, Ordering::Relaxed);
         self.instructions_left.store(u64::MAX, Ordering::Relaxed);
         self.instruction_limit.store(u64::MAX, Ordering::Relaxed);
@@ -385,6 +419,7 @@ impl RunState {
         if self.inline.load(Ordering::Relaxed) {
             self.kill(Kill::Escalate);
         }
+        self.run_deferred();
         self.check()
     }
 }
@@ -646,6 +681,9 @@ fn set_hook(lua: &Lua, state: &Arc<RunState>, every: u32) -> mlua::Result<()> {
     lua.set_global_hook(HookTriggers::new().every_nth_instruction(every), move |_, _| {
         if !hook_state.spend_instructions(u64::from(every)) {
             hook_state.kill(Kill::Instructions);
+        }
+        if hook_state.deferred.load(Ordering::Relaxed) {
+            hook_state.run_deferred();
         }
         hook_state.check().map(|_| VmState::Continue)
     })

@@ -342,6 +342,44 @@ impl Registry {
         Some(CallError::from_upstream(name, std::time::Duration::ZERO, down))
     }
 
+    /// A call run right here if the tool can finish it without blocking ([`Tool::run_inline`]):
+    /// its result, logged like any call. `Err` gives the parameters back when it cannot, and
+    /// the caller makes the call through [`Registry::call_async`] instead (code mode's inner
+    /// calls, awaited as soon as they are made, skip two thread hand-offs this way).
+    pub fn try_inline(
+        self: &Arc<Self>,
+        name: &str,
+        params: Json,
+        options: &CallOptions,
+    ) -> Result<Result<Output, CallError>, Json> {
+        let started = Instant::now();
+        let (tool, params) = match self.prepare(name, params, options) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                let result = Err(e);
+                log_call(name, options, started, &result);
+                return Ok(result);
+            }
+        };
+        if tool.as_async().is_some() || stuck::quarantined(stuck::identity(&tool)).is_some() {
+            return Err(params);
+        }
+        let inline =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.run_inline(&params, &self.env(name, options))));
+        let result = match inline {
+            Ok(Some(result)) => result,
+            Ok(None) => return Err(params),
+            Err(_) => Err(crashed(name, "panic in an inline run")),
+        };
+        log_call(name, options, started, &result);
+        Ok(result)
+    }
+
+    /// Whether `name` is a tool whose calls are futures (an upstream server's).
+    pub fn is_async(&self, name: &str) -> bool {
+        self.index.get(name).is_some_and(|&i| self.tools[i].as_async().is_some())
+    }
+
     /// [`Registry::call`] for async callers: the one call path of REST, MCP and code mode's
     /// inner calls. A tool that waits on another process runs as a future right here; any
     /// other first gets a short inline run on this thread ([`Tool::run_inline`]), and what
