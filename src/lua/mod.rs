@@ -195,7 +195,8 @@ pub struct RunState {
     /// Work the run has put off that must start before the run goes on for long or blocks
     /// (code mode's last started call, see `code::calls`): run by the hook and before any
     /// blocking host call.
-    deferred: AtomicBool,
+    /// 0: nothing put off; 1: put off, due at the hook's check after next; 2: due at its next.
+    deferred: AtomicU8,
     on_deferred: Mutex<Option<DeferredWork>>,
 }
 
@@ -231,7 +232,7 @@ impl RunState {
             log_limit: std::sync::atomic::AtomicU32::new(api::log::LINES_PER_RUN),
             instructions_left: AtomicU64::new(u64::MAX),
             instruction_limit: AtomicU64::new(u64::MAX),
-            deferred: AtomicBool::new(false),
+            deferred: AtomicU8::new(0),
             on_deferred: Mutex::new(None),
         };
         state.set_deadline(Instant::now() + limits.timeout);
@@ -356,19 +357,27 @@ impl RunState {
     /// Sets the work [`RunState::defer`] marks as due (`None` at the end of the run: the work
     /// may hold the run's own state).
     pub fn set_deferred_work(&self, work: Option<DeferredWork>) {
-        self.deferred.store(false, Ordering::SeqCst);
+        self.deferred.store(0, Ordering::SeqCst);
         *lock(&self.on_deferred) = work;
     }
 
-    /// Marks the deferred work as due: it runs at the hook's next check, or before the next
-    /// blocking host call, whichever comes first.
+    /// Marks the deferred work as due: it runs once the script has gone on for at least one
+    /// hook interval (a few hundred instructions), or before the next blocking host call,
+    /// whichever comes first.
     pub fn defer(&self) {
-        self.deferred.store(true, Ordering::SeqCst);
+        self.deferred.store(1, Ordering::SeqCst);
     }
 
-    /// Runs the deferred work now, if it is due.
+    /// At a hook check: the deferred work runs at the second check after it was put off.
+    fn tick_deferred(&self) {
+        if self.deferred.compare_exchange(1, 2, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            self.run_deferred();
+        }
+    }
+
+    /// Runs the deferred work now, if any is put off.
     pub fn run_deferred(&self) {
-        if self.deferred.swap(false, Ordering::SeqCst) {
+        if self.deferred.swap(0, Ordering::SeqCst) != 0 {
             let work = lock(&self.on_deferred).clone();
             if let Some(work) = work {
                 work();
@@ -682,8 +691,8 @@ fn set_hook(lua: &Lua, state: &Arc<RunState>, every: u32) -> mlua::Result<()> {
         if !hook_state.spend_instructions(u64::from(every)) {
             hook_state.kill(Kill::Instructions);
         }
-        if hook_state.deferred.load(Ordering::Relaxed) {
-            hook_state.run_deferred();
+        if hook_state.deferred.load(Ordering::Relaxed) != 0 {
+            hook_state.tick_deferred();
         }
         hook_state.check().map(|_| VmState::Continue)
     })

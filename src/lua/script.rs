@@ -60,7 +60,11 @@ impl Vm {
     /// `name:line`.
     pub fn run_source(&self, name: &str, source: &[u8]) -> Result<Value, ScriptError> {
         let source = runnable(source).into_owned();
-        self.run_chunk(format!("={name}"), None, &source)
+        let name = format!("={name}");
+        // Agents send the same small scripts again and again: those are compiled once, by ctx,
+        // from their text (the cache bounds its memory by what it keeps of each).
+        let code = (source.len() <= CACHED_SOURCE).then(|| compiled(self.lua(), &name, &source)).flatten();
+        self.run_chunk(name, code.as_deref().map(|c| &c[..]), &source)
     }
 
     /// Runs a script's main chunk in the run's globals: its bytecode when it compiled, else its
@@ -250,6 +254,10 @@ type Cache = Mutex<HashMap<(String, Vec<u8>), Arc<Vec<u8>>>>;
 
 /// The most scripts kept compiled; the cache is simply cleared when full.
 const CACHE_ENTRIES: usize = 256;
+
+/// The longest client-sent script whose bytecode is kept (see [`Vm::run_source`]): the cache
+/// holds at most [`CACHE_ENTRIES`] of them.
+const CACHED_SOURCE: usize = 16 * 1024;
 
 /// The bytecode of `source`, compiled on first use; `None` if it does not compile (the text path
 /// then reports the syntax error with its line).

@@ -364,8 +364,9 @@ impl Registry {
         if tool.as_async().is_some() || stuck::quarantined(stuck::identity(&tool)).is_some() {
             return Err(params);
         }
-        let inline =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.run_inline(&params, &self.env(name, options))));
+        let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tool.run_inline(&params, &self.env(name, options))
+        }));
         let result = match inline {
             Ok(Some(result)) => result,
             Ok(None) => return Err(params),
