@@ -265,26 +265,17 @@ impl Runner {
             "list_servers",
             lua.create_function(move |lua, ()| convert::to_lua(lua, &catalog.list_servers()))?,
         )?;
-        let catalog = Arc::clone(&self.catalog);
-        env.raw_set(
-            "list_tools",
-            lua.create_function(move |lua, server: mlua::LuaString| {
-                catalog
-                    .list_tools(&short("list_tools", &server)?)
+        // One name in, one JSON answer out; names bounded before any work is done.
+        let lookup = |name: &'static str, answer: fn(&Catalog, &str) -> Result<Json, String>| {
+            let catalog = Arc::clone(&self.catalog);
+            lua.create_function(move |lua, text: mlua::LuaString| {
+                answer(&catalog, &short(name, &text)?)
                     .map_err(mlua::Error::RuntimeError)
                     .and_then(|j| convert::to_lua(lua, &j))
-            })?,
-        )?;
-        let catalog = Arc::clone(&self.catalog);
-        env.raw_set(
-            "describe_tool",
-            lua.create_function(move |lua, name: mlua::LuaString| {
-                catalog
-                    .describe_tool(&short("describe_tool", &name)?)
-                    .map_err(mlua::Error::RuntimeError)
-                    .and_then(|j| convert::to_lua(lua, &j))
-            })?,
-        )?;
+            })
+        };
+        env.raw_set("list_tools", lookup("list_tools", |c, server| c.list_tools(server))?)?;
+        env.raw_set("describe_tool", lookup("describe_tool", |c, name| c.describe_tool(name))?)?;
         let catalog = Arc::clone(&self.catalog);
         env.raw_set(
             "search_tools",

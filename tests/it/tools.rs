@@ -29,6 +29,12 @@ impl Fixture {
 
 /// A workspace with the sample corpus indexed, `tools_toml` appended to its config and each
 /// `(file, text)` written under `tools/`.
+/// A full listing: the built-ins (code mode's included), then `rest`.
+pub fn listed(rest: &[&'static str]) -> Vec<&'static str> {
+    let builtins = ctx::tools::BUILTINS.into_iter().chain(ctx::config::code_mode::CODE_MODE_TOOLS);
+    builtins.chain(rest.iter().copied()).collect()
+}
+
 pub fn fixture(tools_toml: &str, scripts: &[(&str, &str)]) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -160,23 +166,7 @@ fn listing_is_ordered_complete_and_free_of_config_values() {
     assert!(f.registry.problems().is_empty(), "{:?}", f.registry.problems());
     let listing = serde_json::to_value(f.registry.listing()).unwrap();
     let names: Vec<&str> = listing["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        [
-            "search",
-            "get",
-            "sources",
-            "execute",
-            "list_servers",
-            "list_tools",
-            "describe_tool",
-            "search_tools",
-            "create-jira-ticket",
-            "echo",
-            "find-runbook",
-            "nested"
-        ]
-    );
+    assert_eq!(names, crate::tools::listed(&["create-jira-ticket", "echo", "find-runbook", "nested"]));
     let text = listing.to_string();
     for secret in ["s3cret-token-value", "another-s3cret", "bot@example.com", "hello"] {
         assert!(!text.contains(secret), "config value {secret:?} leaked into the listing");
@@ -437,21 +427,7 @@ fn shadowing_duplicates_and_broken_scripts_are_reported_while_the_rest_load() {
         ],
     );
     let names: Vec<String> = f.registry.specs().map(|s| s.name.clone()).collect();
-    assert_eq!(
-        names,
-        [
-            "search",
-            "get",
-            "sources",
-            "execute",
-            "list_servers",
-            "list_tools",
-            "describe_tool",
-            "search_tools",
-            "dup",
-            "good"
-        ]
-    );
+    assert_eq!(names, crate::tools::listed(&["dup", "good"]));
     assert_eq!(f.ok("dup", json!({}))["from"], "dup");
     assert_eq!(f.ok("good", json!({}))["from"], "good");
     // The built-in search is still the built-in.
@@ -819,10 +795,7 @@ fn ctx_tool_cli_init_test_and_list() {
     .unwrap();
     let listed = ws.ctx(&["tool", "list", "--json"]).json();
     let names: Vec<&str> = listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        ["search", "get", "sources", "execute", "list_servers", "list_tools", "describe_tool", "search_tools", "hello"]
-    );
+    assert_eq!(names, crate::tools::listed(&["hello"]));
     assert_eq!(listed["problems"][0]["name"], "broken");
     assert!(!listed.to_string().contains("zzz-hidden"));
     let text = ws.ctx(&["tool", "list"]).ok();
