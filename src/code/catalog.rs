@@ -320,16 +320,13 @@ impl Catalog {
     /// (the first few, then how many more).
     pub fn execute_description(&self) -> String {
         let mut out = String::from(
-            "Run a Lua 5.4 script that calls many tools in one round trip, in a sandbox with time, memory and \
-             call limits. Intermediate results stay in the script; only what it returns reaches you.\n\n\
-             Script: call a tool as `server.tool({arg = value}):await()`; ctx's own tools are under `ctx` \
-             (`ctx.search({query = \"...\"}):await()`), a name that is not a Lua identifier as \
-             `mcp[\"server\"][\"tool\"]`. Calls started before awaiting run concurrently; `await_all({a, b})` \
-             awaits several. Return with `result(value)` or `return value`. `pcall` catches a failed call \
-             (`err.tool`, `err.message`).\n\n\
-             Discovery: `list_servers`, `list_tools`, `describe_tool` (a tool's Lua signature and example) and \
-             `search_tools` (full-text search). They are tools you can call directly, and Lua globals inside \
-             scripts.\n\n",
+            // Every byte here reaches the model in every session: keep it lean.
+            "Run a Lua 5.4 script that calls many tools in one round trip; only what it returns reaches you. \
+             Call `server.tool({arg = value}):await()` (ctx's own: `ctx.search({query = \"...\"}):await()`; \
+             other names: `mcp[\"server\"][\"tool\"]`). Calls started before awaiting run concurrently; \
+             `await_all({a, b})`. End with `result(value)` or `return value`; `pcall` catches a failed call \
+             (`err.message`). Find tools with `search_tools`, `list_servers`, `list_tools`, `describe_tool` \
+             (tools, and globals in scripts).\n",
         );
         let groups: Vec<String> = self
             .layout

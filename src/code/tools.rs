@@ -95,13 +95,13 @@ fn script_spec(name: &str, description: String, runner: &Runner) -> ToolSpec {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": MAX_SCRIPT_BYTES,
-                "description": "Lua 5.4 source. Call tools as functions that return pending calls, e.g. local r = ctx.search({query = \"x\"}):await(); end with result(value) or return value."
+                "description": "Lua 5.4 source."
             },
             "timeout": {
                 "type": "number",
                 "exclusiveMinimum": 0,
                 "maximum": most,
-                "description": format!("Seconds the whole script may run, inner calls included (at most {most})."),
+                "description": format!("Seconds, at most {most}."),
             }
         }
     });
