@@ -1336,6 +1336,33 @@ mod tests {
         assert!(full.contains("query: string"));
     }
 
+    /// The worst a script can hand discovery (names are cut at 1024 bytes before they get
+    /// here): 3000 tools in 150 servers, and keys made of dots (every split is tried), of one
+    /// letter (every tool is compared), and FTS5 syntax. Each answers, none errors into a
+    /// panic; the time each took is printed for the audit in `lua/bounds.rs`.
+    #[test]
+    fn code_18_discovery_answers_worst_case_keys_over_3000_tools() {
+        let tools: Vec<ToolSpec> = (0..3000)
+            .map(|i| simple(Some(&format!("server.{:03}", i / 20)), &format!("tool_{i}"), "Does a thing."))
+            .collect();
+        let catalog = Catalog::new(&tools);
+        let dots = ".a".repeat(512);
+        let letters = "a".repeat(1024);
+        let near = "tool_".repeat(204);
+        let fts = "\"NEAR( * - : ^ ".repeat(64);
+        for key in [dots.as_str(), letters.as_str(), near.as_str(), fts.as_str()] {
+            let started = std::time::Instant::now();
+            assert!(catalog.describe_tool(key).is_err());
+            let described = started.elapsed();
+            let started = std::time::Instant::now();
+            assert!(catalog.search_tools(key, 50).is_ok());
+            let searched = started.elapsed();
+            let started = std::time::Instant::now();
+            assert!(catalog.list_tools(key).is_err());
+            println!("{} bytes: describe {described:?}, search {searched:?}, list {:?}", key.len(), started.elapsed());
+        }
+    }
+
     #[test]
     fn code_18_execute_description_stays_short_with_3000_tools() {
         let tools: Vec<ToolSpec> = (0..3000)

@@ -132,19 +132,25 @@ pub fn truncate(value: Json, limit: usize) -> (Json, Option<Cut>) {
     if original <= limit {
         return (value, None);
     }
-    let cut = shrink(value, limit.max(SMALLEST));
+    let (cut, _) = shrink(value, limit.max(SMALLEST));
     (cut, Some(Cut { limit_bytes: limit, original_bytes: original }))
 }
 
+/// The size of `value` as JSON, counted without building the text.
 fn size(value: &Json) -> usize {
-    serde_json::to_vec(value).map(|v| v.len()).unwrap_or(0)
+    let mut counter = Counter(0);
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
 }
 
-fn shrink(value: Json, budget: usize) -> Json {
+/// `value` cut to about `budget` bytes, and its exact size as JSON. Each part's size is
+/// counted once, as it is built, so cutting costs O(what is kept), however deep the value.
+fn shrink(value: Json, budget: usize) -> (Json, usize) {
     match value {
         Json::String(s) => {
-            if s.len() + 2 <= budget {
-                return Json::String(s);
+            let whole = 2 + escaped_len(&s);
+            if whole <= budget {
+                return (Json::String(s), whole);
             }
             let keep = budget.saturating_sub(SMALLEST);
             // JSON escaping can make the kept text longer than its bytes; cut on the escaped
@@ -152,18 +158,16 @@ fn shrink(value: Json, budget: usize) -> Json {
             let mut end = 0;
             let mut escaped = 0;
             for (i, c) in s.char_indices() {
-                let width = match c {
-                    '"' | '\\' => 2,
-                    c if (c as u32) < 0x20 => 6,
-                    c => c.len_utf8(),
-                };
+                let width = char_width(c);
                 if escaped + width > keep {
                     break;
                 }
                 escaped += width;
                 end = i + c.len_utf8();
             }
-            Json::String(format!("{}… [{} more bytes cut]", &s[..end], s.len() - end))
+            let cut = Json::String(format!("{}… [{} more bytes cut]", &s[..end], s.len() - end));
+            let cut_size = size(&cut);
+            (cut, cut_size)
         }
         Json::Array(items) => {
             let total = items.len();
@@ -174,36 +178,58 @@ fn shrink(value: Json, budget: usize) -> Json {
                 if left < SMALLEST {
                     break;
                 }
-                let item = shrink(item, left);
-                used += size(&item) + 1;
+                let (item, item_size) = shrink(item, left);
+                used += item_size + usize::from(!kept.is_empty());
                 kept.push(item);
             }
             let more = total - kept.len();
             if more > 0 {
-                kept.push(Json::String(format!("… {more} more item(s) cut")));
+                let marker = Json::String(format!("… {more} more item(s) cut"));
+                used += size(&marker) + usize::from(!kept.is_empty());
+                kept.push(marker);
             }
-            Json::Array(kept)
+            (Json::Array(kept), used)
         }
         Json::Object(map) => {
             let total = map.len();
             let mut kept = Map::new();
             let mut used = 2;
             for (key, item) in map {
-                let left = budget.saturating_sub(used + key.len() + 4 + SMALLEST);
+                let key_size = 2 + escaped_len(&key) + 1;
+                let left = budget.saturating_sub(used + key_size + 1 + SMALLEST);
                 if left < SMALLEST {
                     break;
                 }
-                let item = shrink(item, left);
-                used += key.len() + 4 + size(&item);
+                let (item, item_size) = shrink(item, left);
+                used += key_size + item_size + usize::from(!kept.is_empty());
                 kept.insert(key, item);
             }
             let more = total - kept.len();
             if more > 0 {
-                kept.insert("…".to_string(), Json::String(format!("{more} more key(s) cut")));
+                let marker = Json::String(format!("{more} more key(s) cut"));
+                used += 2 + escaped_len("…") + 1 + size(&marker) + usize::from(!kept.is_empty());
+                kept.insert("…".to_string(), marker);
             }
-            Json::Object(kept)
+            (Json::Object(kept), used)
         }
-        other => other,
+        other => {
+            let other_size = size(&other);
+            (other, other_size)
+        }
+    }
+}
+
+/// The bytes `text` takes inside a JSON string, quotes left out.
+fn escaped_len(text: &str) -> usize {
+    text.chars().map(char_width).sum()
+}
+
+/// The bytes one character takes inside a JSON string (as serde_json writes it).
+fn char_width(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
     }
 }
 
@@ -226,6 +252,30 @@ mod tests {
         let rows = cut["rows"].as_array().unwrap();
         assert!(rows[0]["id"] == 0 && rows.len() > 2);
         assert!(rows.last().unwrap().as_str().unwrap().contains("more item(s) cut"));
+    }
+
+    #[test]
+    fn code_18_shrink_counts_the_size_it_builds() {
+        let value = json!({"a\"b": ["x\n\u{1}y".repeat(300), 1, null, {"k": "é".repeat(400)}], "z": [1, 2, 3]});
+        for budget in [64, 200, 500, 1000, 5000] {
+            let (cut, counted) = shrink(value.clone(), budget);
+            assert_eq!(counted, serde_json::to_vec(&cut).unwrap().len(), "budget {budget}: {cut}");
+        }
+    }
+
+    /// The worst a result can be for cutting: nested as deep as conversion allows (128), with
+    /// a long text at every level, 60 MB in all. Each level is counted once.
+    #[test]
+    fn code_18_cutting_a_deep_result_counts_each_level_once() {
+        let mut value = json!("end");
+        for _ in 0..127 {
+            value = json!([value, "x".repeat(480_000)]);
+        }
+        let started = std::time::Instant::now();
+        let (cut, what) = truncate(value, 1024 * 1024);
+        println!("cut 60 MB nested 128 deep to 1 MiB in {:?}", started.elapsed());
+        assert!(what.is_some());
+        assert!(size(&cut) <= 1024 * 1024, "{}", size(&cut));
     }
 
     #[test]

@@ -124,19 +124,30 @@ impl ScriptInfo {
     }
 }
 
-/// Stops a running script from another thread: the caller went away.
+/// Stops a running script from another thread: the caller went away. A handle made by
+/// [`CancelHandle::until`] also reads as cancelled once its deadline passes.
 #[derive(Clone, Debug, Default)]
-pub struct CancelHandle(Arc<AtomicBool>);
+pub struct CancelHandle {
+    flag: Arc<AtomicBool>,
+    deadline: Option<Instant>,
+}
 
 impl CancelHandle {
     pub fn new() -> Self {
         Self::default()
     }
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.flag.store(true, Ordering::SeqCst);
     }
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.flag.load(Ordering::SeqCst) || self.deadline.is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// The same handle, also cancelled at `at`: what a script hands a call it blocks on
+    /// (`context.call`), so the callee stops when the caller's own deadline passes.
+    pub fn until(&self, at: Instant) -> CancelHandle {
+        let deadline = Some(self.deadline.map_or(at, |own| own.min(at)));
+        CancelHandle { flag: Arc::clone(&self.flag), deadline }
     }
 }
 

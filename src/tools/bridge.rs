@@ -78,8 +78,16 @@ pub fn context_table(vm: &Vm, env: &super::CallEnv<'_>, config: &Map<String, Jso
     let (registry, options, st) = (std::sync::Arc::clone(&env.registry), env.inner_options(), Arc::clone(&state));
     context.raw_set(
         "call",
-        api::function(lua, "context.call", move |lua, (name, params): (String, Value)| {
+        api::function(lua, "context.call", move |lua, (name, params): (mlua::LuaString, Value)| {
             st.check_blocking()?;
+            // Refused before it is copied: a tool name is at most 64 bytes.
+            if name.as_bytes().len() > MAX_TOOL_NAME {
+                return Err(fail(format!(
+                    "context.call: the tool name is {} bytes long; tool names have at most {MAX_TOOL_NAME}",
+                    name.as_bytes().len()
+                )));
+            }
+            let name = name.to_string_lossy();
             let params = match &params {
                 Value::Nil => Json::Object(Map::new()),
                 Value::Table(_) => {
@@ -97,6 +105,9 @@ pub fn context_table(vm: &Vm, env: &super::CallEnv<'_>, config: &Map<String, Jso
             if let Some(refusal) = crate::code::refused_in_script(&registry, &options.chain, &name) {
                 return Err(fail(format!("context.call: {refusal}")));
             }
+            // The callee blocks this script: it stops when this script's own deadline passes.
+            let mut options = options.clone();
+            options.cancel = options.cancel.until(st.deadline());
             let outcome = registry.call(&name, params, &options);
             st.check()?;
             match outcome.map_err(|e| e.to_string()).and_then(crate::code::outcome::inner_value) {
@@ -109,6 +120,9 @@ pub fn context_table(vm: &Vm, env: &super::CallEnv<'_>, config: &Map<String, Jso
     context.raw_set("config", convert::to_lua(lua, &Json::Object(config.clone()))?)?;
     Ok(context)
 }
+
+/// The longest tool name `context.call` looks up (registry names are at most 64 bytes).
+const MAX_TOOL_NAME: usize = 256;
 
 /// Largest parameter table `context.call` passes on, as JSON.
 const CALL_ARG_BUDGET: usize = 4 * 1024 * 1024;

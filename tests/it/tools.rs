@@ -852,3 +852,35 @@ fn code_18_context_call_chains_tools_and_bounds_recursion() {
     assert!(err.contains("it would be running 3 times at once"), "{err}");
     assert!(err.contains("chain: chain → chain → chain"), "{err}");
 }
+
+const WAITER: &str = r#"
+tool = {
+  name = "waiter",
+  description = "Calls a slow tool through context.call.",
+  parameters = { { name = "name", type = "string", default = "slow" } },
+  execute = function(params, context)
+    return context.call(params.name, {})
+  end,
+}
+"#;
+
+const SLOW: &str = r#"
+tool = { name = "slow", description = "Sleeps 10 s." }
+function tool.execute() sleep(10) return "late" end
+"#;
+
+/// `context.call` blocks its caller, so the callee stops at the caller's deadline (1 s here),
+/// not at its own (20 s); and a huge tool name is refused before it is copied.
+#[test]
+fn code_18_context_call_holds_the_callers_deadline_and_bounds_the_name() {
+    let f = fixture(
+        "[tools.script.waiter]\npath = \"tools/waiter.lua\"\ntimeout = 1\n[tools.script.slow]\npath = \"tools/slow.lua\"\ntimeout = 20\n",
+        &[("waiter.lua", WAITER), ("slow.lua", SLOW)],
+    );
+    let started = std::time::Instant::now();
+    let err = f.err("waiter", json!({}));
+    assert!(started.elapsed() < std::time::Duration::from_secs(6), "ran {:?}: {err}", started.elapsed());
+    assert_eq!(err.to_string(), "tool 'waiter' timed out after 1 second");
+    let err = f.err("waiter", json!({"name": "x".repeat(10_000_000)})).to_string();
+    assert!(err.contains("the tool name is 10000000 bytes long; tool names have at most 256"), "{err}");
+}
