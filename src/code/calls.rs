@@ -1,9 +1,11 @@
-//! The inner calls of one code-mode run. A tool function starts its call at once, on the async
-//! runtime, through the registry's one call path ([`Registry::call_async`]); the script gets a
-//! pending call and blocks only when it awaits one. So calls started before they are awaited
-//! run concurrently, up to [`CodeLimits::max_concurrent`] at a time per upstream server (and per
-//! ctx's own tools): the others wait their turn, and the wait is not part of a call's own
-//! timeout, which starts when the call does.
+//! The inner calls of one code-mode run, all through the registry's one call path. A tool
+//! function returns a pending call at once. An upstream call starts on the async runtime right
+//! away ([`Registry::call_async`]); a call of ctx's own tools is put off until the script
+//! awaits it, when it runs on the script's own thread if it can finish without blocking
+//! ([`Registry::try_inline`]), or until the script does anything else first, when it starts on
+//! the runtime. So calls started before they are awaited run concurrently, up to
+//! [`CodeLimits::max_concurrent`] at a time per upstream server (and per ctx's own tools): the
+//! others wait their turn, and the wait is not part of a call's own timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -49,15 +51,13 @@ pub struct Slot {
 impl Slot {
     /// Stores the result unless the slot has one already; `record` traces it, only when it is
     /// the one stored, so a call that finishes as it is cancelled is traced once.
-    fn finish(&self, result: Result<Output, CallError>, record: impl FnOnce(&Result<Output, CallError>)) -> bool {
+    fn finish(&self, result: Result<Output, CallError>, record: impl FnOnce(&Result<Output, CallError>)) {
         let mut done = lock(&self.done);
-        if done.is_some() {
-            return false;
+        if done.is_none() {
+            record(&result);
+            *done = Some(Done::Result(result));
+            self.ready.notify_all();
         }
-        record(&result);
-        *done = Some(Done::Result(result));
-        self.ready.notify_all();
-        true
     }
 }
 
@@ -71,7 +71,7 @@ enum Done {
 /// Why a run stopped short of finishing by itself.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tripped {
-    /// `max_calls`, `timeout`, `memory`, `max_instructions`, `cancelled`.
+    /// `max_calls`: the one limit the calls themselves enforce (the VM reports the others).
     pub limit: &'static str,
     pub message: String,
 }
@@ -163,7 +163,15 @@ impl Calls {
         group: &str,
         params: Json,
     ) -> Result<usize, Refusal> {
-        let size = serde_json::to_vec(&params).map(|v| v.len()).unwrap_or(0);
+        if self.started() >= self.limits.max_calls {
+            let message = format!(
+                "the script tried to start more than {} tool calls, its max_calls limit; do more per call, or raise max_calls in [code_mode] of ctx.toml",
+                self.limits.max_calls
+            );
+            self.trip("max_calls", message.clone());
+            return Err(Refusal::Stop(message));
+        }
+        let size = super::outcome::json_size(&params);
         if !reserve(&self.held, size, self.limits.memory_bytes) {
             return Err(Refusal::Refuse(format!(
                 "{path}: the script's calls would hold more than its memory limit of {} MiB of arguments and results; \
@@ -172,15 +180,6 @@ impl Calls {
             )));
         }
         let mut slots = lock(&self.slots);
-        if slots.len() >= self.limits.max_calls {
-            drop(slots);
-            let message = format!(
-                "the script tried to start more than {} tool calls, its max_calls limit; do more per call, or raise max_calls in [code_mode] of ctx.toml",
-                self.limits.max_calls
-            );
-            self.trip("max_calls", message.clone());
-            return Err(Refusal::Stop(message));
-        }
         let slot = Arc::new(Slot {
             tool: tool.to_string(),
             path: path.to_string(),
@@ -316,24 +315,26 @@ impl Calls {
         self.run_here(slot);
         // Whatever else was put off starts now: this thread is about to wait.
         self.flush();
-        let mut done = lock(&slot.done);
-        loop {
-            match done.take() {
-                Some(Done::Result(result)) => {
-                    *done = Some(Done::Taken);
-                    self.held.fetch_sub(slot.held_bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
-                    return Ok(result);
-                }
-                Some(Done::Taken) => {
-                    *done = Some(Done::Taken);
-                    return Err(mlua::Error::RuntimeError(format!("{}: this call was already awaited", slot.path)));
-                }
-                None => {}
+        let mut done = self.until_done(slot)?;
+        match done.replace(Done::Taken) {
+            Some(Done::Result(result)) => {
+                self.held.fetch_sub(slot.held_bytes.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+                Ok(result)
             }
+            _ => Err(mlua::Error::RuntimeError(format!("{}: this call was already awaited", slot.path))),
+        }
+    }
+
+    /// `slot`'s outcome once it has one, or the error that stops the run first (its deadline,
+    /// the caller went away, a limit).
+    fn until_done<'s>(&self, slot: &'s Slot) -> mlua::Result<std::sync::MutexGuard<'s, Option<Done>>> {
+        let mut done = lock(&slot.done);
+        while done.is_none() {
             self.state.check()?;
             let wait = self.state.remaining().min(WAKE_EVERY).max(Duration::from_millis(1));
             done = slot.ready.wait_timeout(done, wait).unwrap_or_else(|p| p.into_inner()).0;
         }
+        Ok(done)
     }
 
     /// Runs `slot`'s call on this thread when it is the one put off and its tool can finish
@@ -363,12 +364,7 @@ impl Calls {
         self.flush();
         let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
         for slot in slots {
-            let mut done = lock(&slot.done);
-            while done.is_none() {
-                self.state.check()?;
-                let wait = self.state.remaining().min(WAKE_EVERY).max(Duration::from_millis(1));
-                done = slot.ready.wait_timeout(done, wait).unwrap_or_else(|p| p.into_inner()).0;
-            }
+            drop(self.until_done(&slot)?);
         }
         Ok(())
     }

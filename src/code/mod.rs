@@ -46,24 +46,43 @@ pub fn catalog_prompt(registry: &Registry, scripted: Option<&str>) -> Result<Str
     Ok(catalog.prompt(scripted.unwrap_or("execute")))
 }
 
+/// Code mode's destructive policy: a tool annotated `destructiveHint: true`, or matched by
+/// `[code_mode] destructive`, may not be called on a script's behalf unless `allow_destructive`
+/// matches it. One rule for a script's own calls and for what a Lua tool it called calls in turn.
+#[derive(Clone)]
+pub struct Policy {
+    destructive: globset::GlobSet,
+    allowed: globset::GlobSet,
+}
+
+impl Policy {
+    pub fn new(mode: &crate::config::code_mode::CodeMode) -> Policy {
+        Policy { destructive: mode.destructive_set(), allowed: mode.allow_destructive_set() }
+    }
+
+    /// Why `spec` may not be called from a script, when it may not.
+    pub fn refuses(&self, spec: &ToolSpec) -> Option<String> {
+        let name = &spec.name;
+        let annotated = spec.annotations.as_ref().and_then(|a| a.destructive).unwrap_or(false);
+        if !(annotated || self.destructive.is_match(name)) || self.allowed.is_match(name) {
+            return None;
+        }
+        Some(format!(
+            "tool '{name}' is destructive (annotated destructiveHint, or listed in [code_mode] destructive), so scripts may not call it; \
+             call it directly, or let scripts call it with allow_destructive = [\"{name}\"] in [code_mode] of ctx.toml"
+        ))
+    }
+}
+
 /// Why `name` may not be called on behalf of a code-mode script, when `chain` (the tools on the
-/// way to the call) passes through one (`execute`, or a scripted tool): code mode's destructive
-/// policy holds for every call a script causes, `context.call` in a Lua tool it called included.
+/// way to the call) passes through one (`execute`, or a scripted tool): the [`Policy`] holds
+/// for every call a script causes, `context.call` in a Lua tool it called included.
 pub fn refused_in_script(registry: &Registry, chain: &[String], name: &str) -> Option<String> {
     let config = registry.kb().config();
     let in_script = chain.iter().any(|t| t == "execute" || config.scripted.iter().any(|s| &s.name == t));
     if !in_script {
         return None;
     }
-    let mode = &config.code_mode;
-    let spec = registry.spec(name)?;
-    let annotated = spec.annotations.as_ref().and_then(|a| a.destructive).unwrap_or(false);
-    if !(annotated || mode.destructive_set().is_match(name)) || mode.allow_destructive_set().is_match(name) {
-        return None;
-    }
-    Some(format!(
-        "tool '{name}' is destructive (annotated destructiveHint, or listed in [code_mode] destructive), and this call comes from a code-mode script \
-         ({}); let scripts call it with allow_destructive = [\"{name}\"] in [code_mode] of ctx.toml",
-        chain.join(" → ")
-    ))
+    let refusal = Policy::new(&config.code_mode).refuses(registry.spec(name)?)?;
+    Some(format!("{refusal} (this call comes from a script: {})", chain.join(" → ")))
 }

@@ -37,7 +37,7 @@ pub fn failed(output: &Output) -> bool {
     }
 }
 
-/// The size of an output's value as JSON, counted without building it.
+/// The size of an output as JSON (an upstream's whole result), counted without building it.
 pub fn size_of(output: &Output) -> usize {
     let mut counter = Counter(0);
     let _ = match output {
@@ -128,7 +128,7 @@ const SMALLEST: usize = 48;
 /// start and says how much was cut, a long list keeps its first items and ends with a string
 /// saying how many more there were, an object keeps its first keys and says how many it lost.
 pub fn truncate(value: Json, limit: usize) -> (Json, Option<Cut>) {
-    let original = size(&value);
+    let original = json_size(&value);
     if original <= limit {
         return (value, None);
     }
@@ -137,7 +137,7 @@ pub fn truncate(value: Json, limit: usize) -> (Json, Option<Cut>) {
 }
 
 /// The size of `value` as JSON, counted without building the text.
-fn size(value: &Json) -> usize {
+pub fn json_size(value: &Json) -> usize {
     let mut counter = Counter(0);
     let _ = serde_json::to_writer(&mut counter, value);
     counter.0
@@ -166,7 +166,7 @@ fn shrink(value: Json, budget: usize) -> (Json, usize) {
                 end = i + c.len_utf8();
             }
             let cut = Json::String(format!("{}… [{} more bytes cut]", &s[..end], s.len() - end));
-            let cut_size = size(&cut);
+            let cut_size = json_size(&cut);
             (cut, cut_size)
         }
         Json::Array(items) => {
@@ -185,7 +185,7 @@ fn shrink(value: Json, budget: usize) -> (Json, usize) {
             let more = total - kept.len();
             if more > 0 {
                 let marker = Json::String(format!("… {more} more item(s) cut"));
-                used += size(&marker) + usize::from(!kept.is_empty());
+                used += json_size(&marker) + usize::from(!kept.is_empty());
                 kept.push(marker);
             }
             (Json::Array(kept), used)
@@ -207,13 +207,13 @@ fn shrink(value: Json, budget: usize) -> (Json, usize) {
             let more = total - kept.len();
             if more > 0 {
                 let marker = Json::String(format!("{more} more key(s) cut"));
-                used += 2 + escaped_len("…") + 1 + size(&marker) + usize::from(!kept.is_empty());
+                used += 2 + escaped_len("…") + 1 + json_size(&marker) + usize::from(!kept.is_empty());
                 kept.insert("…".to_string(), marker);
             }
             (Json::Object(kept), used)
         }
         other => {
-            let other_size = size(&other);
+            let other_size = json_size(&other);
             (other, other_size)
         }
     }
@@ -247,7 +247,7 @@ mod tests {
         let what = what.expect("it was cut");
         assert_eq!(what.limit_bytes, 4096);
         assert!(what.original_bytes > 100_000);
-        assert!(size(&cut) <= 4096 + 256, "{} bytes", size(&cut));
+        assert!(json_size(&cut) <= 4096 + 256, "{} bytes", json_size(&cut));
         assert_eq!(cut["count"], 1000);
         let rows = cut["rows"].as_array().unwrap();
         assert!(rows[0]["id"] == 0 && rows.len() > 2);
@@ -275,7 +275,7 @@ mod tests {
         let (cut, what) = truncate(value, 1024 * 1024);
         println!("cut 60 MB nested 128 deep to 1 MiB in {:?}", started.elapsed());
         assert!(what.is_some());
-        assert!(size(&cut) <= 1024 * 1024, "{}", size(&cut));
+        assert!(json_size(&cut) <= 1024 * 1024, "{}", json_size(&cut));
     }
 
     #[test]
@@ -287,7 +287,7 @@ mod tests {
     #[test]
     fn code_18_a_cut_string_stays_within_budget_when_escaped() {
         let (cut, _) = truncate(Json::String("\"".repeat(10_000)), 1000);
-        assert!(size(&cut) <= 1000, "{}", size(&cut));
+        assert!(json_size(&cut) <= 1000, "{}", json_size(&cut));
     }
 
     #[test]

@@ -75,8 +75,7 @@ pub struct Runner {
     pub globs: Vec<String>,
     pub limits: CodeLimits,
     pub mode: Arc<CodeMode>,
-    destructive: GlobSet,
-    allow_destructive: GlobSet,
+    policy: super::Policy,
     key: ScriptKey,
 }
 
@@ -88,12 +87,12 @@ impl Runner {
         limits: CodeLimits,
         mode: Arc<CodeMode>,
     ) -> Runner {
-        let (destructive, allow_destructive) = (mode.destructive_set(), mode.allow_destructive_set());
+        let policy = super::Policy::new(&mode);
         let (allow, globs) = match scope {
             Some((set, globs)) => (Some(set), globs),
             None => (None, Vec::new()),
         };
-        Runner { name, catalog, allow, globs, limits, mode, destructive, allow_destructive, key: ScriptKey::new() }
+        Runner { name, catalog, allow, globs, limits, mode, policy, key: ScriptKey::new() }
     }
 
     fn info(&self) -> ScriptInfo {
@@ -334,7 +333,7 @@ impl Runner {
     /// destructive unless the operator allows it.
     fn admission(&self) -> impl Fn(&Calls, &str) -> Result<(), String> + Send + 'static {
         let allow = self.allow.clone();
-        let (destructive, allowed) = (self.destructive.clone(), self.allow_destructive.clone());
+        let policy = self.policy.clone();
         let runner = self.name.clone();
         move |calls, name| {
             if allow.as_ref().is_some_and(|set| !set.is_match(name)) {
@@ -345,14 +344,7 @@ impl Runner {
             let Some(spec) = calls.registry().spec(name) else {
                 return Err(format!("tool '{name}' is not registered (it may have gone away with a reload)"));
             };
-            let annotated = spec.annotations.as_ref().and_then(|a| a.destructive).unwrap_or(false);
-            if (annotated || destructive.is_match(name)) && !allowed.is_match(name) {
-                return Err(format!(
-                    "tool '{name}' is destructive (annotated destructiveHint, or listed in [code_mode] destructive), so scripts may not call it; \
-                     call it directly, or let scripts call it with allow_destructive = [\"{name}\"] in [code_mode] of ctx.toml"
-                ));
-            }
-            Ok(())
+            policy.refuses(spec).map_or(Ok(()), Err)
         }
     }
 

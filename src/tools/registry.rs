@@ -364,16 +364,22 @@ impl Registry {
         if tool.as_async().is_some() || stuck::quarantined(stuck::identity(&tool)).is_some() {
             return Err(params);
         }
-        let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tool.run_inline(&params, &self.env(name, options))
-        }));
-        let result = match inline {
-            Ok(Some(result)) => result,
-            Ok(None) => return Err(params),
-            Err(_) => Err(crashed(name, "panic in an inline run")),
-        };
+        let Some(result) = self.inline(&tool, name, &params, options) else { return Err(params) };
         log_call(name, options, started, &result);
         Ok(result)
+    }
+
+    /// The tool's inline attempt ([`Tool::run_inline`]); a panic in it is an `internal` error.
+    fn inline(
+        self: &Arc<Self>,
+        tool: &ToolRef,
+        name: &str,
+        params: &Json,
+        options: &CallOptions,
+    ) -> Option<Result<Output, CallError>> {
+        let env = self.env(name, options);
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.run_inline(params, &env)))
+            .unwrap_or_else(|_| Some(Err(crashed(name, "panic in an inline run"))))
     }
 
     /// Whether `name` is a tool whose calls are futures (an upstream server's).
@@ -417,12 +423,9 @@ impl Registry {
             log_call(&name, &options, started, &result);
             return result;
         }
-        let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tool.run_inline(&params, &self.env(&name, &options))
-        }));
-        let result = match inline {
-            Ok(Some(result)) => result,
-            Ok(None) => {
+        let result = match self.inline(&tool, &name, &params, &options) {
+            Some(result) => result,
+            None => {
                 let (identity, deadline) = (stuck::identity(&tool), tool.deadline());
                 let (registry, opts, tool_name) = (Arc::clone(&self), options.clone(), name.clone());
                 let run = move || tool.run(params, &registry.env(&tool_name, &opts));
@@ -435,7 +438,6 @@ impl Registry {
                     Err(crashed(&name, &e.to_string()))
                 })
             }
-            Err(_) => Err(crashed(&name, "panic in an inline run")),
         };
         log_call(&name, &options, started, &result);
         result
