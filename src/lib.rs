@@ -17,6 +17,7 @@ pub mod cli;
 pub mod code;
 pub mod config;
 pub mod connectors;
+pub mod embed;
 pub mod kb;
 pub mod lua;
 pub mod mcp;

@@ -1,0 +1,27 @@
+//! The `openai` provider (being built).
+
+use super::{EmbedError, Embedder};
+use crate::types::EmbeddingConfig;
+
+pub struct OpenAi {
+    name: String,
+    dims: usize,
+}
+
+impl OpenAi {
+    pub fn from_config(_spec: &EmbeddingConfig) -> Result<Self, EmbedError> {
+        Err(EmbedError::Config("provider \"openai\" is not available in this build yet".to_string()))
+    }
+}
+
+impl Embedder for OpenAi {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn dims(&self) -> usize {
+        self.dims
+    }
+    fn embed(&self, _texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Err(EmbedError::Provider { provider: "openai".to_string(), message: "not available yet".to_string() })
+    }
+}
