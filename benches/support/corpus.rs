@@ -379,6 +379,7 @@ impl Corpus {
                 metadata: Value::Null,
                 content_hash: format!("{n:064x}"),
                 chunks,
+                vectors: None,
             })));
             growth.generate += started.elapsed();
             if batch.len() == BATCH || self.chunks >= target {

@@ -73,7 +73,7 @@ pub struct JsonFlag {
     pub json: bool,
 }
 
-fn open(globals: &Globals) -> Result<Kb, CliError> {
+pub(super) fn open(globals: &Globals) -> Result<Kb, CliError> {
     let config = globals.load_config()?;
     Kb::open(Arc::new(config)).map_err(kb_error)
 }
@@ -138,12 +138,31 @@ pub fn sync(args: SyncArgs, globals: &Globals) -> Result<(), CliError> {
             failed += 1;
             eprintln!("error: {}: {e}", s.source);
         }
+        if let Some(e) = &s.embed_error {
+            eprintln!("warning: {}: written without vectors: {e}", s.source);
+        }
+    }
+    // Vectors for what has none yet: chunks synced before, or with another model.
+    let mut embed_failed = None;
+    if !args.dry_run && summaries.iter().any(|s| s.embed_error.is_none()) {
+        if let Err(e) = super::embed_cmd::backfill(&kb, !args.json && !globals.quiet) {
+            embed_failed = Some(e);
+        }
     }
     if summaries.is_empty() && !args.json {
         println!("nothing to sync: no connectors configured; add a [connectors.filesystem.<name>] section to ctx.toml");
     }
     if failed > 0 {
         return Err(CliError::Failed(anyhow::anyhow!("{failed} of {} source(s) failed to sync", summaries.len())));
+    }
+    if let Some(e) = embed_failed {
+        return Err(e);
+    }
+    if let Some(s) = summaries.iter().find(|s| s.embed_error.is_some()) {
+        return Err(CliError::Failed(anyhow::anyhow!(
+            "documents were indexed for keyword search, but not embedded: {}",
+            s.embed_error.as_deref().unwrap_or_default()
+        )));
     }
     Ok(())
 }
@@ -186,12 +205,25 @@ pub fn search(args: SearchArgs, globals: &Globals) -> Result<(), CliError> {
             println!("   {url}");
         }
         println!("   {}", hit.snippet.replace('\n', " "));
+        if let Some(ranks) = &hit.explain {
+            let show = |r: &Option<crate::types::ListRank>| match r {
+                Some(r) => format!("#{} ({:.3})", r.rank, r.score),
+                None => "-".to_string(),
+            };
+            println!("   keyword {}  semantic {}", show(&ranks.keyword), show(&ranks.semantic));
+        }
     }
     if let Some(explain) = &response.explain {
         println!();
         println!("mode: {:?} (requested {:?})", explain.mode, explain.requested_mode);
         println!("fts query: {}", explain.fts_query);
         println!("candidates ranked: {}", explain.candidates);
+        if let Some(model) = &explain.model {
+            println!("embedding model: {model}");
+        }
+        if let (Some(k), Some(w)) = (explain.rrf_k, explain.hybrid_weight) {
+            println!("fusion: reciprocal rank, k = {k}, semantic weight {w}, keyword weight {:.2}", 1.0 - w);
+        }
         for note in &explain.notes {
             println!("note: {note}");
         }

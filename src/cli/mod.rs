@@ -6,6 +6,7 @@
 mod agent_cmd;
 mod code_cmd;
 mod connector_cmd;
+mod embed_cmd;
 mod init;
 mod kb_cmd;
 mod mcp_cmd;
@@ -53,6 +54,8 @@ pub enum Command {
     Sync(kb_cmd::SyncArgs),
     /// Search the knowledge base.
     Search(kb_cmd::SearchArgs),
+    /// Embed every chunk that has no vector of the configured [embedding] model.
+    Embed(embed_cmd::EmbedArgs),
     /// Show one document with its chunks.
     Get(kb_cmd::GetArgs),
     /// List sources with health, document counts and last sync.
@@ -158,6 +161,7 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
         Command::Schema(cmd) => schema_cmd::run(cmd, globals),
         Command::Sync(args) => kb_cmd::sync(args, globals),
         Command::Search(args) => kb_cmd::search(args, globals),
+        Command::Embed(args) => embed_cmd::run(args, globals),
         Command::Get(args) => kb_cmd::get(args, globals),
         Command::Sources(args) => kb_cmd::sources(args, globals),
         Command::Stats(args) => kb_cmd::stats(args, globals),

@@ -4,8 +4,11 @@
 pub enum KbError {
     #[error("the search query is empty; give at least one word to look for")]
     EmptyQuery,
-    #[error("semantic search needs an embedding provider: set [embedding] provider, model and dims in ctx.toml (keyword and hybrid search work without one)")]
+    #[error("semantic search needs an embedding provider: add [embedding] provider = \"local\" and path = \"<model folder>\" to ctx.toml (scripts/quickstart downloads one), or provider = \"ollama\" / \"openai\" with model and dims; then run `ctx embed`. Keyword and hybrid search work without one")]
     SemanticUnavailable,
+    /// The embedding provider failed, or cannot be set up.
+    #[error("{0}")]
+    Embed(String),
     #[error("unknown source {given:?}; known sources: {}", if known.is_empty() { "none yet (run `ctx sync`)".to_string() } else { known.join(", ") })]
     UnknownSource { given: String, known: Vec<String> },
     #[error("unknown sync target {given:?}; use all, filesystem, git, script, or one of: {}", if known.is_empty() { "(no sources configured)".to_string() } else { known.join(", ") })]

@@ -6,6 +6,7 @@
 pub mod budget;
 pub mod chunk;
 pub mod connector_state;
+pub mod embedding;
 mod error;
 mod pool;
 pub mod query;
@@ -14,13 +15,15 @@ mod snippet;
 pub mod store;
 pub mod sync;
 mod term_rank;
+pub mod vectors;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use error::KbError;
 pub use store::{SqliteStore, Stats, Store};
 
 use crate::config::Config;
+use crate::embed::Embedder;
 use crate::types::{Document, SearchRequest, SearchResponse, SourceStatus, SourceStatusType, SourcesResponse};
 
 /// Namespace of document ids: UUID v5 of `source` + "\n" + `source_id`.
@@ -36,18 +39,40 @@ pub fn document_id(source: &str, source_id: &str) -> String {
 pub struct Kb {
     config: Arc<Config>,
     store: Arc<dyn Store>,
+    /// The `[embedding]` provider, built on first use (a local model takes tens of
+    /// milliseconds and tens of megabytes to load; keyword search never pays for it).
+    embedder: Arc<OnceLock<Embedding>>,
 }
+
+/// The embedder of a config, or why there is none.
+type Embedding = Result<Option<Arc<dyn Embedder>>, String>;
 
 impl Kb {
     /// Opens the SQLite store named by the config.
     pub fn open(config: Arc<Config>) -> Result<Kb, KbError> {
         let store = SqliteStore::open(&config.db_path())?;
-        Ok(Kb { config, store: Arc::new(store) })
+        Ok(Kb { config, store: Arc::new(store), embedder: Arc::default() })
     }
 
-    /// The same store under a reloaded config (hot reload keeps the open pool).
+    /// The same store under a reloaded config (hot reload keeps the open pool, and the
+    /// embedder when `[embedding]` did not change).
     pub fn with_config(&self, config: Arc<Config>) -> Kb {
-        Kb { config, store: Arc::clone(&self.store) }
+        let same = config.spec.embedding == self.config.spec.embedding && config.base_dir == self.config.base_dir;
+        let embedder = if same { Arc::clone(&self.embedder) } else { Arc::default() };
+        Kb { config, store: Arc::clone(&self.store), embedder }
+    }
+
+    /// Whether a query is embedded right here without waiting: a local model, already loaded.
+    pub fn embeds_in_process(&self) -> bool {
+        matches!(self.embedder.get(), Some(Ok(Some(e))) if !e.remote())
+    }
+
+    /// The configured embedder: `Ok(None)` when `[embedding]` is disabled, an error saying
+    /// what is wrong when it cannot be built.
+    pub fn embedder(&self) -> Result<Option<Arc<dyn Embedder>>, KbError> {
+        let built: &Embedding =
+            self.embedder.get_or_init(|| crate::embed::from_config(&self.config).map_err(|e| e.to_string()));
+        built.clone().map_err(KbError::Embed)
     }
 
     pub fn config(&self) -> &Arc<Config> {
@@ -90,7 +115,12 @@ impl Kb {
     pub fn search(&self, request: &SearchRequest) -> Result<SearchResponse, KbError> {
         // Sources are only needed to resolve a filter; don't pay for them otherwise.
         let known = if request.source.is_some() { self.known_sources()? } else { Vec::new() };
-        search::search(self.store.as_ref(), &self.config, &known, request)
+        // The embedder is built only for the modes that use it.
+        let embedder = match request.mode {
+            None | Some(crate::types::SearchMode::Keyword) => Ok(None),
+            Some(_) => self.embedder(),
+        };
+        search::search(self.store.as_ref(), &self.config, &known, embedder, request)
     }
 
     pub fn get(&self, id: &str) -> Result<Document, KbError> {

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::chunk::Chunk;
 use super::pool::{self, Pool, Pooled};
 use super::term_rank::{self, TermRanker};
+use super::vectors::{self, VectorIndex};
 use super::KbError;
 use crate::types;
 
@@ -31,6 +32,16 @@ pub struct NewDocument {
     pub metadata: Value,
     pub content_hash: String,
     pub chunks: Vec<Chunk>,
+    /// One vector per chunk, in order, when an embedding model is configured.
+    pub vectors: Option<DocVectors>,
+}
+
+/// The vectors of a document's chunks, and the model that made them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DocVectors {
+    pub model: String,
+    pub dims: usize,
+    pub rows: Vec<Vec<f32>>,
 }
 
 /// One write of a sync batch.
@@ -113,6 +124,24 @@ pub trait Store: Send + Sync {
         filter: &SearchFilter,
         limit: usize,
     ) -> Result<Vec<Candidate>, KbError>;
+    /// Top `limit` chunks by cosine similarity of their `model` vectors to `query`, filters
+    /// applied before the cut, and (chunks with such a vector, all chunks).
+    fn semantic_candidates(
+        &self,
+        model: &str,
+        query: &[f32],
+        filter: &SearchFilter,
+        limit: usize,
+    ) -> Result<(Vec<Candidate>, vectors::Indexed), KbError>;
+    /// The `model` vectors the chunks of these documents have now, by the text they embed
+    /// ([`vectors::embed_text`]): a changed document keeps those of its unchanged chunks.
+    fn vectors_to_reuse(&self, document_ids: &[&str], model: &str) -> Result<HashMap<String, Vec<f32>>, KbError>;
+    /// Up to `limit` chunks without a `model` vector: `(chunk id, text to embed)`, by id.
+    fn unembedded(&self, model: &str, dims: usize, limit: usize) -> Result<Vec<(i64, String)>, KbError>;
+    /// Writes `model` vectors of existing chunks in one transaction.
+    fn put_vectors(&self, model: &str, dims: usize, rows: &[(i64, Vec<f32>)]) -> Result<(), KbError>;
+    /// How many chunks have vectors, per model.
+    fn coverage(&self) -> Result<vectors::Coverage, KbError>;
     /// The text of some chunks, by chunk id (for snippets).
     fn chunk_texts(&self, chunk_ids: &[i64]) -> Result<HashMap<i64, String>, KbError>;
     /// A whole document with its chunks.
@@ -187,12 +216,14 @@ CREATE TABLE store_meta (
 INSERT INTO store_meta (key, value) VALUES ('generation', abs(random() % 1000000000000));
 "#,
     super::connector_state::DDL,
+    super::vectors::DDL,
 ];
 
 /// The SQLite store.
 pub struct SqliteStore {
     pool: Pool,
     terms: TermRanker,
+    vectors: VectorIndex,
 }
 
 impl SqliteStore {
@@ -207,7 +238,7 @@ impl SqliteStore {
         migrate(&mut conn, path)?;
         let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
         let pool = Pool::new(path, workers * 4, |conn| conn.execute_batch(term_rank::VOCAB_DDL));
-        Ok(Self { pool, terms: TermRanker::default() })
+        Ok(Self { pool, terms: TermRanker::default(), vectors: VectorIndex::default() })
     }
 
     pub fn path(&self) -> &Path {
@@ -312,6 +343,72 @@ impl Store for SqliteStore {
         let rows =
             stmt.query_map(params![fts_query, sources, filter.since, limit as i64], |r| candidate(r, r.get(7)?))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn semantic_candidates(
+        &self,
+        model: &str,
+        query: &[f32],
+        filter: &SearchFilter,
+        limit: usize,
+    ) -> Result<(Vec<Candidate>, vectors::Indexed), KbError> {
+        let conn = self.pool.get()?;
+        let (top, coverage) = self.vectors.top(&conn, model, query, filter, limit)?;
+        Ok((candidates_by_id(&conn, &top)?, coverage))
+    }
+
+    fn vectors_to_reuse(&self, document_ids: &[&str], model: &str) -> Result<HashMap<String, Vec<f32>>, KbError> {
+        if document_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let conn = self.pool.get()?;
+        let ids = serde_json::to_string(document_ids).unwrap_or_default();
+        let mut stmt = conn.prepare_cached(
+            "SELECT c.title, c.text, v.vector, m.dims FROM chunks c
+             JOIN chunk_vectors v ON v.chunk_id = c.id JOIN embedding_models m ON m.id = v.model_id
+             WHERE c.document_id IN (SELECT value FROM json_each(?1)) AND m.name = ?2",
+        )?;
+        let mut rows = stmt.query(params![ids, model])?;
+        let mut out = HashMap::new();
+        while let Some(row) = rows.next()? {
+            let (title, text): (String, String) = (row.get(0)?, row.get(1)?);
+            let (blob, dims): (Vec<u8>, i64) = (row.get(2)?, row.get(3)?);
+            if let Some(v) = vectors::from_blob(&blob, dims as usize) {
+                out.insert(vectors::embed_text(&title, &text), v);
+            }
+        }
+        Ok(out)
+    }
+
+    fn unembedded(&self, model: &str, dims: usize, limit: usize) -> Result<Vec<(i64, String)>, KbError> {
+        let conn = self.pool.get()?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT c.id, c.title, c.text FROM chunks c
+             WHERE NOT EXISTS (SELECT 1 FROM chunk_vectors v JOIN embedding_models m ON m.id = v.model_id
+                               WHERE v.chunk_id = c.id AND m.name = ?1 AND m.dims = ?2)
+             ORDER BY c.id LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![model, dims as i64, limit as i64], |r| {
+            Ok((r.get(0)?, vectors::embed_text(&r.get::<_, String>(1)?, &r.get::<_, String>(2)?)))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn put_vectors(&self, model: &str, dims: usize, rows: &[(i64, Vec<f32>)]) -> Result<(), KbError> {
+        let mut conn = self.pool.get()?;
+        let tx = conn.transaction()?;
+        let id = vectors::model_id(&tx, model, dims)?;
+        for (chunk, vector) in rows {
+            vectors::put(&tx, *chunk, id, vector)?;
+        }
+        tx.prepare_cached("UPDATE store_meta SET value = value + 1 WHERE key = 'generation'")?.execute([])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn coverage(&self) -> Result<vectors::Coverage, KbError> {
+        let conn = self.pool.get()?;
+        Ok(vectors::coverage(&conn)?)
     }
 
     fn chunk_texts(&self, chunk_ids: &[i64]) -> Result<HashMap<i64, String>, KbError> {
@@ -556,10 +653,14 @@ fn upsert(tx: &rusqlite::Connection, doc: &NewDocument) -> Result<Option<i64>, K
         doc.content_hash,
     ])?;
     let mut first = None;
+    let model = match &doc.vectors {
+        Some(v) if v.rows.len() == doc.chunks.len() => Some((vectors::model_id(tx, &v.model, v.dims)?, &v.rows)),
+        _ => None,
+    };
     let mut insert = tx.prepare_cached(
         "INSERT INTO chunks (document_id, idx, text, tokens, title, source, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
-    for chunk in &doc.chunks {
+    for (i, chunk) in doc.chunks.iter().enumerate() {
         insert.execute(params![
             doc.id,
             chunk.index as i64,
@@ -569,7 +670,11 @@ fn upsert(tx: &rusqlite::Connection, doc: &NewDocument) -> Result<Option<i64>, K
             doc.source,
             doc.updated_at
         ])?;
-        first.get_or_insert(tx.last_insert_rowid());
+        let id = tx.last_insert_rowid();
+        first.get_or_insert(id);
+        if let Some((model, rows)) = model {
+            vectors::put(tx, id, model, &rows[i])?;
+        }
     }
     Ok(first)
 }

@@ -20,6 +20,7 @@ use super::chunk::{chunk, ChunkSpec};
 use super::store::{Change, NewDocument, Store, Writes};
 use super::{document_id, normalize_date};
 use crate::connectors::{ConnectorError, Event, Item, Sink, SkipReason};
+use crate::embed::Embedder;
 
 /// Writes per transaction.
 const BATCH: usize = 512;
@@ -82,6 +83,11 @@ pub struct SourceSummary {
     pub errors: usize,
     /// Why the source failed, if it did.
     pub error: Option<String>,
+    /// Chunk texts embedded for semantic search.
+    pub embedded: usize,
+    /// Why embedding stopped, if it did: the documents were written without vectors, and the
+    /// next sync (or `ctx embed`) adds them.
+    pub embed_error: Option<String>,
     pub seconds: f64,
     pub dry_run: bool,
 }
@@ -92,9 +98,16 @@ pub enum Progress<'a> {
     Skipped { source: &'a str, source_id: &'a str, reason: &'a SkipReason },
 }
 
+/// Where a sync writes: the store, and the embedder that gives new chunks their vectors.
+#[derive(Clone, Copy)]
+pub struct Index<'a> {
+    pub store: &'a dyn Store,
+    pub embedder: Option<&'a dyn Embedder>,
+}
+
 /// Syncs one source. `scan` runs the connector, feeding the sink it is given.
 pub fn sync_source(
-    store: &dyn Store,
+    index: Index<'_>,
     source: &str,
     spec: ChunkSpec,
     options: SyncOptions,
@@ -102,6 +115,7 @@ pub fn sync_source(
     scan: &mut dyn FnMut(&mut Sink<'_>) -> Result<(), ConnectorError>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> SourceSummary {
+    let Index { store, embedder } = index;
     let started = Instant::now();
     // A script's cursor "since the last sync" must not miss what changed while this one ran.
     let started_at = super::now_rfc3339();
@@ -144,6 +158,7 @@ pub fn sync_source(
                     if !options.dry_run {
                         batch.push(Change::Upsert(Box::new(to_document(source, item, hash, spec))));
                         if batch.len() >= BATCH {
+                            embed_batch(store, embedder, &mut batch, &mut summary);
                             writer.apply(&batch).map_err(|e| e.to_string())?;
                             batch.clear();
                         }
@@ -164,6 +179,7 @@ pub fn sync_source(
     };
     // A failed batched sync keeps what it saw; a failed whole one keeps nothing.
     if !options.dry_run && !batch.is_empty() && (scanned.is_ok() || commit == Commit::Batches) {
+        embed_batch(store, embedder, &mut batch, &mut summary);
         if let Err(e) = writer.apply(&batch) {
             write_error = Some(e.to_string());
         }
@@ -234,6 +250,23 @@ pub fn sync_source(
     summary
 }
 
+/// Adds vectors to a batch before it is written. A provider that fails stops embedding for the
+/// rest of this sync (the batch is written without vectors; a backfill adds them later), so a
+/// service that is down costs one timeout, not one per batch.
+fn embed_batch(store: &dyn Store, embedder: Option<&dyn Embedder>, batch: &mut [Change], summary: &mut SourceSummary) {
+    let Some(embedder) = embedder else { return };
+    if summary.embed_error.is_some() {
+        return;
+    }
+    match super::embedding::attach(store, embedder, batch) {
+        Ok(n) => summary.embedded += n,
+        Err(e) => {
+            tracing::warn!(source = %summary.source, "embedding failed, writing without vectors: {e}");
+            summary.embed_error = Some(e.to_string());
+        }
+    }
+}
+
 /// SHA-256 over every indexed field except the dates, so touching a file changes nothing.
 pub fn content_hash(item: &Item) -> String {
     let mut hasher = Sha256::new();
@@ -269,6 +302,7 @@ fn to_document(source: &str, item: Item, content_hash: String, spec: ChunkSpec) 
         metadata: item.metadata,
         content_hash,
         chunks,
+        vectors: None,
     }
 }
 
@@ -294,6 +328,12 @@ pub fn sync_target(
     }
     let config = kb.config().clone();
     let spec = kb.chunk_spec();
+    // A provider that cannot be set up costs semantic search only: keyword indexing goes on,
+    // and each source's summary says why it has no vectors.
+    let (embedder, embed_setup) = match kb.embedder() {
+        Ok(e) => (e, None),
+        Err(e) => (None, Some(e.to_string())),
+    };
     let mut summaries = Vec::new();
     for source in selected {
         let (kind, name) = source.split_once(':').unwrap_or(("", source));
@@ -342,7 +382,19 @@ pub fn sync_target(
             }
         };
         let commit = if kind == "script" { Commit::Whole } else { Commit::Batches };
-        summaries.push(sync_source(kb.store(), source, spec, options, commit, &mut scan, progress));
+        let mut summary = sync_source(
+            Index { store: kb.store(), embedder: embedder.as_deref() },
+            source,
+            spec,
+            options,
+            commit,
+            &mut scan,
+            progress,
+        );
+        if summary.embed_error.is_none() && !options.dry_run {
+            summary.embed_error.clone_from(&embed_setup);
+        }
+        summaries.push(summary);
     }
     Ok(summaries)
 }

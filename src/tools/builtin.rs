@@ -18,7 +18,7 @@ pub fn all() -> Vec<super::ToolRef> {
     ]
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Search,
     Get,
@@ -47,6 +47,12 @@ impl Tool for Builtin {
     /// Most knowledge-base reads take well under a millisecond: run them on the calling thread
     /// with that budget, and leave the rest (a common word over a large corpus) to the pool.
     fn run_inline(&self, params: &Json, env: &CallEnv<'_>) -> Option<Result<Output, CallError>> {
+        // A vector search may first load a model, or wait on an embedding service: neither
+        // belongs on an async worker.
+        let vectors = matches!(params.get("mode").and_then(Json::as_str), Some("semantic" | "hybrid"));
+        if self.kind == Kind::Search && vectors && !env.kb.embeds_in_process() {
+            return None;
+        }
         crate::kb::budget::within(super::INLINE_BUDGET, || self.run(params.clone(), env))
     }
 }

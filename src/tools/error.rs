@@ -181,8 +181,9 @@ impl CallError {
     pub fn from_kb(err: KbError) -> CallError {
         match err {
             KbError::NotFound(_) => CallError::NotFound(err.to_string()),
-            KbError::SemanticUnavailable => CallError::Unavailable(err.to_string()),
+            KbError::Embed(_) => CallError::Unavailable(err.to_string()),
             KbError::EmptyQuery
+            | KbError::SemanticUnavailable
             | KbError::UnknownSource { .. }
             | KbError::UnknownTarget { .. }
             | KbError::BadDate(_)

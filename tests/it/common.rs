@@ -182,6 +182,30 @@ pub fn test_python() -> Option<PathBuf> {
     }
 }
 
+/// The folder of the default embedding model that `scripts/test-env` installs
+/// (`CTX_TEST_MODEL`). Like [`test_python`], a missing variable fails the test in CI and skips
+/// the run elsewhere.
+pub fn test_model() -> Option<PathBuf> {
+    match std::env::var_os("CTX_TEST_MODEL") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            assert!(
+                dir.join("model.safetensors").exists(),
+                "CTX_TEST_MODEL={}: no model; run scripts/test-env",
+                dir.display()
+            );
+            Some(dir)
+        }
+        None if std::env::var_os("CI").is_some() => {
+            panic!("CTX_TEST_MODEL is not set; CI must run the suite through scripts/test")
+        }
+        None => {
+            eprintln!("skipping a run with the default embedding model: eval \"$(scripts/test-env)\" enables it");
+            None
+        }
+    }
+}
+
 /// A real upstream MCP server's command line from `scripts/test-env` (`CTX_TEST_EVERYTHING`,
 /// `CTX_TEST_TIME_SERVER`): words separated by spaces. Like [`test_python`], a missing variable
 /// fails the test in CI and skips the run elsewhere.

@@ -188,8 +188,8 @@ fn every_error_is_the_envelope_with_its_status() {
     check(
         "semantic_unavailable",
         s.post("/tools/search", json!({"query": "x", "mode": "semantic"})),
-        503,
-        "unavailable",
+        400,
+        "bad_request",
     );
     check("unknown_route", s.get("/nope"), 404, "not_found");
     check("wrong_method_list", s.post("/tools/list", json!({})), 405, "method_not_allowed");

@@ -27,5 +27,6 @@ mod review_17;
 mod sandbox;
 mod schemas;
 mod scripting;
+mod semantic;
 mod tools;
 mod wire;

@@ -223,6 +223,11 @@ fn validation_reports_every_field_and_injects_defaults() {
 }
 
 const FAILING_TOML: &str = r#"
+# A model that is not there: semantic search is unavailable (503), not a client error.
+[embedding]
+provider = "local"
+path = "no-model-here"
+
 [tools.script.fail]
 path = "tools/fail.lua"
 timeout = 1

@@ -1,0 +1,332 @@
+//! Chunk vectors: stored beside the chunks in SQLite, searched from a contiguous copy in memory.
+//!
+//! Each chunk has at most one vector, tagged with the model that made it (`embedding_models`:
+//! name and dimensions). Vectors are written by the same transaction as their chunk, and go
+//! with it (`ON DELETE CASCADE`), so a sync killed at any point leaves chunks and vectors
+//! consistent. Semantic search scans every vector of the current model that passes the
+//! filters, in one tight loop over a flat `f32` array, and keeps the top k: exact, with the
+//! filters applied before the cut. The array is rebuilt when the store's generation changes
+//! (every write bumps it), as the token counts of `term_rank` are.
+
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::store::SearchFilter;
+
+/// The tables, created by the store's fourth migration.
+pub(super) const DDL: &str = r#"
+CREATE TABLE embedding_models (
+    id   INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    dims INTEGER NOT NULL
+);
+CREATE TABLE chunk_vectors (
+    chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+    model_id INTEGER NOT NULL REFERENCES embedding_models(id),
+    vector   BLOB NOT NULL
+);
+CREATE INDEX chunk_vectors_model ON chunk_vectors (model_id);
+"#;
+
+/// A vector as stored: little-endian `f32`s.
+pub fn to_blob(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A stored vector back; `None` if the blob is not `dims` floats.
+pub fn from_blob(blob: &[u8], dims: usize) -> Option<Vec<f32>> {
+    (blob.len() == dims * 4)
+        .then(|| blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+}
+
+/// The id of model `name` with `dims` dimensions, created if new. A name stored with other
+/// dimensions is a different model: its old row is renamed away with its vectors kept until
+/// they are replaced.
+pub fn model_id(tx: &Connection, name: &str, dims: usize) -> rusqlite::Result<i64> {
+    let found: Option<(i64, i64)> = tx
+        .prepare_cached("SELECT id, dims FROM embedding_models WHERE name = ?1")?
+        .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    match found {
+        Some((id, stored)) if stored as usize == dims => Ok(id),
+        Some((id, stored)) => {
+            tx.prepare_cached("UPDATE embedding_models SET name = ?1 WHERE id = ?2")?
+                .execute(params![format!("{name} ({stored} dims, replaced)"), id])?;
+            model_id(tx, name, dims)
+        }
+        None => {
+            tx.prepare_cached("INSERT INTO embedding_models (name, dims) VALUES (?1, ?2)")?
+                .execute(params![name, dims as i64])?;
+            Ok(tx.last_insert_rowid())
+        }
+    }
+}
+
+/// Writes (or replaces) the vector of chunk `chunk_id`, if the chunk still exists.
+pub fn put(tx: &Connection, chunk_id: i64, model_id: i64, vector: &[f32]) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO chunk_vectors (chunk_id, model_id, vector) SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?1)
+         ON CONFLICT (chunk_id) DO UPDATE SET model_id = excluded.model_id, vector = excluded.vector",
+    )?
+    .execute(params![chunk_id, model_id, to_blob(vector)])?;
+    Ok(())
+}
+
+/// What is embedded for a chunk: its document's title, then its text. The title says what a
+/// chunk is about when its own words don't.
+pub fn embed_text(title: &str, text: &str) -> String {
+    if title.is_empty() {
+        text.to_string()
+    } else {
+        format!("{title}\n\n{text}")
+    }
+}
+
+/// How many chunks have a vector of each model, and how many chunks there are.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Coverage {
+    pub chunks: i64,
+    /// `(model name, dims, chunks)`, most chunks first.
+    pub models: Vec<(String, i64, i64)>,
+}
+
+impl Coverage {
+    /// Chunks with a vector of `name`.
+    pub fn of(&self, name: &str) -> i64 {
+        self.models.iter().find(|m| m.0 == name).map(|m| m.2).unwrap_or(0)
+    }
+}
+
+pub fn coverage(conn: &Connection) -> rusqlite::Result<Coverage> {
+    let chunks = conn.query_row("SELECT COUNT(*) FROM chunks", [], |r| r.get(0))?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT m.name, m.dims, COUNT(v.chunk_id) AS n FROM embedding_models m
+         JOIN chunk_vectors v ON v.model_id = m.id GROUP BY m.id ORDER BY n DESC, m.name",
+    )?;
+    let models = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
+    Ok(Coverage { chunks, models })
+}
+
+/// How much of the index a semantic search saw: chunks with a vector of its model, and all.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Indexed {
+    pub vectors: usize,
+    pub chunks: usize,
+}
+
+/// Every vector of one model, flat, with what the filters need.
+struct Loaded {
+    generation: i64,
+    /// Every chunk of the index, with a vector or not.
+    chunks: usize,
+    model: String,
+    dims: usize,
+    ids: Vec<i64>,
+    /// Index into `sources` per row.
+    source: Vec<u32>,
+    sources: Vec<String>,
+    /// `updated_at` per row (RFC 3339 UTC, so text order is time order).
+    updated: Vec<Arc<str>>,
+    values: Vec<f32>,
+}
+
+/// The in-memory copy of the vectors, shared by the store's connections.
+#[derive(Default)]
+pub struct VectorIndex {
+    loaded: RwLock<Option<Arc<Loaded>>>,
+}
+
+impl VectorIndex {
+    /// The `limit` chunks whose vectors of model `model` are closest to `query` (cosine; both
+    /// are unit vectors), among those `filter` lets through: `(chunk id, similarity)`, best
+    /// first, ties by id; and (chunks with a vector of that model, all chunks).
+    pub fn top(
+        &self,
+        conn: &Connection,
+        model: &str,
+        query: &[f32],
+        filter: &SearchFilter,
+        limit: usize,
+    ) -> rusqlite::Result<(Vec<(i64, f64)>, Indexed)> {
+        conn.prepare_cached("BEGIN")?.execute([])?;
+        let loaded = self.loaded(conn, model, query.len());
+        let end = conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([]));
+        let loaded = loaded?;
+        end?;
+        Ok((scan(&loaded, query, filter, limit), Indexed { vectors: loaded.ids.len(), chunks: loaded.chunks }))
+    }
+
+    fn loaded(&self, conn: &Connection, model: &str, dims: usize) -> rusqlite::Result<Arc<Loaded>> {
+        let generation: i64 = conn
+            .prepare_cached("SELECT value FROM store_meta WHERE key = 'generation'")?
+            .query_row([], |r| r.get(0))
+            .optional()?
+            .unwrap_or(0);
+        if let Some(cached) = self.loaded.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            if cached.generation == generation && cached.model == model && cached.dims == dims {
+                return Ok(Arc::clone(cached));
+            }
+        }
+        // A model with no vectors yet has no row: it finds nothing.
+        let id = conn
+            .prepare_cached("SELECT id FROM embedding_models WHERE name = ?1 AND dims = ?2")?
+            .query_row(params![model, dims as i64], |r| r.get::<_, i64>(0))
+            .optional()?
+            .unwrap_or(-1);
+        let chunks: i64 = conn.prepare_cached("SELECT COUNT(*) FROM chunks")?.query_row([], |r| r.get(0))?;
+        let mut fresh = Loaded {
+            generation,
+            chunks: chunks as usize,
+            model: model.to_string(),
+            dims,
+            ids: Vec::new(),
+            source: Vec::new(),
+            sources: Vec::new(),
+            updated: Vec::new(),
+            values: Vec::new(),
+        };
+        let mut source_index: HashMap<String, u32> = HashMap::new();
+        let mut dates: HashMap<String, Arc<str>> = HashMap::new();
+        let mut stmt = conn.prepare_cached(
+            "SELECT v.chunk_id, v.vector, c.source, c.updated_at FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id
+             WHERE v.model_id = ?1 ORDER BY v.chunk_id",
+        )?;
+        let mut rows = stmt.query([id])?;
+        while let Some(row) = rows.next()? {
+            let blob = row.get_ref(1)?.as_blob()?;
+            if blob.len() != dims * 4 {
+                continue;
+            }
+            fresh.ids.push(row.get(0)?);
+            fresh.values.extend(blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+            let source: String = row.get(2)?;
+            let next = source_index.len() as u32;
+            let at = *source_index.entry(source.clone()).or_insert_with(|| {
+                fresh.sources.push(source);
+                next
+            });
+            fresh.source.push(at);
+            let updated: String = row.get(3)?;
+            let shared = dates.entry(updated.clone()).or_insert_with(|| Arc::from(updated.as_str()));
+            fresh.updated.push(Arc::clone(shared));
+        }
+        let fresh = Arc::new(fresh);
+        *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&fresh));
+        Ok(fresh)
+    }
+}
+
+/// A row and its similarity, ordered so that a max-heap keeps the worst on top.
+#[derive(PartialEq)]
+struct Scored(f32, i64);
+
+impl Eq for Scored {}
+
+impl PartialOrd for Scored {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scored {
+    // "Greater" is worse: lower similarity, then the higher id.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.0.total_cmp(&self.0).then(self.1.cmp(&other.1))
+    }
+}
+
+/// The exact top `limit` of `loaded` for `query` under `filter`.
+fn scan(loaded: &Loaded, query: &[f32], filter: &SearchFilter, limit: usize) -> Vec<(i64, f64)> {
+    let allowed: Option<Vec<bool>> =
+        filter.sources.as_ref().map(|wanted| loaded.sources.iter().map(|s| wanted.contains(s)).collect());
+    let since = filter.since.as_deref();
+    let mut heap: BinaryHeap<Scored> = BinaryHeap::with_capacity(limit + 1);
+    if limit == 0 {
+        return Vec::new();
+    }
+    for (row, vector) in loaded.values.chunks_exact(loaded.dims).enumerate() {
+        if let Some(allowed) = &allowed {
+            if !allowed[loaded.source[row] as usize] {
+                continue;
+            }
+        }
+        if let Some(since) = since {
+            if &*loaded.updated[row] < since {
+                continue;
+            }
+        }
+        let similarity = dot(vector, query);
+        let candidate = Scored(similarity, loaded.ids[row]);
+        if heap.len() < limit {
+            heap.push(candidate);
+        } else if heap.peek().is_some_and(|worst| candidate < *worst) {
+            heap.pop();
+            heap.push(candidate);
+        }
+    }
+    let mut top = heap.into_vec();
+    top.sort();
+    top.into_iter().map(|Scored(s, id)| (id, s as f64)).collect()
+}
+
+/// The dot product, in eight independent sums so the compiler keeps them in vector registers.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut sums = [0.0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (a8.remainder(), b8.remainder());
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            sums[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    sums.iter().sum::<f32>() + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blobs_round_trip() {
+        let v = vec![0.5f32, -1.25, 3.0];
+        assert_eq!(from_blob(&to_blob(&v), 3), Some(v));
+        assert_eq!(from_blob(&[0u8; 7], 2), None);
+    }
+
+    #[test]
+    fn dot_matches_the_plain_sum() {
+        let a: Vec<f32> = (0..19).map(|i| i as f32 * 0.1).collect();
+        let b: Vec<f32> = (0..19).map(|i| 1.0 - i as f32 * 0.05).collect();
+        let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((dot(&a, &b) - plain).abs() < 1e-4);
+    }
+
+    #[test]
+    fn scan_keeps_the_best_and_filters_first() {
+        let loaded = Loaded {
+            generation: 0,
+            chunks: 4,
+            model: "m".into(),
+            dims: 2,
+            ids: vec![1, 2, 3, 4],
+            source: vec![0, 0, 1, 1],
+            sources: vec!["a".into(), "b".into()],
+            updated: ["2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z", "2026-03-01T00:00:00Z", "2026-04-01T00:00:00Z"]
+                .iter()
+                .map(|d| Arc::from(*d))
+                .collect(),
+            values: vec![1.0, 0.0, 0.8, 0.6, 0.0, 1.0, 0.8, 0.6],
+        };
+        let q = [1.0, 0.0];
+        let ids = |top: Vec<(i64, f64)>| top.into_iter().map(|t| t.0).collect::<Vec<_>>();
+        // 2 and 4 tie at 0.8: the lower id first.
+        assert_eq!(ids(scan(&loaded, &q, &SearchFilter::default(), 3)), vec![1, 2, 4]);
+        let only_b = SearchFilter { sources: Some(vec!["b".into()]), since: None };
+        assert_eq!(ids(scan(&loaded, &q, &only_b, 3)), vec![4, 3]);
+        let recent = SearchFilter { sources: None, since: Some("2026-02-15T00:00:00Z".into()) };
+        assert_eq!(ids(scan(&loaded, &q, &recent, 1)), vec![4]);
+    }
+}

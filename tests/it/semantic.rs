@@ -1,0 +1,364 @@
+//! Semantic and hybrid search: vectors written by sync, incremental embedding, model changes,
+//! filters before top-k, explain, fallbacks, `context.search` in every mode, and the default
+//! local model (wordllama's, installed by scripts/test-env) against its own tokenizer.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{Workspace, BIN};
+
+/// Topics of the tiny model: each word's row points along its topic's axis, so words of one
+/// topic are paraphrases of each other and strangers to the rest.
+const TOPICS: &[&[&str]] = &[
+    &["deploy", "release", "ship", "rollout"],
+    &["revert", "rollback", "undo", "restore"],
+    &["token", "auth", "login", "password"],
+    &["invoice", "billing", "payment", "refund"],
+    &["the", "a", "to", "how", "do", "i", "of", "and", "is", "doc"],
+];
+
+/// Writes a tiny static model (a word-level tokenizer, one F32 row per word) to `dir`.
+pub fn write_tiny_model(dir: &Path, dims: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut vocab = serde_json::Map::new();
+    vocab.insert("[UNK]".into(), json!(0));
+    let mut rows: Vec<Vec<f32>> = vec![vec![0.0; dims]];
+    for (topic, words) in TOPICS.iter().enumerate() {
+        for (i, word) in words.iter().enumerate() {
+            vocab.insert((*word).into(), json!(rows.len()));
+            let mut row = vec![0.0f32; dims];
+            row[topic % dims] = 1.0;
+            // A little of a second axis, so words of one topic are close, not identical.
+            row[(topic + 1 + i) % dims] += 0.1;
+            rows.push(row);
+        }
+    }
+    let tokenizer = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": {"type": "Lowercase"}, "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    });
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let header = json!({"embeddings": {"dtype": "F32", "shape": [rows.len(), dims], "data_offsets": [0, rows.len() * dims * 4]}})
+        .to_string();
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header.as_bytes());
+    for v in rows.iter().flatten() {
+        file.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+}
+
+const CONFIG: &str = r#"[connectors.filesystem.docs]
+root = "docs"
+
+[connectors.filesystem.notes]
+root = "notes"
+
+[embedding]
+provider = "local"
+path = "model"
+"#;
+
+/// A workspace with the tiny model and a few documents, synced.
+fn workspace() -> Workspace {
+    let ws = Workspace::new(CONFIG);
+    write_tiny_model(&ws.path().join("model"), 8);
+    ws.write("docs/release.md", "# Shipping\n\nHow to release and ship a rollout.\n");
+    ws.write("docs/undo.md", "# Going back\n\nRevert the last change and restore service.\n");
+    ws.write("docs/login.md", "# Sign in\n\nEvery login needs a token and a password.\n");
+    ws.write("notes/refund.md", "# Money back\n\nA refund reverses a payment on the invoice.\n");
+    ws.ctx(&["sync"]).ok();
+    ws
+}
+
+fn search(ws: &Workspace, query: &str, args: &[&str]) -> Value {
+    ws.ctx(&[&["search", "--json", "--explain"], args, &["--", query]].concat()).json()
+}
+
+fn titles(response: &Value) -> Vec<String> {
+    response["results"].as_array().unwrap().iter().map(|r| r["title"].as_str().unwrap().to_string()).collect()
+}
+
+fn count(ws: &Workspace, sql: &str) -> i64 {
+    ws.db().query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn semantic_19_sync_writes_a_vector_per_chunk_and_finds_paraphrases() {
+    let ws = workspace();
+    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), count(&ws, "SELECT COUNT(*) FROM chunks"));
+    let tagged: (String, i64) =
+        ws.db().query_row("SELECT name, dims FROM embedding_models", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    assert_eq!(tagged, ("local:model".to_string(), 8));
+    // No document says "rollback", but one is about reverting.
+    let keyword = search(&ws, "rollback", &[]);
+    assert!(titles(&keyword).is_empty(), "{keyword}");
+    let semantic = search(&ws, "rollback", &["--mode", "semantic", "--limit", "1"]);
+    assert_eq!(titles(&semantic), vec!["Going back"], "{semantic}");
+    assert_eq!(semantic["mode"], "semantic");
+    assert_eq!(semantic["explain"]["model"], "local:model");
+    let hit = &semantic["results"][0];
+    assert_eq!(hit["explain"]["semantic"]["rank"], 1);
+    assert!(hit["explain"]["keyword"].is_null());
+    assert!(hit["score"].as_f64().unwrap() > 0.5, "{hit}");
+}
+
+#[test]
+fn semantic_19_sync_embeds_only_new_or_changed_chunks_and_deletes_with_them() {
+    let ws = workspace();
+    let second = ws.ctx(&["sync", "--json"]).ok();
+    let embedded: u64 =
+        second.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["embedded"].as_u64().unwrap()).sum();
+    assert_eq!(embedded, 0, "an unchanged corpus embeds nothing: {second}");
+    // A long document whose second chunk changes: only that chunk is embedded again.
+    let para = |word: &str| format!("{word} ").repeat(400);
+    ws.write("docs/long.md", &format!("# Long\n\n{}\n\n{}\n", para("deploy"), para("token")));
+    let first = ws.ctx(&["sync", "filesystem:docs", "--json"]).json();
+    let chunks =
+        count(&ws, "SELECT COUNT(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.title = 'Long'");
+    assert!(chunks >= 2, "the long document has several chunks");
+    assert_eq!(first["embedded"].as_i64().unwrap(), chunks);
+    ws.write("docs/long.md", &format!("# Long\n\n{}\n\n{}\n", para("deploy"), para("invoice")));
+    let changed = ws.ctx(&["sync", "filesystem:docs", "--json"]).json();
+    assert!(
+        changed["embedded"].as_i64().unwrap() < chunks,
+        "the unchanged chunks keep their vectors: {changed} of {chunks} chunks"
+    );
+    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), count(&ws, "SELECT COUNT(*) FROM chunks"));
+    std::fs::remove_file(ws.path().join("docs/long.md")).unwrap();
+    ws.ctx(&["sync"]).ok();
+    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), count(&ws, "SELECT COUNT(*) FROM chunks"));
+    let orphans =
+        count(&ws, "SELECT COUNT(*) FROM chunk_vectors v LEFT JOIN chunks c ON c.id = v.chunk_id WHERE c.id IS NULL");
+    assert_eq!(orphans, 0);
+}
+
+#[test]
+fn semantic_19_a_model_change_re_embeds_with_a_message_and_embed_backfills() {
+    let ws =
+        Workspace::new(&CONFIG.replace("[embedding]\nprovider = \"local\"", "[embedding]\nprovider = \"disabled\""));
+    write_tiny_model(&ws.path().join("model"), 8);
+    std::fs::create_dir_all(ws.path().join("notes")).unwrap();
+    ws.write("docs/undo.md", "# Going back\n\nRevert the last change.\n");
+    ws.ctx(&["sync"]).ok();
+    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), 0);
+    let refused = ws.ctx(&["embed"]);
+    assert_eq!(refused.code(), 2, "{}", refused.stderr());
+    assert!(refused.stderr().contains("provider = \"local\""), "{}", refused.stderr());
+
+    // Turning a provider on: `ctx embed` backfills what was synced before.
+    std::fs::write(ws.path().join("ctx.toml"), CONFIG).unwrap();
+    let out = ws.ctx(&["embed", "--json"]).json();
+    assert_eq!(out["embedded"], 1, "{out}");
+    assert_eq!(ws.ctx(&["embed", "--json"]).json()["embedded"], 0);
+
+    // Another model (here: the same files cut to 4 dims): sync says so and re-embeds.
+    std::fs::write(ws.path().join("ctx.toml"), format!("{CONFIG}dims = 4\nmodel = \"small\"\n")).unwrap();
+    let semantic = ws.ctx(&["search", "--mode", "semantic", "--json", "--explain", "--", "rollback"]).json();
+    assert!(titles(&semantic).is_empty());
+    let note = semantic["explain"]["notes"].to_string();
+    assert!(note.contains("no chunk has a vector of local:small") && note.contains("ctx embed"), "{note}");
+    let sync = ws.ctx(&["sync"]);
+    assert!(
+        sync.stderr().contains("the embedding model changed") && sync.stderr().contains("local:model"),
+        "{}",
+        sync.stderr()
+    );
+    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors v JOIN embedding_models m ON m.id = v.model_id WHERE m.name = 'local:small' AND m.dims = 4"), 1);
+    let semantic = search(&ws, "rollback", &["--mode", "semantic"]);
+    assert_eq!(titles(&semantic), vec!["Going back"]);
+}
+
+#[test]
+fn semantic_19_filters_apply_before_top_k() {
+    let ws = Workspace::new(CONFIG);
+    write_tiny_model(&ws.path().join("model"), 8);
+    // Many close matches in docs, a few weaker ones in notes: a filter after the cut would
+    // leave notes with nothing.
+    for i in 0..30 {
+        ws.write(&format!("docs/r{i}.md"), &format!("# Release {i}\n\nrelease ship rollout {i}\n"));
+    }
+    for i in 0..5 {
+        ws.write(&format!("notes/n{i}.md"), &format!("# Note {i}\n\nrelease of the invoice and refund {i}\n"));
+    }
+    ws.write("notes/old.md", "# Old note\n\nrelease\n");
+    ws.ctx(&["sync"]).ok();
+    let all = search(&ws, "deploy", &["--mode", "semantic", "--limit", "5"]);
+    assert!(titles(&all).iter().all(|t| t.starts_with("Release")), "{all}");
+    let notes = search(&ws, "deploy", &["--mode", "semantic", "--limit", "5", "--source", "notes"]);
+    assert_eq!(titles(&notes).len(), 5, "a filtered search returns limit results when that many exist: {notes}");
+    assert!(notes["results"].as_array().unwrap().iter().all(|r| r["source"] == "filesystem:notes"));
+    // Hybrid too.
+    let hybrid = search(&ws, "deploy release", &["--mode", "hybrid", "--limit", "5", "--source", "notes"]);
+    assert_eq!(titles(&hybrid).len(), 5, "{hybrid}");
+    assert!(hybrid["results"].as_array().unwrap().iter().all(|r| r["source"] == "filesystem:notes"));
+}
+
+#[test]
+fn semantic_19_hybrid_fuses_both_lists_and_explains_each_rank() {
+    let ws = workspace();
+    let hybrid = search(&ws, "rollback revert", &["--mode", "hybrid"]);
+    assert_eq!(hybrid["mode"], "hybrid");
+    assert_eq!(titles(&hybrid)[0], "Going back", "{hybrid}");
+    let top = &hybrid["results"][0]["explain"];
+    assert_eq!(top["keyword"]["rank"], 1, "{top}");
+    assert_eq!(top["semantic"]["rank"], 1, "{top}");
+    let explain = &hybrid["explain"];
+    assert_eq!(explain["rrf_k"], 60);
+    assert!(explain["hybrid_weight"].is_number());
+    // The terminal shows the ranks too.
+    let text = ws.ctx(&["search", "--mode", "hybrid", "--explain", "rollback revert"]).ok();
+    assert!(
+        text.contains("keyword #1") && text.contains("semantic #1") && text.contains("fusion: reciprocal rank"),
+        "{text}"
+    );
+}
+
+#[test]
+fn semantic_19_rest_and_context_search_take_every_mode() {
+    let ws = workspace();
+    ws.write(
+        "tools/modes.lua",
+        r#"tool = { name = "modes", description = "search in each mode", parameters = {} }
+function tool.execute(params, context)
+  local out = {}
+  for _, mode in ipairs({"keyword", "semantic", "hybrid"}) do
+    local hits = context.search("rollback revert", {mode = mode, limit = 1})
+    out[mode] = hits[1] and hits[1].title or "none"
+  end
+  return out
+end
+"#,
+    );
+    let mut config = std::fs::read_to_string(ws.path().join("ctx.toml")).unwrap();
+    config.push_str("\n[tools.script.modes]\npath = \"tools/modes.lua\"\n");
+    std::fs::write(ws.path().join("ctx.toml"), config).unwrap();
+    let out = ws.ctx(&["tool", "call", "modes", "--json"]).json();
+    let value = if out.get("result").is_some() { out["result"].clone() } else { out.clone() };
+    for mode in ["keyword", "semantic", "hybrid"] {
+        assert_eq!(value[mode], "Going back", "{mode}: {out}");
+    }
+}
+
+#[test]
+fn semantic_19_without_a_provider_semantic_is_a_client_error_over_rest() {
+    let ws = Workspace::new("[connectors.filesystem.docs]\nroot = \"docs\"\n");
+    ws.write("docs/a.md", "# A\n\notter\n");
+    ws.ctx(&["sync"]).ok();
+    let server = crate::common::ServeChild::spawn(
+        Command::new(BIN).args(["--config", "ctx.toml", "serve", "--bind", "127.0.0.1:0"]).current_dir(ws.path()),
+    );
+    let base = format!("http://{}", server.addr);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let post = |body: Value| {
+        runtime.block_on(async {
+            let reply = reqwest::Client::new().post(format!("{base}/tools/search")).json(&body).send().await.unwrap();
+            (reply.status().as_u16(), reply.json::<Value>().await.unwrap())
+        })
+    };
+    let (status, body) = post(json!({"query": "otter", "mode": "semantic"}));
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("[embedding] provider = \"local\""), "{body}");
+    let (status, hybrid) = post(json!({"query": "otter", "mode": "hybrid", "explain": true}));
+    assert_eq!(status, 200);
+    assert_eq!(hybrid["mode"], "keyword", "{hybrid}");
+    assert!(hybrid["explain"]["notes"].to_string().contains("fell back to keyword"), "{hybrid}");
+}
+
+#[test]
+fn semantic_19_a_broken_model_costs_semantic_search_only() {
+    let ws = Workspace::new(CONFIG);
+    std::fs::create_dir_all(ws.path().join("model")).unwrap();
+    std::fs::create_dir_all(ws.path().join("notes")).unwrap();
+    ws.write("docs/a.md", "# A\n\nrelease\n");
+    let sync = ws.ctx(&["sync"]);
+    assert_eq!(sync.code(), 1, "{}", sync.stderr());
+    assert!(
+        sync.stderr().contains("cannot load the local embedding model") && sync.stderr().contains("tokenizer.json"),
+        "{}",
+        sync.stderr()
+    );
+    // Keyword search still works on what was indexed.
+    assert_eq!(titles(&search(&ws, "release", &[])), vec!["A"]);
+    let semantic = ws.ctx(&["search", "--mode", "semantic", "release"]);
+    assert_ne!(semantic.code(), 0);
+    assert!(semantic.stderr().contains("cannot load the local embedding model"), "{}", semantic.stderr());
+}
+
+/// kill -9 while sync writes chunks and vectors: every committed chunk has its vector, and
+/// the next sync completes the rest.
+#[test]
+fn semantic_19_killed_embedding_sync_leaves_chunks_and_vectors_consistent() {
+    let ws = Workspace::new(CONFIG);
+    write_tiny_model(&ws.path().join("model"), 8);
+    std::fs::create_dir_all(ws.path().join("notes")).unwrap();
+    let total = 6000;
+    for i in 0..total {
+        ws.write(&format!("docs/d{i:05}.md"), &format!("# Doc {i}\n\nhow to release and revert doc {i}\n"));
+    }
+    let mut child = Command::new(BIN)
+        .args(["--config", "ctx.toml", "sync", "--json"])
+        .current_dir(ws.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut seen = 0i64;
+    while started.elapsed() < Duration::from_secs(60) {
+        if let Ok(db) = rusqlite::Connection::open(ws.path().join("data/ctx.sqlite")) {
+            seen = db.query_row("SELECT COUNT(*) FROM documents", [], |r| r.get(0)).unwrap_or(0);
+            if seen > 0 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let finished = child.try_wait().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen > 0 && finished.is_none(), "the kill landed mid-sync");
+    let chunks = count(&ws, "SELECT COUNT(*) FROM chunks");
+    assert!(0 < chunks && chunks < total, "{chunks} of {total}");
+    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), chunks, "each committed chunk has its vector");
+    ws.ctx(&["sync"]).ok();
+    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunks"), total);
+    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), total);
+}
+
+/// The default model: its tokenizer run piece by piece gives the tokenizer's own ids on real
+/// text (this repository's sources and docs), and semantic search on the sample corpus finds
+/// the rollback runbook for a paraphrase.
+#[test]
+fn semantic_19_default_model_tokenizes_like_its_tokenizer_and_finds_paraphrases() {
+    let Some(dir) = crate::common::test_model() else { return };
+    let model = ctx::embed::StaticModel::load(&dir, "wordllama-l2-256", None).unwrap();
+    assert!(model.tokenizes_by_piece(), "the Llama tokenizer qualifies for the piece-by-piece path");
+    let mut texts: Vec<String> = Vec::new();
+    for entry in ["README.md", "src/kb/search.rs", "src/embed/local.rs", "schemas/config.schema.json"] {
+        let text = std::fs::read_to_string(crate::common::repo().join(entry)).unwrap();
+        texts.extend(text.split("\n\n").map(str::to_string));
+    }
+    texts.extend(["tab\there", "CRLF\r\nline", "  ", "ünïcödé 日本語 🚀", "a\u{a0}b"].map(String::from));
+    for text in &texts {
+        assert_eq!(model.token_ids(text), model.reference_ids(text), "{text:?}");
+    }
+
+    let ws = Workspace::sample();
+    let mut config = std::fs::read_to_string(ws.path().join("ctx.toml")).unwrap();
+    config = config.replacen(
+        "provider = \"disabled\"",
+        &format!("provider = \"local\"\npath = {:?}", dir.display().to_string()),
+        1,
+    );
+    std::fs::write(ws.path().join("ctx.toml"), config).unwrap();
+    ws.ctx(&["embed"]).ok();
+    let hits = search(&ws, "how do I revert a release", &["--mode", "semantic", "--limit", "1"]);
+    assert_eq!(titles(&hits), vec!["Deploy runbook"], "{hits}");
+}
