@@ -138,7 +138,7 @@ pub fn search(
 }
 
 /// Candidates each list gives hybrid fusion (or more, for a large page).
-const FUSION_WINDOW: usize = 100;
+pub const FUSION_WINDOW: usize = 100;
 
 /// The query's vector. A query of no known word has the zero vector, which ranks nothing.
 fn query_vector(embedder: &dyn Embedder, text: &str) -> Result<Vec<f32>, KbError> {
@@ -175,11 +175,11 @@ fn semantic_list(
     Ok(found)
 }
 
-/// A hit's place in each list.
-#[derive(Clone, Copy, Default)]
-struct Ranks {
-    keyword: Option<(usize, f64)>,
-    semantic: Option<(usize, f64)>,
+/// A hit's place (from 1) and raw score in each list.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Ranks {
+    pub keyword: Option<(usize, f64)>,
+    pub semantic: Option<(usize, f64)>,
 }
 
 impl Ranks {
@@ -201,7 +201,12 @@ impl Ranks {
 /// list's weight / (k + r). Ranks, not scores, are fused: BM25 and cosine are on scales that
 /// no normalisation makes comparable, and a rank cannot make a lone weak hit look perfect.
 /// Ties go to the lower chunk id. Returns the fused list, best first, and each chunk's ranks.
-fn fuse(keyword: &[Candidate], semantic: &[Candidate], k: f64, weight: f64) -> (Vec<Candidate>, HashMap<i64, Ranks>) {
+pub fn fuse(
+    keyword: &[Candidate],
+    semantic: &[Candidate],
+    k: f64,
+    weight: f64,
+) -> (Vec<Candidate>, HashMap<i64, Ranks>) {
     let mut ranks: HashMap<i64, Ranks> = HashMap::new();
     let mut fused: HashMap<i64, (f64, &Candidate)> = HashMap::new();
     for (list, w, is_keyword) in [(keyword, 1.0 - weight, true), (semantic, weight, false)] {
