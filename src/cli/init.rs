@@ -34,8 +34,10 @@ const SAMPLE: &[(&str, &str)] = &[
 ];
 
 pub fn run(args: InitArgs) -> Result<(), CliError> {
+    let model = crate::embed::default_model_dirs(&args.dir).into_iter().find(|d| d.join("model.safetensors").is_file());
+    let config_text = config_text(&args.dir, model.as_deref());
     let mut files: Vec<(PathBuf, &str)> = vec![
-        (args.dir.join("ctx.toml"), CONFIG_TEMPLATE),
+        (args.dir.join("ctx.toml"), &config_text),
         (args.dir.join("tools/echo.lua"), ECHO_TOOL),
         (args.dir.join("agents/runbook-guide.lua"), GUIDE_AGENT),
     ];
@@ -66,12 +68,50 @@ pub fn run(args: InitArgs) -> Result<(), CliError> {
     println!("created {}", args.dir.join("tools/echo.lua").display());
     println!("created {}", args.dir.join("agents/runbook-guide.lua").display());
     println!("created {} ({} document(s))", args.dir.join("docs").display(), files.len() - 3);
+    match &model {
+        Some(dir) => println!("semantic search: the local model in {}", dir.display()),
+        None => {
+            println!("semantic search: off until a model is set up (scripts/get-model, then [embedding] in ctx.toml)")
+        }
+    }
     println!();
     println!("next: ctx --config {} schema check", config.display());
     Ok(())
 }
 
+/// The template's `[embedding]` lines, which `ctx init` replaces when a model is installed.
+const EMBEDDING_OFF: &str = "# Semantic and hybrid search need an embedding provider; \"disabled\" keeps ctx keyword-only.\n\
+                             # scripts/get-model installs a local model; then: provider = \"local\" and path = \"<its folder>\".\n\
+                             provider = \"disabled\"";
+
+/// The config text: the template, with the local model in `[embedding]` when one is installed.
+fn config_text(dir: &Path, model: Option<&Path>) -> String {
+    let Some(model) = model else { return CONFIG_TEMPLATE.to_string() };
+    // Relative to the workspace when inside it, so the folder can move as a whole.
+    let shown = model.strip_prefix(dir).map(Path::to_path_buf).unwrap_or_else(|_| model.to_path_buf());
+    let local = format!(
+        "# Semantic and hybrid search with a local static model (no network): {}.\nprovider = \"local\"\npath = {:?}",
+        crate::embed::DEFAULT_MODEL,
+        shown.display().to_string()
+    );
+    CONFIG_TEMPLATE.replacen(EMBEDDING_OFF, &local, 1)
+}
+
 fn create_dir(path: &Path) -> Result<(), CliError> {
     std::fs::create_dir_all(path).with_context(|| format!("cannot create folder {}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_found_model_replaces_the_disabled_embedding_lines() {
+        assert!(CONFIG_TEMPLATE.contains(EMBEDDING_OFF));
+        let text = config_text(Path::new("/ws"), Some(Path::new("/ws/models/m")));
+        assert!(text.contains("provider = \"local\"\npath = \"models/m\""), "{text}");
+        assert!(!text.contains("provider = \"disabled\""));
+        assert_eq!(config_text(Path::new("/ws"), None), CONFIG_TEMPLATE);
+    }
 }

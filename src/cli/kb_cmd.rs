@@ -129,8 +129,9 @@ pub fn sync(args: SyncArgs, globals: &Globals) -> Result<(), CliError> {
             println!("{}", serde_json::to_string(s).context("serialise summary")?);
         } else if !globals.quiet || s.error.is_some() {
             let verb = if s.dry_run { "would sync" } else { "synced" };
+            let embedded = if s.embedded > 0 { format!(", {} chunk(s) embedded", s.embedded) } else { String::new() };
             println!(
-                "{verb} {}: {} added, {} updated, {} deleted, {} unchanged, {} skipped, {} error(s) in {:.2}s",
+                "{verb} {}: {} added, {} updated, {} deleted, {} unchanged, {} skipped, {} error(s){embedded} in {:.2}s",
                 s.source, s.added, s.updated, s.deleted, s.unchanged, s.skipped, s.errors, s.seconds
             );
         }

@@ -352,9 +352,13 @@ fn f16_to_f32(h: u16) -> f32 {
     f32::from_bits(bits)
 }
 
-/// Where `ctx init --sample` and the quickstart look for the default model: `models/<name>`
-/// beside the config, else the user's data folder.
+/// Where `ctx init` looks for the default model: `$CTX_MODEL_DIR` alone when it is set (where
+/// `scripts/get-model` put it), else `models/<name>` beside the config, then the user's data
+/// folder (`scripts/get-model`'s default).
 pub fn default_model_dirs(base: &Path) -> Vec<PathBuf> {
+    if let Some(dir) = std::env::var_os("CTX_MODEL_DIR") {
+        return vec![PathBuf::from(dir)];
+    }
     let mut dirs = vec![base.join("models").join(DEFAULT_MODEL)];
     if let Some(data) = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)

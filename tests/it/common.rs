@@ -58,6 +58,8 @@ pub fn run_in(dir: &Path, args: &[&str]) -> Run {
     let output = Command::new(BIN)
         .args(args)
         .current_dir(dir)
+        // `ctx init` configures a local model it finds installed; tests get none unless asked.
+        .env("CTX_MODEL_DIR", "/nonexistent/ctx-test-model")
         .env_remove("CTX_CONFIG")
         .env_remove("CTX_LOG")
         .output()
