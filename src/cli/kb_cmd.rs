@@ -295,5 +295,8 @@ pub fn stats(args: JsonFlag, globals: &Globals) -> Result<(), CliError> {
     println!("sources:   {}", stats.sources);
     println!("size:      {:.1} MiB", stats.database_bytes as f64 / (1024.0 * 1024.0));
     println!("schema:    v{}", stats.schema_version);
+    for v in &stats.vectors {
+        println!("vectors:   {} of {} chunks, {} ({} dims)", v.chunks, stats.chunks, v.model, v.dims);
+    }
     Ok(())
 }

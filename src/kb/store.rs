@@ -102,6 +102,16 @@ pub struct Stats {
     pub sources: i64,
     pub database_bytes: u64,
     pub schema_version: i64,
+    /// Chunks with a vector, per embedding model.
+    pub vectors: Vec<ModelVectors>,
+}
+
+/// How many chunks have a vector of one model.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ModelVectors {
+    pub model: String,
+    pub dims: i64,
+    pub chunks: i64,
 }
 
 /// Storage for the knowledge base.
@@ -506,6 +516,11 @@ impl Store for SqliteStore {
             sources: count("SELECT COUNT(DISTINCT source) FROM documents")?,
             database_bytes,
             schema_version: count("PRAGMA user_version")?,
+            vectors: vectors::coverage(&conn)?
+                .models
+                .into_iter()
+                .map(|(model, dims, chunks)| ModelVectors { model, dims, chunks })
+                .collect(),
         })
     }
 }

@@ -95,6 +95,9 @@ fn semantic_19_sync_writes_a_vector_per_chunk_and_finds_paraphrases() {
     let tagged: (String, i64) =
         ws.db().query_row("SELECT name, dims FROM embedding_models", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
     assert_eq!(tagged, ("local:model".to_string(), 8));
+    let stats = ws.ctx(&["stats", "--json"]).json();
+    assert_eq!(stats["vectors"][0]["chunks"], stats["chunks"], "{stats}");
+    assert_eq!(stats["vectors"][0]["model"], "local:model");
     // No document says "rollback", but one is about reverting.
     let keyword = search(&ws, "rollback", &[]);
     assert!(titles(&keyword).is_empty(), "{keyword}");
