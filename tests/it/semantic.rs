@@ -212,7 +212,7 @@ fn semantic_19_hybrid_fuses_both_lists_and_explains_each_rank() {
     assert_eq!(top["keyword"]["rank"], 1, "{top}");
     assert_eq!(top["semantic"]["rank"], 1, "{top}");
     let explain = &hybrid["explain"];
-    assert_eq!(explain["rrf_k"], 60);
+    assert_eq!(explain["rrf_k"], 2);
     assert!(explain["hybrid_weight"].is_number());
     // The terminal shows the ranks too.
     let text = ws.ctx(&["search", "--mode", "hybrid", "--explain", "rollback revert"]).ok();
