@@ -248,7 +248,8 @@ impl SqliteStore {
         migrate(&mut conn, path)?;
         let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
         let pool = Pool::new(path, workers * 4, |conn| conn.execute_batch(term_rank::VOCAB_DDL));
-        Ok(Self { pool, terms: TermRanker::default(), vectors: VectorIndex::default() })
+        let vectors = VectorIndex::new(path);
+        Ok(Self { pool, terms: TermRanker::default(), vectors })
     }
 
     pub fn path(&self) -> &Path {

@@ -9,9 +9,15 @@
 //! ranks those again by their exact `f32` vectors from SQLite: the top k and its scores are
 //! the exact ones unless the 8-bit error reorders rows across that margin. Filters apply
 //! before the cut. Large indexes are scanned on every core. The array is rebuilt when the
-//! store's generation changes (every write bumps it), as the token counts of `term_rank` are.
+//! store's generation changes (every write bumps it), as the token counts of `term_rank` are:
+//! at once while it is small, and beside the queries once it is large (a million vectors take
+//! seconds to read), which keep using the last copy meanwhile. A stale copy never returns a
+//! deleted chunk (candidates and their exact vectors are read from the database); it can miss
+//! the chunks of the last few seconds' writes.
 
 use std::collections::{BinaryHeap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -156,10 +162,16 @@ fn quantize(v: &[f32], out: &mut Vec<i8>) -> f32 {
     scale
 }
 
+/// Loaded copies with at least this many rows are rebuilt in the background.
+const BACKGROUND_ROWS: usize = 200_000;
+
 /// The in-memory copy of the vectors, shared by the store's connections.
-#[derive(Default)]
 pub struct VectorIndex {
-    loaded: RwLock<Option<Arc<Loaded>>>,
+    path: PathBuf,
+    loaded: Arc<RwLock<Option<Arc<Loaded>>>>,
+    /// A background rebuild is running.
+    rebuilding: Arc<AtomicBool>,
+    background_rows: usize,
 }
 
 impl VectorIndex {
@@ -174,77 +186,127 @@ impl VectorIndex {
         filter: &SearchFilter,
         limit: usize,
     ) -> rusqlite::Result<(Vec<(i64, f64)>, Indexed)> {
-        conn.prepare_cached("BEGIN")?.execute([])?;
-        let loaded = self.loaded(conn, model, query.len());
-        let end = conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([]));
-        let loaded = loaded?;
-        end?;
+        let loaded = self.current(conn, model, query.len())?;
         let indexed = Indexed { vectors: loaded.ids.len(), chunks: loaded.chunks };
         let rough = scan(&loaded, query, filter, limit.saturating_mul(OVERSAMPLE).max(OVERSAMPLE_MIN));
         Ok((rescore(conn, &rough, query, limit)?, indexed))
     }
 
-    fn loaded(&self, conn: &Connection, model: &str, dims: usize) -> rusqlite::Result<Arc<Loaded>> {
-        let generation: i64 = conn
-            .prepare_cached("SELECT value FROM store_meta WHERE key = 'generation'")?
-            .query_row([], |r| r.get(0))
-            .optional()?
-            .unwrap_or(0);
-        if let Some(cached) = self.loaded.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            if cached.generation == generation && cached.model == model && cached.dims == dims {
-                return Ok(Arc::clone(cached));
+    /// The index of the database at `path` (the store's own file).
+    pub fn new(path: &Path) -> VectorIndex {
+        VectorIndex {
+            path: path.to_path_buf(),
+            loaded: Arc::default(),
+            rebuilding: Arc::default(),
+            background_rows: BACKGROUND_ROWS,
+        }
+    }
+
+    /// The copy to scan: the loaded one if it is current; else a fresh one, or, for a large
+    /// index, the loaded one while a fresh one is built beside.
+    fn current(&self, conn: &Connection, model: &str, dims: usize) -> rusqlite::Result<Arc<Loaded>> {
+        let generation = generation(conn)?;
+        let cached = self.loaded.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(cached) = cached.filter(|c| c.model == model && c.dims == dims) {
+            if cached.generation == generation {
+                return Ok(cached);
+            }
+            if cached.ids.len() >= self.background_rows {
+                self.rebuild_beside(model, dims);
+                return Ok(cached);
             }
         }
-        // A model with no vectors yet has no row: it finds nothing.
-        let id = conn
-            .prepare_cached("SELECT id FROM embedding_models WHERE name = ?1 AND dims = ?2")?
-            .query_row(params![model, dims as i64], |r| r.get::<_, i64>(0))
-            .optional()?
-            .unwrap_or(-1);
-        let chunks: i64 = conn.prepare_cached("SELECT COUNT(*) FROM chunks")?.query_row([], |r| r.get(0))?;
-        let mut fresh = Loaded {
-            generation,
-            chunks: chunks as usize,
-            model: model.to_string(),
-            dims,
-            ids: Vec::new(),
-            source: Vec::new(),
-            sources: Vec::new(),
-            updated: Vec::new(),
-            quant: Vec::new(),
-            scales: Vec::new(),
-        };
-        let mut source_index: HashMap<String, u32> = HashMap::new();
-        let mut dates: HashMap<String, Arc<str>> = HashMap::new();
-        let mut stmt = conn.prepare_cached(
-            "SELECT v.chunk_id, v.vector, c.source, c.updated_at FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id
-             WHERE v.model_id = ?1 ORDER BY v.chunk_id",
-        )?;
-        let mut rows = stmt.query([id])?;
-        while let Some(row) = rows.next()? {
-            let blob = row.get_ref(1)?.as_blob()?;
-            if blob.len() != dims * 4 {
-                continue;
-            }
-            fresh.ids.push(row.get(0)?);
-            let vector: Vec<f32> = blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-            let scale = quantize(&vector, &mut fresh.quant);
-            fresh.scales.push(scale);
-            let source: String = row.get(2)?;
-            let next = source_index.len() as u32;
-            let at = *source_index.entry(source.clone()).or_insert_with(|| {
-                fresh.sources.push(source);
-                next
-            });
-            fresh.source.push(at);
-            let updated: String = row.get(3)?;
-            let shared = dates.entry(updated.clone()).or_insert_with(|| Arc::from(updated.as_str()));
-            fresh.updated.push(Arc::clone(shared));
-        }
-        let fresh = Arc::new(fresh);
+        conn.prepare_cached("BEGIN")?.execute([])?;
+        let fresh = load(conn, model, dims);
+        let end = conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([]));
+        let fresh = Arc::new(fresh?);
+        end?;
         *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&fresh));
         Ok(fresh)
     }
+
+    /// Starts one background rebuild, on its own connection, unless one is running.
+    fn rebuild_beside(&self, model: &str, dims: usize) {
+        if self.rebuilding.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (path, loaded, rebuilding, model) =
+            (self.path.clone(), Arc::clone(&self.loaded), Arc::clone(&self.rebuilding), model.to_string());
+        std::thread::spawn(move || {
+            let fresh = super::pool::open(&path).map_err(|e| e.to_string()).and_then(|conn| {
+                conn.execute_batch("BEGIN").map_err(|e| e.to_string())?;
+                let fresh = load(&conn, &model, dims).map_err(|e| e.to_string());
+                let _ = conn.execute_batch("COMMIT");
+                fresh
+            });
+            match fresh {
+                Ok(fresh) => *loaded.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(fresh)),
+                Err(e) => tracing::warn!("rebuilding the vector index failed (the last copy stays in use): {e}"),
+            }
+            rebuilding.store(false, Ordering::Release);
+        });
+    }
+}
+
+/// The store's write counter.
+fn generation(conn: &Connection) -> rusqlite::Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT value FROM store_meta WHERE key = 'generation'")?
+        .query_row([], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// Every vector of `model` with `dims` dimensions, read inside the caller's transaction.
+fn load(conn: &Connection, model: &str, dims: usize) -> rusqlite::Result<Loaded> {
+    let generation = generation(conn)?;
+    // A model with no vectors yet has no row: it finds nothing.
+    let id = conn
+        .prepare_cached("SELECT id FROM embedding_models WHERE name = ?1 AND dims = ?2")?
+        .query_row(params![model, dims as i64], |r| r.get::<_, i64>(0))
+        .optional()?
+        .unwrap_or(-1);
+    let chunks: i64 = conn.prepare_cached("SELECT COUNT(*) FROM chunks")?.query_row([], |r| r.get(0))?;
+    let mut fresh = Loaded {
+        generation,
+        chunks: chunks as usize,
+        model: model.to_string(),
+        dims,
+        ids: Vec::new(),
+        source: Vec::new(),
+        sources: Vec::new(),
+        updated: Vec::new(),
+        quant: Vec::new(),
+        scales: Vec::new(),
+    };
+    let mut source_index: HashMap<String, u32> = HashMap::new();
+    let mut dates: HashMap<String, Arc<str>> = HashMap::new();
+    let mut stmt = conn.prepare_cached(
+        "SELECT v.chunk_id, v.vector, c.source, c.updated_at FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id
+         WHERE v.model_id = ?1 ORDER BY v.chunk_id",
+    )?;
+    let mut rows = stmt.query([id])?;
+    while let Some(row) = rows.next()? {
+        let blob = row.get_ref(1)?.as_blob()?;
+        if blob.len() != dims * 4 {
+            continue;
+        }
+        fresh.ids.push(row.get(0)?);
+        let vector: Vec<f32> = blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let scale = quantize(&vector, &mut fresh.quant);
+        fresh.scales.push(scale);
+        let source: String = row.get(2)?;
+        let next = source_index.len() as u32;
+        let at = *source_index.entry(source.clone()).or_insert_with(|| {
+            fresh.sources.push(source);
+            next
+        });
+        fresh.source.push(at);
+        let updated: String = row.get(3)?;
+        let shared = dates.entry(updated.clone()).or_insert_with(|| Arc::from(updated.as_str()));
+        fresh.updated.push(Arc::clone(shared));
+    }
+    Ok(fresh)
 }
 
 /// A row and its similarity, ordered so that a max-heap keeps the worst on top.
@@ -394,6 +456,75 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store whose chunk `i` (of `n`) has a vector along axis `i % 2`.
+    fn store_with(dir: &Path, n: usize) -> crate::kb::SqliteStore {
+        use crate::kb::store::{Change, DocVectors, NewDocument, Store};
+        let store = crate::kb::SqliteStore::open(&dir.join("kb.sqlite")).unwrap();
+        let changes: Vec<Change> = (0..n)
+            .map(|i| {
+                Change::Upsert(Box::new(NewDocument {
+                    id: format!("d{i}"),
+                    source: "filesystem:docs".into(),
+                    source_id: format!("d{i}"),
+                    title: format!("D{i}"),
+                    body: "x".into(),
+                    content_type: "text/plain".into(),
+                    source_url: None,
+                    author: None,
+                    created_at: "2026-01-01T00:00:00Z".into(),
+                    updated_at: "2026-01-01T00:00:00Z".into(),
+                    metadata: serde_json::Value::Null,
+                    content_hash: format!("{i}"),
+                    chunks: vec![crate::kb::chunk::Chunk { index: 0, text: format!("chunk {i}"), tokens: 2 }],
+                    vectors: Some(DocVectors {
+                        model: "m".into(),
+                        dims: 2,
+                        rows: vec![if i % 2 == 0 { vec![1.0, 0.0] } else { vec![0.0, 1.0] }],
+                    }),
+                }))
+            })
+            .collect();
+        store.apply(&changes).unwrap();
+        store
+    }
+
+    #[test]
+    fn a_large_index_answers_from_its_last_copy_while_a_fresh_one_is_built() {
+        use crate::kb::store::Store;
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_with(dir.path(), 4);
+        let conn = super::super::pool::open(&dir.path().join("kb.sqlite")).unwrap();
+        let mut index = VectorIndex::new(&dir.path().join("kb.sqlite"));
+        index.background_rows = 1;
+        let filter = SearchFilter::default();
+        let (first, seen) = index.top(&conn, "m", &[1.0, 0.0], &filter, 10).unwrap();
+        assert_eq!(seen.vectors, 4);
+        assert_eq!(first.len(), 4);
+        // A write: the next query still answers (from the old copy), and a rebuild starts.
+        let chunk: i64 = conn.query_row("SELECT id FROM chunks ORDER BY id DESC LIMIT 1", [], |r| r.get(0)).unwrap();
+        store.put_vectors("m", 2, &[(chunk, vec![1.0, 0.0])]).unwrap();
+        let (_, during) = index.top(&conn, "m", &[1.0, 0.0], &filter, 10).unwrap();
+        assert_eq!(during.vectors, 4);
+        let started = std::time::Instant::now();
+        loop {
+            let fresh = index.loaded.read().unwrap().as_ref().map(|l| l.generation).unwrap_or(0);
+            if fresh == generation(&conn).unwrap() {
+                break;
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "the rebuild finished");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // Now the changed vector counts: chunk `chunk` points along the query.
+        let (after, _) = index.top(&conn, "m", &[1.0, 0.0], &filter, 10).unwrap();
+        let top_ids: Vec<i64> = after.iter().filter(|r| r.1 > 0.9).map(|r| r.0).collect();
+        assert!(top_ids.contains(&chunk), "{after:?}");
+        // A small index is rebuilt at once.
+        index.background_rows = usize::MAX;
+        store.put_vectors("m", 2, &[(chunk, vec![0.0, 1.0])]).unwrap();
+        let (now, _) = index.top(&conn, "m", &[1.0, 0.0], &filter, 10).unwrap();
+        assert!(!now.iter().filter(|r| r.1 > 0.9).any(|r| r.0 == chunk), "{now:?}");
+    }
 
     #[test]
     fn blobs_round_trip() {
