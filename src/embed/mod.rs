@@ -12,6 +12,7 @@ mod http;
 mod local;
 mod ollama;
 mod openai;
+mod remote;
 
 pub use local::{default_model_dirs, StaticModel, DEFAULT_MODEL};
 

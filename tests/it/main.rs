@@ -9,6 +9,7 @@ mod common;
 mod config_17;
 mod config_18;
 mod config_loading;
+mod embed_providers;
 mod fault_upstream;
 mod gateway;
 mod gateway_runtime;
