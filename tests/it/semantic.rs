@@ -365,3 +365,54 @@ fn semantic_19_default_model_tokenizes_like_its_tokenizer_and_finds_paraphrases(
     let hits = search(&ws, "how do I revert a release", &["--mode", "semantic", "--limit", "1"]);
     assert_eq!(titles(&hits), vec!["Deploy runbook"], "{hits}");
 }
+
+/// A provider that is down during a sync: the documents are indexed for keyword search without
+/// vectors (no chunk with half a vector, no lost document), the error names the provider and
+/// what to do, the exit code is 1; once it answers, `ctx embed` adds every missing vector and
+/// semantic search uses them.
+#[test]
+fn semantic_19_a_dead_provider_costs_vectors_only_and_embed_catches_up() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let config = |url: &str| {
+        format!(
+            "[connectors.filesystem.docs]\nroot = \"docs\"\n\n[embedding]\nprovider = \"ollama\"\nmodel = \"nomic-embed-text\"\n\
+             dims = 3\nurl = \"{url}\"\nmax_retries = 0\ntimeout_secs = 5\n"
+        )
+    };
+    let ws = Workspace::new(&config(&format!("http://{dead}")));
+    ws.write("docs/undo.md", "# Going back\n\nRevert the last change.\n");
+    ws.write("docs/ship.md", "# Shipping\n\nRelease the build.\n");
+    let sync = ws.ctx(&["sync"]);
+    assert_eq!(sync.code(), 1, "{}", sync.stderr());
+    let err = sync.stderr();
+    assert!(err.contains("written without vectors") && err.contains("ollama") && err.contains("ollama serve"), "{err}");
+    assert_eq!(count(&ws, "SELECT COUNT(*) FROM documents"), 2);
+    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), 0);
+    assert_eq!(titles(&search(&ws, "revert", &[])), vec!["Going back"]);
+
+    // The service is back: a stub that embeds "revert" texts along one axis, the rest another.
+    let (addr, received) = crate::common::stub(|req| {
+        let body: Value = serde_json::from_str(&req.body).unwrap();
+        let vectors: Vec<Value> = body["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let t = t.as_str().unwrap().to_lowercase();
+                if t.contains("revert") || t.contains("undo") {
+                    json!([1.0, 0.0, 0.0])
+                } else {
+                    json!([0.0, 1.0, 0.0])
+                }
+            })
+            .collect();
+        (200, json!({"model": "nomic-embed-text", "embeddings": vectors}).to_string())
+    });
+    std::fs::write(ws.path().join("ctx.toml"), config(&format!("http://{addr}"))).unwrap();
+    let embedded = ws.ctx(&["embed", "--json"]).json();
+    assert_eq!(embedded["embedded"], 2, "{embedded}");
+    assert_eq!(embedded["model"], "ollama:nomic-embed-text");
+    assert!(received.lock().unwrap().iter().all(|r| r.path == "/api/embed"));
+    let semantic = search(&ws, "undo", &["--mode", "semantic", "--limit", "1"]);
+    assert_eq!(titles(&semantic), vec!["Going back"], "{semantic}");
+}
