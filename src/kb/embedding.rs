@@ -88,13 +88,14 @@ pub fn backfill(
     let (total, replaced) = pending(store, embedder)?;
     let mut done = 0;
     let (name, dims) = (embedder.name(), embedder.dims());
-    // Each round takes chunks that have no vector of this model yet. A chunk deleted meanwhile
-    // is skipped by the write and gone from the next round's query, so the loop ends.
+    // Each round takes the next chunks, by id, that have no vector of this model yet; a chunk
+    // deleted meanwhile is skipped by the write. Chunks added behind the cursor while this runs
+    // are the next sync's.
+    let mut after = 0i64;
     loop {
-        let rows = store.unembedded(name, dims, BACKFILL_BATCH)?;
-        if rows.is_empty() {
-            break;
-        }
+        let rows = store.unembedded(name, dims, after, BACKFILL_BATCH)?;
+        let Some(last) = rows.last() else { break };
+        after = last.0;
         let texts: Vec<String> = rows.iter().map(|r| r.1.clone()).collect();
         let vectors = embed_all(embedder, &texts).map_err(|e| KbError::Embed(e.to_string()))?;
         let written: Vec<(i64, Vec<f32>)> = rows.iter().map(|r| r.0).zip(vectors).collect();

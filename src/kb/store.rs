@@ -146,8 +146,9 @@ pub trait Store: Send + Sync {
     /// The `model` vectors the chunks of these documents have now, by the text they embed
     /// ([`vectors::embed_text`]): a changed document keeps those of its unchanged chunks.
     fn vectors_to_reuse(&self, document_ids: &[&str], model: &str) -> Result<HashMap<String, Vec<f32>>, KbError>;
-    /// Up to `limit` chunks without a `model` vector: `(chunk id, text to embed)`, by id.
-    fn unembedded(&self, model: &str, dims: usize, limit: usize) -> Result<Vec<(i64, String)>, KbError>;
+    /// Up to `limit` chunks after chunk id `after` without a `model` vector: `(chunk id, text to
+    /// embed)`, by id.
+    fn unembedded(&self, model: &str, dims: usize, after: i64, limit: usize) -> Result<Vec<(i64, String)>, KbError>;
     /// Writes `model` vectors of existing chunks in one transaction.
     fn put_vectors(&self, model: &str, dims: usize, rows: &[(i64, Vec<f32>)]) -> Result<(), KbError>;
     /// How many chunks have vectors, per model.
@@ -391,15 +392,18 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    fn unembedded(&self, model: &str, dims: usize, limit: usize) -> Result<Vec<(i64, String)>, KbError> {
+    fn unembedded(&self, model: &str, dims: usize, after: i64, limit: usize) -> Result<Vec<(i64, String)>, KbError> {
         let conn = self.pool.get()?;
+        // From a cursor: a backfill's next batch starts where the last one ended, instead of
+        // walking past every chunk it already embedded.
         let mut stmt = conn.prepare_cached(
             "SELECT c.id, c.title, c.text FROM chunks c
-             WHERE NOT EXISTS (SELECT 1 FROM chunk_vectors v JOIN embedding_models m ON m.id = v.model_id
+             WHERE c.id > ?3
+               AND NOT EXISTS (SELECT 1 FROM chunk_vectors v JOIN embedding_models m ON m.id = v.model_id
                                WHERE v.chunk_id = c.id AND m.name = ?1 AND m.dims = ?2)
-             ORDER BY c.id LIMIT ?3",
+             ORDER BY c.id LIMIT ?4",
         )?;
-        let rows = stmt.query_map(params![model, dims as i64, limit as i64], |r| {
+        let rows = stmt.query_map(params![model, dims as i64, after, limit as i64], |r| {
             Ok((r.get(0)?, vectors::embed_text(&r.get::<_, String>(1)?, &r.get::<_, String>(2)?)))
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

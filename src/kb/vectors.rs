@@ -377,8 +377,25 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
-    /// The best `limit` of rows `range`.
+    /// The best `limit` of rows `range`: the loop compiled for AVX2 where the CPU has it (the
+    /// dot products then take 32 bytes a step instead of 16), else for the baseline.
     fn rows(&self, range: std::ops::Range<usize>) -> BinaryHeap<Scored> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above; the function is plain Rust.
+            return unsafe { self.rows_avx2(range) };
+        }
+        self.rows_portable(range)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn rows_avx2(&self, range: std::ops::Range<usize>) -> BinaryHeap<Scored> {
+        self.rows_portable(range)
+    }
+
+    #[inline(always)]
+    fn rows_portable(&self, range: std::ops::Range<usize>) -> BinaryHeap<Scored> {
         let (loaded, dims) = (self.loaded, self.loaded.dims);
         let mut heap = BinaryHeap::with_capacity(self.limit + 1);
         for row in range {
@@ -433,10 +450,19 @@ fn rescore(conn: &Connection, rough: &[(i64, f64)], query: &[f32], limit: usize)
     Ok(exact.into_iter().map(|Scored(s, id)| (id, s as f64)).collect())
 }
 
-/// The dot product of two 8-bit vectors; the products fit 16 bits, which the compiler turns
-/// into multiply-add instructions over whole registers.
+/// The dot product of two 8-bit vectors, in 32 independent sums that the compiler keeps in
+/// vector registers (widening multiply-adds).
+#[inline(always)]
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
-    a.iter().zip(b).map(|(&x, &y)| (x as i16 * y as i16) as i32).sum()
+    let mut sums = [0i32; 32];
+    let (a32, b32) = (a.chunks_exact(32), b.chunks_exact(32));
+    let tail: i32 = a32.remainder().iter().zip(b32.remainder()).map(|(&x, &y)| x as i32 * y as i32).sum();
+    for (x, y) in a32.zip(b32) {
+        for i in 0..32 {
+            sums[i] += x[i] as i32 * y[i] as i32;
+        }
+    }
+    sums.iter().sum::<i32>() + tail
 }
 
 /// The dot product, in eight independent sums so the compiler keeps them in vector registers.
