@@ -19,7 +19,7 @@ pub fn run(args: EmbedArgs, globals: &Globals) -> Result<(), CliError> {
     let Some(embedder) = kb.embedder().map_err(|e| CliError::Failed(e.into()))? else {
         return Err(CliError::Usage(
             "[embedding] provider is \"disabled\": set provider = \"local\" with path = \"<model folder>\" \
-             (scripts/quickstart downloads one), or \"ollama\" / \"openai\" with model and dims, then run ctx embed again"
+             (scripts/get-model installs one), or \"ollama\" / \"openai\" with model and dims, then run ctx embed again"
                 .to_string(),
         ));
     };

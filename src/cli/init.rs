@@ -87,12 +87,18 @@ const EMBEDDING_OFF: &str = "# Semantic and hybrid search need an embedding prov
 /// The config text: the template, with the local model in `[embedding]` when one is installed.
 fn config_text(dir: &Path, model: Option<&Path>) -> String {
     let Some(model) = model else { return CONFIG_TEMPLATE.to_string() };
-    // Relative to the workspace when inside it, so the folder can move as a whole.
-    let shown = model.strip_prefix(dir).map(Path::to_path_buf).unwrap_or_else(|_| model.to_path_buf());
+    // Relative to the workspace when inside it, so the folder can move as a whole; under the
+    // home folder as ~/..., so the file works for the same user elsewhere.
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let shown = match (model.strip_prefix(dir), home.as_deref().and_then(|h| model.strip_prefix(h).ok())) {
+        (Ok(inside), _) => inside.display().to_string(),
+        (_, Some(rest)) => format!("~/{}", rest.display()),
+        _ => model.display().to_string(),
+    };
     let local = format!(
         "# Semantic and hybrid search with a local static model (no network): {}.\nprovider = \"local\"\npath = {:?}",
         crate::embed::DEFAULT_MODEL,
-        shown.display().to_string()
+        shown
     );
     CONFIG_TEMPLATE.replacen(EMBEDDING_OFF, &local, 1)
 }

@@ -189,9 +189,17 @@ pub fn search(args: SearchArgs, globals: &Globals) -> Result<(), CliError> {
             .map(|s| s.try_into().map_err(|e| CliError::Usage(format!("invalid --source: {e}"))))
             .transpose()?,
         since: args.since,
-        explain: args.explain,
+        // Always asked for: its notes (a fallback, vectors missing) reach stderr without --explain.
+        explain: true,
     };
-    let response = kb.search(&request).map_err(kb_error)?;
+    let mut response = kb.search(&request).map_err(kb_error)?;
+    if !args.explain {
+        if let Some(explain) = response.explain.take() {
+            for note in &explain.notes {
+                eprintln!("note: {note}");
+            }
+        }
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&response).context("serialise results")?);
         return Ok(());
@@ -216,8 +224,13 @@ pub fn search(args: SearchArgs, globals: &Globals) -> Result<(), CliError> {
     }
     if let Some(explain) = &response.explain {
         println!();
-        println!("mode: {:?} (requested {:?})", explain.mode, explain.requested_mode);
-        println!("fts query: {}", explain.fts_query);
+        let name = |m: SearchMode| {
+            serde_json::to_value(m).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+        };
+        println!("mode: {} (requested {})", name(explain.mode), name(explain.requested_mode));
+        if !explain.fts_query.is_empty() {
+            println!("fts query: {}", explain.fts_query);
+        }
         println!("candidates ranked: {}", explain.candidates);
         if let Some(model) = &explain.model {
             println!("embedding model: {model}");

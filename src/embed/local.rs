@@ -37,8 +37,11 @@ pub struct StaticModel {
     added: Vec<String>,
 }
 
-/// Distinct pieces one thread remembers the tokens of; the cache is emptied when full.
+/// Distinct pieces one thread remembers the tokens of; the cache is emptied when full. Only
+/// pieces up to [`CACHED_PIECE`] bytes are kept (words, not a query of unbroken text), so a
+/// thread's cache stays under about 5 MB.
 const PIECE_CACHE: usize = 50_000;
+const CACHED_PIECE: usize = 48;
 
 /// Numbers each model loaded, for the per-thread caches.
 static SERIAL: AtomicUsize = AtomicUsize::new(0);
@@ -72,7 +75,7 @@ impl StaticModel {
         let Some(path) = spec.path.as_deref() else {
             return Err(EmbedError::Config(
                 "provider \"local\" needs `path`, the folder holding tokenizer.json and model.safetensors \
-                 (scripts/quickstart downloads one to models/wordllama-l2-256)"
+                 (scripts/get-model installs one in ~/.local/share/ctx/models/wordllama-l2-256)"
                     .to_string(),
             ));
         };
@@ -206,7 +209,9 @@ impl StaticModel {
                 }
                 let tokens: Vec<u32> = self.tokenizer.get_model().tokenize(piece).ok()?.iter().map(|t| t.id).collect();
                 ids.extend_from_slice(&tokens);
-                cache.1.insert(piece.to_string(), tokens);
+                if piece.len() <= CACHED_PIECE {
+                    cache.1.insert(piece.to_string(), tokens);
+                }
             }
             Some(())
         })?;
@@ -317,6 +322,9 @@ pub fn read_matrix(bytes: &[u8]) -> Result<(Vec<f32>, usize, usize), String> {
     };
     if values.len() != rows.saturating_mul(columns) {
         return Err(format!("tensor {name} is {rows} × {columns} but holds {} values", values.len()));
+    }
+    if let Some(at) = values.iter().position(|v| !v.is_finite()) {
+        return Err(format!("tensor {name} holds a value that is not a finite number (row {})", at / columns.max(1)));
     }
     Ok((values, rows, columns))
 }

@@ -29,7 +29,7 @@ pub fn attach(store: &dyn Store, embedder: &dyn Embedder, batch: &mut [Change]) 
     if ids.is_empty() {
         return Ok(0);
     }
-    let reuse = store.vectors_to_reuse(&ids, embedder.name())?;
+    let reuse = store.vectors_to_reuse(&ids, embedder.name(), embedder.dims())?;
     // Every text to embed, once, in order of first use.
     let mut wanted: HashMap<String, usize> = HashMap::new();
     let mut texts: Vec<String> = Vec::new();
@@ -72,8 +72,14 @@ pub struct Backfill {
 /// other models the index has vectors of.
 pub fn pending(store: &dyn Store, embedder: &dyn Embedder) -> Result<(usize, Vec<String>), KbError> {
     let coverage = store.coverage()?;
-    let missing = (coverage.chunks - coverage.of(embedder.name())).max(0) as usize;
-    let others = coverage.models.iter().filter(|m| m.0 != embedder.name()).map(|m| m.0.clone()).collect();
+    let (name, dims) = (embedder.name(), embedder.dims());
+    let missing = (coverage.chunks - coverage.of(name, dims)).max(0) as usize;
+    let others = coverage
+        .models
+        .iter()
+        .filter(|m| m.0 != name || m.1 != dims as i64)
+        .map(|m| format!("{} ({} dims)", m.0, m.1))
+        .collect();
     Ok((missing, others))
 }
 

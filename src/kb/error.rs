@@ -4,7 +4,7 @@
 pub enum KbError {
     #[error("the search query is empty; give at least one word to look for")]
     EmptyQuery,
-    #[error("semantic search needs an embedding provider: add [embedding] provider = \"local\" and path = \"<model folder>\" to ctx.toml (scripts/quickstart downloads one), or provider = \"ollama\" / \"openai\" with model and dims; then run `ctx embed`. Keyword and hybrid search work without one")]
+    #[error("semantic search needs an embedding provider: add [embedding] provider = \"local\" and path = \"<model folder>\" to ctx.toml (scripts/get-model installs one), or provider = \"ollama\" / \"openai\" with model and dims; then run `ctx embed`. Keyword and hybrid search work without one")]
     SemanticUnavailable,
     /// The embedding provider failed, or cannot be set up.
     #[error("{0}")]

@@ -17,7 +17,7 @@ pub mod sync;
 mod term_rank;
 pub mod vectors;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 pub use error::KbError;
 pub use store::{SqliteStore, Stats, Store};
@@ -40,12 +40,10 @@ pub struct Kb {
     config: Arc<Config>,
     store: Arc<dyn Store>,
     /// The `[embedding]` provider, built on first use (a local model takes tens of
-    /// milliseconds and tens of megabytes to load; keyword search never pays for it).
-    embedder: Arc<OnceLock<Embedding>>,
+    /// milliseconds and tens of megabytes to load; keyword search never pays for it). A
+    /// failure is not kept: a model installed later is picked up by the next search.
+    embedder: Arc<Mutex<Option<Arc<dyn Embedder>>>>,
 }
-
-/// The embedder of a config, or why there is none.
-type Embedding = Result<Option<Arc<dyn Embedder>>, String>;
 
 impl Kb {
     /// Opens the SQLite store named by the config.
@@ -62,17 +60,16 @@ impl Kb {
         Kb { config, store: Arc::clone(&self.store), embedder }
     }
 
-    /// Whether a query is embedded right here without waiting: a local model, already loaded.
-    pub fn embeds_in_process(&self) -> bool {
-        matches!(self.embedder.get(), Some(Ok(Some(e))) if !e.remote())
-    }
-
     /// The configured embedder: `Ok(None)` when `[embedding]` is disabled, an error saying
     /// what is wrong when it cannot be built.
     pub fn embedder(&self) -> Result<Option<Arc<dyn Embedder>>, KbError> {
-        let built: &Embedding =
-            self.embedder.get_or_init(|| crate::embed::from_config(&self.config).map_err(|e| e.to_string()));
-        built.clone().map_err(KbError::Embed)
+        let mut built = self.embedder.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(embedder) = built.as_ref() {
+            return Ok(Some(Arc::clone(embedder)));
+        }
+        let fresh = crate::embed::from_config(&self.config).map_err(|e| KbError::Embed(e.to_string()))?;
+        built.clone_from(&fresh);
+        Ok(fresh)
     }
 
     pub fn config(&self) -> &Arc<Config> {

@@ -50,8 +50,8 @@ pub fn search(
         (None, _) => SearchMode::Keyword,
         (Some(_), m) => m,
     };
-    // Semantic search needs no keyword to match; the others do.
-    if query.is_none() && mode != SearchMode::Semantic {
+    // Only keyword search needs a word to match: the vector modes rank by the whole text.
+    if query.is_none() && mode == SearchMode::Keyword {
         return Err(KbError::EmptyQuery);
     }
     let filter = SearchFilter {
@@ -82,14 +82,28 @@ pub fn search(
             let vector = query_vector(embedder.as_ref(), request.query.as_str())?;
             // Fusion takes the any-word ranking: requiring every word drops most candidates a
             // paraphrase needs, and the vector list is there to rank them.
-            let query = query.as_ref().ok_or(KbError::EmptyQuery)?;
-            fts = query.any.clone().unwrap_or_else(|| query.all.clone());
-            let window = FUSION_WINDOW.max(limit * per_doc);
-            let keyword = store.keyword_candidates(&fts, &filter, window)?;
-            let semantic = semantic_list(store, embedder.as_ref(), &vector, &filter, window, &mut notes)?;
+            match &query {
+                Some(query) => fts = query.any.clone().unwrap_or_else(|| query.all.clone()),
+                None => {
+                    notes.push("the query has no word to match, so hybrid ranks by the semantic list alone".to_string())
+                }
+            }
             let (k, weight) = (retrieval.rrf_k as f64, retrieval.hybrid_weight);
-            let (fused, ranks) = fuse(&keyword, &semantic, k, weight);
-            (group(&fused, per_doc, limit), keyword.len() + semantic.len(), ranks)
+            // Widened, like a single list, when grouping by document leaves the page short
+            // (long documents fill a window of chunks) and a list has more to give.
+            let mut window = FUSION_WINDOW.max(limit * per_doc);
+            loop {
+                let keyword =
+                    if fts.is_empty() { Vec::new() } else { store.keyword_candidates(&fts, &filter, window)? };
+                let semantic = semantic_list(store, embedder.as_ref(), &vector, &filter, window, &mut notes)?;
+                let (fused, ranks) = fuse(&keyword, &semantic, k, weight);
+                let hits = group(&fused, per_doc, limit);
+                let more = keyword.len() == window || semantic.len() == window;
+                if hits.len() == limit || !more || window == MAX_CANDIDATES {
+                    break (hits, keyword.len() + semantic.len(), ranks);
+                }
+                window = (window * 4).min(MAX_CANDIDATES);
+            }
         }
         (None, _) => {
             let query = query.as_ref().ok_or(KbError::EmptyQuery)?;
@@ -155,6 +169,14 @@ fn semantic_list(
     window: usize,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Candidate>, KbError> {
+    // A text of no word the model knows has no direction: it is near nothing.
+    if vector.iter().all(|x| *x == 0.0) {
+        let note = "the query has no word the embedding model knows, so the semantic list is empty".to_string();
+        if !notes.contains(&note) {
+            notes.push(note);
+        }
+        return Ok(Vec::new());
+    }
     let (found, coverage) = store.semantic_candidates(embedder.name(), vector, filter, window)?;
     let note = match (coverage.vectors, coverage.chunks) {
         (0, chunks) if chunks > 0 => Some(format!(

@@ -145,7 +145,12 @@ pub trait Store: Send + Sync {
     ) -> Result<(Vec<Candidate>, vectors::Indexed), KbError>;
     /// The `model` vectors the chunks of these documents have now, by the text they embed
     /// ([`vectors::embed_text`]): a changed document keeps those of its unchanged chunks.
-    fn vectors_to_reuse(&self, document_ids: &[&str], model: &str) -> Result<HashMap<String, Vec<f32>>, KbError>;
+    fn vectors_to_reuse(
+        &self,
+        document_ids: &[&str],
+        model: &str,
+        dims: usize,
+    ) -> Result<HashMap<String, Vec<f32>>, KbError>;
     /// Up to `limit` chunks after chunk id `after` without a `model` vector: `(chunk id, text to
     /// embed)`, by id.
     fn unembedded(&self, model: &str, dims: usize, after: i64, limit: usize) -> Result<Vec<(i64, String)>, KbError>;
@@ -369,7 +374,12 @@ impl Store for SqliteStore {
         Ok((candidates_by_id(&conn, &top)?, coverage))
     }
 
-    fn vectors_to_reuse(&self, document_ids: &[&str], model: &str) -> Result<HashMap<String, Vec<f32>>, KbError> {
+    fn vectors_to_reuse(
+        &self,
+        document_ids: &[&str],
+        model: &str,
+        dims: usize,
+    ) -> Result<HashMap<String, Vec<f32>>, KbError> {
         if document_ids.is_empty() {
             return Ok(HashMap::new());
         }
@@ -378,9 +388,9 @@ impl Store for SqliteStore {
         let mut stmt = conn.prepare_cached(
             "SELECT c.title, c.text, v.vector, m.dims FROM chunks c
              JOIN chunk_vectors v ON v.chunk_id = c.id JOIN embedding_models m ON m.id = v.model_id
-             WHERE c.document_id IN (SELECT value FROM json_each(?1)) AND m.name = ?2",
+             WHERE c.document_id IN (SELECT value FROM json_each(?1)) AND m.name = ?2 AND m.dims = ?3",
         )?;
-        let mut rows = stmt.query(params![ids, model])?;
+        let mut rows = stmt.query(params![ids, model, dims as i64])?;
         let mut out = HashMap::new();
         while let Some(row) = rows.next()? {
             let (title, text): (String, String) = (row.get(0)?, row.get(1)?);

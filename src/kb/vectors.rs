@@ -73,8 +73,17 @@ pub fn model_id(tx: &Connection, name: &str, dims: usize) -> rusqlite::Result<i6
     }
 }
 
-/// Writes (or replaces) the vector of chunk `chunk_id`, if the chunk still exists.
+/// Writes (or replaces) the vector of chunk `chunk_id`, if the chunk still exists. A vector
+/// whose length is not the model's is refused: it would be skipped by every search.
 pub fn put(tx: &Connection, chunk_id: i64, model_id: i64, vector: &[f32]) -> rusqlite::Result<()> {
+    let dims: i64 =
+        tx.prepare_cached("SELECT dims FROM embedding_models WHERE id = ?1")?.query_row([model_id], |r| r.get(0))?;
+    if dims as usize != vector.len() {
+        return Err(rusqlite::Error::InvalidParameterName(format!(
+            "a vector of {} dimensions for a model of {dims}",
+            vector.len()
+        )));
+    }
     tx.prepare_cached(
         "INSERT INTO chunk_vectors (chunk_id, model_id, vector) SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?1)
          ON CONFLICT (chunk_id) DO UPDATE SET model_id = excluded.model_id, vector = excluded.vector",
@@ -102,9 +111,9 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    /// Chunks with a vector of `name`.
-    pub fn of(&self, name: &str) -> i64 {
-        self.models.iter().find(|m| m.0 == name).map(|m| m.2).unwrap_or(0)
+    /// Chunks with a vector of model `name` with `dims` dimensions.
+    pub fn of(&self, name: &str, dims: usize) -> i64 {
+        self.models.iter().find(|m| m.0 == name && m.1 == dims as i64).map(|m| m.2).unwrap_or(0)
     }
 }
 
@@ -171,6 +180,9 @@ pub struct VectorIndex {
     loaded: Arc<RwLock<Option<Arc<Loaded>>>>,
     /// A background rebuild is running.
     rebuilding: Arc<AtomicBool>,
+    /// Held by the query that rebuilds a small copy, so the others wait for it instead of
+    /// each reading every vector again.
+    rebuild: std::sync::Mutex<()>,
     background_rows: usize,
 }
 
@@ -198,6 +210,7 @@ impl VectorIndex {
             path: path.to_path_buf(),
             loaded: Arc::default(),
             rebuilding: Arc::default(),
+            rebuild: std::sync::Mutex::new(()),
             background_rows: BACKGROUND_ROWS,
         }
     }
@@ -215,6 +228,12 @@ impl VectorIndex {
                 self.rebuild_beside(model, dims);
                 return Ok(cached);
             }
+        }
+        let _one_at_a_time = self.rebuild.lock().unwrap_or_else(|p| p.into_inner());
+        // Another query may have rebuilt it while this one waited.
+        let cached = self.loaded.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(cached) = cached.filter(|c| c.model == model && c.dims == dims && c.generation >= generation) {
+            return Ok(cached);
         }
         conn.prepare_cached("BEGIN")?.execute([])?;
         let fresh = load(conn, model, dims);

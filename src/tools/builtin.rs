@@ -47,10 +47,11 @@ impl Tool for Builtin {
     /// Most knowledge-base reads take well under a millisecond: run them on the calling thread
     /// with that budget, and leave the rest (a common word over a large corpus) to the pool.
     fn run_inline(&self, params: &Json, env: &CallEnv<'_>) -> Option<Result<Output, CallError>> {
-        // A vector search may first load a model, or wait on an embedding service: neither
-        // belongs on an async worker.
+        // A vector search embeds the query and scans every vector (a millisecond at 10k
+        // chunks, more beyond), may first load a model or wait on a service: none of it stops
+        // at the inline budget, which only interrupts SQLite, so it never runs on a worker.
         let vectors = matches!(params.get("mode").and_then(Json::as_str), Some("semantic" | "hybrid"));
-        if self.kind == Kind::Search && vectors && !env.kb.embeds_in_process() {
+        if self.kind == Kind::Search && vectors {
             return None;
         }
         crate::kb::budget::within(super::INLINE_BUDGET, || self.run(params.clone(), env))

@@ -416,3 +416,85 @@ fn semantic_19_a_dead_provider_costs_vectors_only_and_embed_catches_up() {
     let semantic = search(&ws, "undo", &["--mode", "semantic", "--limit", "1"]);
     assert_eq!(titles(&semantic), vec!["Going back"], "{semantic}");
 }
+
+/// Review findings of issue 19: a change of dims alone re-embeds (the model's name is the
+/// same); a query with no word to match still gets a hybrid answer; unknown words rank
+/// nothing; long documents do not starve a hybrid page; a model installed after a failed load
+/// is picked up without a restart.
+#[test]
+fn semantic_19_review_dims_change_alone_re_embeds() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("ctx.toml"), format!("{CONFIG}dims = 4\n")).unwrap();
+    ws.write("docs/undo.md", "# Going back\n\nRevert the last change and restore service, twice.\n");
+    let sync = ws.ctx(&["sync"]);
+    assert_eq!(sync.code(), 0, "{}", sync.stderr());
+    assert!(sync.stderr().contains("the embedding model changed"), "{}", sync.stderr());
+    let wrong = count(&ws, "SELECT COUNT(*) FROM chunk_vectors v JOIN embedding_models m ON m.id = v.model_id WHERE length(v.vector) != m.dims * 4");
+    assert_eq!(wrong, 0, "every vector has its model's length");
+    let four = count(
+        &ws,
+        "SELECT COUNT(*) FROM chunk_vectors v JOIN embedding_models m ON m.id = v.model_id WHERE m.dims = 4",
+    );
+    assert_eq!(four, count(&ws, "SELECT COUNT(*) FROM chunks"));
+    assert_eq!(ws.ctx(&["embed", "--json"]).json()["embedded"], 0);
+    assert_eq!(titles(&search(&ws, "rollback", &["--mode", "semantic", "--limit", "1"])), vec!["Going back"]);
+}
+
+#[test]
+fn semantic_19_review_queries_without_words_or_known_words() {
+    let ws = workspace();
+    // Nothing to match by keyword: hybrid answers from the semantic list, and says so.
+    let hybrid = search(&ws, "🚀", &["--mode", "hybrid"]);
+    assert_eq!(hybrid["mode"], "hybrid");
+    assert!(hybrid["explain"]["notes"].to_string().contains("semantic list alone"), "{hybrid}");
+    // Words the model does not know: the semantic list is empty rather than arbitrary.
+    let unknown = search(&ws, "zzqx wwvy", &["--mode", "semantic"]);
+    assert!(titles(&unknown).is_empty(), "{unknown}");
+    assert!(unknown["explain"]["notes"].to_string().contains("no word the embedding model knows"), "{unknown}");
+    // Keyword mode still refuses a query with no word.
+    assert_eq!(ws.ctx(&["search", "🚀"]).code(), 2);
+}
+
+#[test]
+fn semantic_19_review_long_documents_do_not_starve_a_hybrid_page() {
+    let ws = Workspace::new(CONFIG);
+    write_tiny_model(&ws.path().join("model"), 8);
+    std::fs::create_dir_all(ws.path().join("notes")).unwrap();
+    let long = format!("{}\n", "release ship rollout deploy. ".repeat(2000));
+    for i in 0..3 {
+        ws.write(&format!("docs/long{i}.md"), &format!("# Long {i}\n\n{long}"));
+    }
+    for i in 0..30 {
+        ws.write(&format!("docs/short{i}.md"), &format!("# Short {i}\n\nrelease notes {i}\n"));
+    }
+    ws.ctx(&["sync"]).ok();
+    assert!(count(&ws, "SELECT COUNT(*) FROM chunks") > 150, "the long documents fill a window of chunks");
+    let hybrid = search(&ws, "release", &["--mode", "hybrid", "--limit", "20"]);
+    assert_eq!(titles(&hybrid).len(), 20, "{hybrid}");
+}
+
+#[test]
+fn semantic_19_review_a_model_installed_after_a_failed_load_is_used() {
+    let ws = Workspace::new(CONFIG);
+    std::fs::create_dir_all(ws.path().join("notes")).unwrap();
+    ws.write("docs/undo.md", "# Going back\n\nRevert the last change.\n");
+    let text = std::fs::read_to_string(ws.path().join("ctx.toml")).unwrap();
+    let file = ws.path().join("ctx.toml");
+    let config = ctx::config::Config::from_text(&text, Path::new("ctx.toml"), &file, &|_| None).unwrap();
+    let kb = ctx::kb::Kb::open(std::sync::Arc::new(config)).unwrap();
+    let request = |mode| ctx::types::SearchRequest {
+        query: "rollback".try_into().unwrap(),
+        mode: Some(mode),
+        limit: Some(1),
+        source: None,
+        since: None,
+        explain: false,
+    };
+    let failed = kb.search(&request(ctx::types::SearchMode::Semantic)).unwrap_err();
+    assert!(failed.to_string().contains("cannot load the local embedding model"), "{failed}");
+    write_tiny_model(&ws.path().join("model"), 8);
+    ctx::kb::sync::sync_target(&kb, "all", Default::default(), &mut |_| {}).unwrap();
+    ctx::kb::embedding::backfill(kb.store(), kb.embedder().unwrap().unwrap().as_ref(), &mut |_, _| {}).unwrap();
+    let found = kb.search(&request(ctx::types::SearchMode::Semantic)).unwrap();
+    assert_eq!(found.results[0].title, "Going back");
+}
