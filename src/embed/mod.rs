@@ -55,8 +55,10 @@ pub fn from_config(config: &Config) -> Result<Option<Arc<dyn Embedder>>, EmbedEr
     Ok(match spec.provider {
         Provider::Disabled => None,
         Provider::Local => Some(Arc::new(local::StaticModel::from_config(config)?)),
-        Provider::Ollama => Some(Arc::new(ollama::Ollama::from_config(spec)?)),
-        Provider::Openai => Some(Arc::new(openai::OpenAi::from_config(spec)?)),
+        // Both are one remote endpoint; their modules hold what differs (paths, wire formats,
+        // advice). Neither is contacted until the first `embed`.
+        Provider::Ollama => Some(Arc::new(remote::Remote::from_config(spec, &ollama::SERVICE)?)),
+        Provider::Openai => Some(Arc::new(remote::Remote::from_config(spec, &openai::SERVICE)?)),
     })
 }
 

@@ -4,16 +4,8 @@
 use serde_json::json;
 
 use super::http::{Service, Trouble};
-use super::remote::Remote;
-use super::{EmbedError, Embedder};
-use crate::types::EmbeddingConfig;
 
-/// Ollama's embedding endpoint.
-pub struct Ollama {
-    remote: Remote,
-}
-
-static SERVICE: Service = Service {
+pub(super) static SERVICE: Service = Service {
     provider: "ollama",
     default_url: "http://127.0.0.1:11434",
     path: "api/embed",
@@ -23,25 +15,6 @@ static SERVICE: Service = Service {
     error_of,
     advice,
 };
-
-impl Ollama {
-    /// Checks the settings; Ollama is not contacted until the first [`Embedder::embed`].
-    pub fn from_config(spec: &EmbeddingConfig) -> Result<Self, EmbedError> {
-        Ok(Ollama { remote: Remote::from_config(spec, &SERVICE)? })
-    }
-}
-
-impl Embedder for Ollama {
-    fn name(&self) -> &str {
-        self.remote.name()
-    }
-    fn dims(&self) -> usize {
-        self.remote.dims()
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.remote.embed(texts)
-    }
-}
 
 fn request(model: &str, _dims: usize, texts: &[&str]) -> serde_json::Value {
     // Ollama truncates an input past the model's context by default, which is what a chunk

@@ -8,16 +8,8 @@
 use serde_json::json;
 
 use super::http::{Service, Trouble};
-use super::remote::Remote;
-use super::{EmbedError, Embedder};
-use crate::types::EmbeddingConfig;
 
-/// An OpenAI-compatible embeddings API.
-pub struct OpenAi {
-    remote: Remote,
-}
-
-static SERVICE: Service = Service {
+pub(super) static SERVICE: Service = Service {
     provider: "openai",
     default_url: "https://api.openai.com/v1",
     path: "embeddings",
@@ -27,25 +19,6 @@ static SERVICE: Service = Service {
     error_of,
     advice,
 };
-
-impl OpenAi {
-    /// Checks the settings; the service is not contacted until the first [`Embedder::embed`].
-    pub fn from_config(spec: &EmbeddingConfig) -> Result<Self, EmbedError> {
-        Ok(OpenAi { remote: Remote::from_config(spec, &SERVICE)? })
-    }
-}
-
-impl Embedder for OpenAi {
-    fn name(&self) -> &str {
-        self.remote.name()
-    }
-    fn dims(&self) -> usize {
-        self.remote.dims()
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.remote.embed(texts)
-    }
-}
 
 fn request(model: &str, dims: usize, texts: &[&str]) -> serde_json::Value {
     let mut body = json!({ "model": model, "input": texts });

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::http::{Endpoint, Service};
-use super::{normalize, EmbedError};
+use super::{normalize, EmbedError, Embedder};
 use crate::config::redact::Redactor;
 use crate::types::EmbeddingConfig;
 
@@ -67,19 +67,21 @@ impl Remote {
         };
         Ok(Remote { endpoint: Arc::new(endpoint), dims, batch_size })
     }
+}
 
-    pub fn name(&self) -> &str {
+impl Embedder for Remote {
+    fn name(&self) -> &str {
         &self.endpoint.name
     }
 
-    pub fn dims(&self) -> usize {
+    fn dims(&self) -> usize {
         self.dims
     }
 
     /// One checked unit vector per text, in order. Blank texts get the zero vector without a
     /// request (some services refuse an empty input), as the local model gives a text it
     /// cannot read.
-    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let mut out = vec![Vec::new(); texts.len()];
         let wanted: Vec<usize> = (0..texts.len()).filter(|&i| !texts[i].trim().is_empty()).collect();
         for batch in wanted.chunks(self.batch_size) {
@@ -94,7 +96,9 @@ impl Remote {
         }
         Ok(out)
     }
+}
 
+impl Remote {
     fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let service = self.endpoint.service;
         let body = (service.request)(&self.endpoint.model, self.dims, texts);

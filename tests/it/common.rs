@@ -229,6 +229,36 @@ pub fn test_command(var: &str) -> Option<Vec<String>> {
     }
 }
 
+/// Starts `ctx sync` in `ws` and kills it (-9) once the first documents are committed.
+/// Returns how many it saw committed and whether the sync was still running when killed: a
+/// sync that finished first proves nothing about a kill.
+pub fn kill_mid_sync(ws: &Workspace) -> (i64, bool) {
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(BIN)
+        .args(["--config", "ctx.toml", "sync", "--json"])
+        .current_dir(ws.path())
+        .env("CTX_MODEL_DIR", "/nonexistent/ctx-test-model")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn ctx sync");
+    let started = Instant::now();
+    let mut seen = 0i64;
+    while started.elapsed() < Duration::from_secs(60) {
+        if let Ok(db) = rusqlite::Connection::open(ws.path().join("data/ctx.sqlite")) {
+            seen = db.query_row("SELECT COUNT(*) FROM documents", [], |r| r.get(0)).unwrap_or(0);
+            if seen > 0 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let running = child.try_wait().expect("try_wait").is_none();
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    (seen, running)
+}
+
 /// Runs a program to completion and fails the test with its output unless it succeeds.
 pub fn run_ok(command: &mut Command) -> String {
     let output = command.output().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));

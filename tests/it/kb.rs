@@ -1,9 +1,9 @@
 //! Knowledge base through the real binary: sync propagation, queries, filters, crash safety.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{Workspace, BIN};
+use crate::common::Workspace;
 
 const FS_CONFIG: &str = "[connectors.filesystem.docs]\nroot = \"docs\"\n";
 
@@ -202,29 +202,10 @@ fn proof_23_01_killed_sync_leaves_a_consistent_database_and_resync_completes() {
     for i in 0..total {
         ws.write(&format!("docs/d{i:05}.md"), &format!("# Doc {i}\n\nbody of document {i} about capybaras\n"));
     }
-    let mut child = Command::new(BIN)
-        .args(["--config", "ctx.toml", "sync", "--json"])
-        .current_dir(ws.path())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
     // Wait until some, but not all, batches are committed, then kill -9.
-    let started = Instant::now();
-    let mut seen = 0i64;
-    while started.elapsed() < Duration::from_secs(60) {
-        if let Ok(db) = rusqlite::Connection::open(ws.path().join("data/ctx.sqlite")) {
-            seen = db.query_row("SELECT COUNT(*) FROM documents", [], |r| r.get(0)).unwrap_or(0);
-            if seen > 0 {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let finished = child.try_wait().unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let (seen, running) = crate::common::kill_mid_sync(&ws);
     assert!(seen > 0, "the sync wrote something before the kill");
-    assert_eq!(finished, None, "the sync had already exited when it was killed: the kill proved nothing");
+    assert!(running, "the sync had already exited when it was killed: the kill proved nothing");
 
     let db = ws.db();
     let integrity: String = db.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();

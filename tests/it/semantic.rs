@@ -4,7 +4,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -305,28 +304,8 @@ fn semantic_19_killed_embedding_sync_leaves_chunks_and_vectors_consistent() {
     for i in 0..total {
         ws.write(&format!("docs/d{i:05}.md"), &format!("# Doc {i}\n\nhow to release and revert doc {i}\n"));
     }
-    let mut child = Command::new(BIN)
-        .args(["--config", "ctx.toml", "sync", "--json"])
-        .current_dir(ws.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let mut seen = 0i64;
-    while started.elapsed() < Duration::from_secs(60) {
-        if let Ok(db) = rusqlite::Connection::open(ws.path().join("data/ctx.sqlite")) {
-            seen = db.query_row("SELECT COUNT(*) FROM documents", [], |r| r.get(0)).unwrap_or(0);
-            if seen > 0 {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let finished = child.try_wait().unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert!(seen > 0 && finished.is_none(), "the kill landed mid-sync");
+    let (seen, running) = crate::common::kill_mid_sync(&ws);
+    assert!(seen > 0 && running, "the kill landed mid-sync");
     let chunks = count(&ws, "SELECT COUNT(*) FROM chunks");
     assert!(0 < chunks && chunks < total, "{chunks} of {total}");
     assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), chunks, "each committed chunk has its vector");
