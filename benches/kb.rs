@@ -373,18 +373,7 @@ fn bench_sync(verdicts: &mut Vec<String>) {
     let config = dir.path().join("ctx.toml");
     std::fs::write(&config, "[connectors.filesystem.docs]\nroot = \"docs\"\n").expect("write ctx.toml");
     let started = Instant::now();
-    let mut gen = Generator::new(0xF11E_5EED);
-    let mut bytes = 0;
-    for n in 0..SYNC_FILES {
-        let folder = dir.path().join(format!("docs/{:02}", n % 100));
-        if n < 100 {
-            std::fs::create_dir_all(&folder).expect("create folder");
-        }
-        let target = gen.rng.range(200, 1500);
-        let (_, body) = gen.document(target);
-        bytes += body.len();
-        std::fs::write(folder.join(format!("note-{n:05}.md")), body).expect("write file");
-    }
+    let bytes = write_notes(dir.path(), SYNC_FILES);
     let time = gnu_time();
     println!(
         "\n== ctx sync of {SYNC_FILES} markdown files ({:.1} MB, 100 folders; written in {:.1} s) ==",

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use ctx::config::Config;
 use ctx::kb::query::{fts_query, terms};
-use ctx::kb::search::{fuse, FUSION_WINDOW};
+use ctx::kb::search::{fuse, group, FUSION_WINDOW};
 use ctx::kb::store::{Candidate, SearchFilter};
 use ctx::kb::sync::{sync_target, SyncOptions};
 use ctx::kb::Kb;
@@ -445,23 +445,6 @@ fn same_page(got: &SearchResponse, expected: &[Candidate]) -> bool {
             (hit.id == c.document_id && hit.chunk_index as i64 == c.chunk_index)
                 || (hit.score - c.score.max(0.0)).abs() <= 1e-9 * c.score.abs().max(1.0)
         })
-}
-
-/// As src/kb/search.rs groups a ranked list: rank order, at most `per_doc` chunks per document.
-fn group(candidates: &[Candidate], per_doc: usize, limit: usize) -> Vec<Candidate> {
-    let mut taken: HashMap<&str, usize> = HashMap::new();
-    let mut out = Vec::new();
-    for c in candidates {
-        let n = taken.entry(c.document_id.as_str()).or_default();
-        if *n < per_doc {
-            *n += 1;
-            out.push(c.clone());
-            if out.len() == limit {
-                break;
-            }
-        }
-    }
-    out
 }
 
 #[derive(Clone, Copy)]

@@ -396,6 +396,24 @@ impl Corpus {
         self.dir.path().join("kb.sqlite")
     }
 }
+/// Writes `count` markdown notes of 200 to 1,500 bytes in 100 folders under `dir/docs` (the
+/// sync benches' corpus); returns their total size.
+pub fn write_notes(dir: &Path, count: usize) -> usize {
+    let mut gen = Generator::new(0xF11E_5EED);
+    let mut bytes = 0;
+    for n in 0..count {
+        let folder = dir.join(format!("docs/{:02}", n % 100));
+        if n < 100 {
+            std::fs::create_dir_all(&folder).expect("create folder");
+        }
+        let target = gen.rng.range(200, 1500);
+        let (_, body) = gen.document(target);
+        bytes += body.len();
+        std::fs::write(folder.join(format!("note-{n:05}.md")), body).expect("write file");
+    }
+    bytes
+}
+
 /// Nearest-rank percentile of sorted samples.
 pub fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {

@@ -267,7 +267,7 @@ fn ranked(
 }
 
 /// Keeps candidates in rank order, at most `per_doc` per document, up to `limit`.
-fn group(candidates: &[Candidate], per_doc: usize, limit: usize) -> Vec<Candidate> {
+pub fn group(candidates: &[Candidate], per_doc: usize, limit: usize) -> Vec<Candidate> {
     let mut taken: HashMap<&str, usize> = HashMap::new();
     let mut out = Vec::with_capacity(limit);
     for c in candidates {

@@ -360,7 +360,7 @@ fn scan(loaded: &Loaded, query: &[f32], filter: &SearchFilter, limit: usize) -> 
     let pass = Pass { loaded, q: &q, q_scale, allowed: allowed.as_deref(), since: filter.since.as_deref(), limit };
     let rows = loaded.ids.len();
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(rows / ROWS_PER_THREAD).max(1);
-    let mut heap = if threads == 1 {
+    let heap = if threads == 1 {
         pass.rows(0..rows)
     } else {
         let per = rows.div_ceil(threads);
@@ -380,7 +380,7 @@ fn scan(loaded: &Loaded, query: &[f32], filter: &SearchFilter, limit: usize) -> 
             merged
         })
     };
-    let mut top = std::mem::take(&mut heap).into_vec();
+    let mut top = heap.into_vec();
     top.sort();
     top.into_iter().map(|Scored(s, id)| (id, s as f64)).collect()
 }

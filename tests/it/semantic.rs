@@ -477,3 +477,41 @@ fn semantic_19_review_a_model_installed_after_a_failed_load_is_used() {
     let found = kb.search(&request(ctx::types::SearchMode::Semantic)).unwrap();
     assert_eq!(found.results[0].title, "Going back");
 }
+
+/// `context.search` in the vector modes with its worst arguments: a query past the schema's
+/// limit is refused before any work; the longest allowed one, of text the tokenizer must split
+/// byte by byte, in a loop, stops at the tool's deadline like any other work.
+#[test]
+fn semantic_19_bounds_context_search_with_worst_case_queries() {
+    let ws = workspace();
+    ws.write(
+        "tools/worst.lua",
+        r#"tool = { name = "worst", description = "worst-case vector searches", parameters = {
+  { name = "how", type = "string", required = true } } }
+function tool.execute(params, context)
+  if params.how == "huge" then
+    return context.search(string.rep("x", 100000), {mode = "semantic"})
+  end
+  local soup = string.rep("日🚀ß", 4096 // 3)
+  local n = 0
+  while true do
+    for _, mode in ipairs({"semantic", "hybrid"}) do
+      context.search(soup, {mode = mode, limit = 100})
+      n = n + 1
+    end
+  end
+end
+"#,
+    );
+    let mut config = std::fs::read_to_string(ws.path().join("ctx.toml")).unwrap();
+    config.push_str("\n[tools.script.worst]\npath = \"tools/worst.lua\"\ntimeout = 1\n");
+    std::fs::write(ws.path().join("ctx.toml"), config).unwrap();
+    let huge = ws.ctx(&["tool", "call", "worst", "--param", "how=huge", "--json"]);
+    assert_eq!(huge.code(), 1, "{}", huge.stderr());
+    assert!(huge.stdout().contains("4096") || huge.stdout().contains("at most"), "{}", huge.stdout());
+    let started = std::time::Instant::now();
+    let looped = ws.ctx(&["tool", "call", "worst", "--param", "how=loop", "--json"]);
+    assert_eq!(looped.code(), 1, "{}", looped.stderr());
+    assert!(looped.stdout().contains("\"timeout\""), "{}", looped.stdout());
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "the 1 s deadline held: {:?}", started.elapsed());
+}
