@@ -199,6 +199,8 @@ pub fn search(args: SearchArgs, globals: &Globals) -> Result<(), CliError> {
                 eprintln!("note: {note}");
             }
         }
+        // The ranks were asked for only to get the notes: the output is as without --explain.
+        response.results.iter_mut().for_each(|hit| hit.explain = None);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&response).context("serialise results")?);

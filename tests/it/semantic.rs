@@ -219,6 +219,11 @@ fn semantic_19_hybrid_fuses_both_lists_and_explains_each_rank() {
         text.contains("keyword #1") && text.contains("semantic #1") && text.contains("fusion: reciprocal rank"),
         "{text}"
     );
+    // Without --explain, neither the terminal nor the JSON carries ranks.
+    let plain = ws.ctx(&["search", "--mode", "hybrid", "rollback revert"]).ok();
+    assert!(!plain.contains("semantic #1"), "{plain}");
+    let json = ws.ctx(&["search", "--mode", "hybrid", "--json", "rollback revert"]).json();
+    assert!(json["results"][0].get("explain").is_none() && json.get("explain").is_none(), "{json}");
 }
 
 #[test]
