@@ -82,6 +82,7 @@ pub(super) fn open(globals: &Globals) -> Result<Kb, CliError> {
 fn kb_error(err: KbError) -> CliError {
     match err {
         KbError::EmptyQuery
+        | KbError::NoWords(_)
         | KbError::SemanticUnavailable
         | KbError::UnknownSource { .. }
         | KbError::UnknownTarget { .. }
@@ -210,8 +211,9 @@ pub fn search(args: SearchArgs, globals: &Globals) -> Result<(), CliError> {
         println!("no results");
     }
     for (i, hit) in response.results.iter().enumerate() {
-        println!("{}. {}  [{}]  score {:.3}", i + 1, hit.title, hit.source, hit.score);
-        println!("   id {}  chunk {}  updated {}", hit.id, hit.chunk_index, hit.updated_at);
+        println!("{}. {}  [{}]  score {}", i + 1, hit.title, hit.source, score(hit.score));
+        println!("   {}  (chunk {}, updated {})", hit.location, hit.chunk_index, hit.updated_at);
+        println!("   id {}", hit.id);
         if let Some(url) = &hit.source_url {
             println!("   {url}");
         }
@@ -245,6 +247,22 @@ pub fn search(args: SearchArgs, globals: &Globals) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// A score with three significant digits: BM25 gives a word that most chunks of a small
+/// collection hold a near-zero weight, and a fixed `{:.3}` printed 0.000 for every hit.
+fn score(value: f64) -> String {
+    let v = value.abs();
+    if v == 0.0 {
+        "0".to_string()
+    } else if v >= 100.0 {
+        format!("{value:.0}")
+    } else if v >= 0.01 {
+        let decimals = 2 - v.log10().floor() as i32;
+        format!("{value:.*}", decimals.max(0) as usize)
+    } else {
+        format!("{value:.2e}")
+    }
 }
 
 pub fn get(args: GetArgs, globals: &Globals) -> Result<(), CliError> {
@@ -314,4 +332,17 @@ pub fn stats(args: JsonFlag, globals: &Globals) -> Result<(), CliError> {
         println!("vectors:   {} of {} chunks, {} ({} dims)", v.chunks, stats.chunks, v.model, v.dims);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn scores_keep_three_significant_digits() {
+        assert_eq!(super::score(2.1726), "2.17");
+        assert_eq!(super::score(0.04567), "0.0457");
+        assert_eq!(super::score(0.0000015472), "1.55e-6");
+        assert_eq!(super::score(0.0000010586), "1.06e-6");
+        assert_eq!(super::score(123.4), "123");
+        assert_eq!(super::score(0.0), "0");
+    }
 }

@@ -4,6 +4,8 @@
 pub enum KbError {
     #[error("the search query is empty; give at least one word to look for")]
     EmptyQuery,
+    #[error("the query {0:?} has no searchable words: keyword search matches words of letters or digits and ignores symbols and emoji; add a word, or use semantic search")]
+    NoWords(String),
     #[error("semantic search needs an embedding provider: add [embedding] provider = \"local\" and path = \"<model folder>\" to ctx.toml (scripts/get-model installs one), or provider = \"ollama\" / \"openai\" with model and dims; then run `ctx embed`. Keyword and hybrid search work without one")]
     SemanticUnavailable,
     /// The embedding provider failed, or cannot be set up.

@@ -48,7 +48,11 @@ pub struct Kb {
 impl Kb {
     /// Opens the SQLite store named by the config.
     pub fn open(config: Arc<Config>) -> Result<Kb, KbError> {
-        let store = SqliteStore::open(&config.db_path())?;
+        let stemming = match config.spec.retrieval.stemming {
+            crate::types::RetrievalConfigStemming::English => store::Stemming::English,
+            crate::types::RetrievalConfigStemming::None => store::Stemming::None,
+        };
+        let store = SqliteStore::open(&config.db_path(), stemming)?;
         Ok(Kb { config, store: Arc::new(store), embedder: Arc::default() })
     }
 

@@ -24,20 +24,32 @@ pub struct FtsQuery {
 
 /// The MATCH expressions for `text`, or `None` if it holds no searchable term.
 pub fn fts_query(text: &str) -> Option<FtsQuery> {
+    fts_query_rooted(text, &mut |t| Ok::<_, std::convert::Infallible>(t.to_string())).unwrap_or_default()
+}
+
+/// [`fts_query`], with each prefix term searched as `root(term)` (lower-case). A stemming index
+/// stems a prefix query's text too (`deploy*` looks for stems starting with "deploi" and misses
+/// "deployment", stored as "deploy"), so the caller passes the longest part the stemmer keeps.
+pub fn fts_query_rooted<E>(text: &str, root: &mut dyn FnMut(&str) -> Result<String, E>) -> Result<Option<FtsQuery>, E> {
     let mut terms = terms(text);
     if terms.iter().any(|(t, prefix)| *prefix || !is_stop_word(t)) {
         terms.retain(|(t, prefix)| *prefix || !is_stop_word(t));
     }
     if terms.is_empty() {
-        return None;
+        return Ok(None);
     }
-    let parts: Vec<String> =
-        terms.iter().map(|(term, prefix)| format!("\"{}\"{}", term, if *prefix { "*" } else { "" })).collect();
-    Some(FtsQuery {
+    let mut parts = Vec::with_capacity(terms.len());
+    for (term, prefix) in &terms {
+        parts.push(match prefix {
+            true => format!("\"{}\"*", root(&term.to_lowercase())?),
+            false => format!("\"{term}\""),
+        });
+    }
+    Ok(Some(FtsQuery {
         all: parts.join(" AND "),
         any: (parts.len() > 1).then(|| parts.join(" OR ")),
         terms: terms.into_iter().map(|(t, prefix)| (t.to_lowercase(), prefix)).collect(),
-    })
+    }))
 }
 
 /// Words too common to narrow a search. Kept short on purpose: only words that carry no topic.
@@ -120,6 +132,14 @@ mod tests {
     fn empty_and_symbol_only_queries_have_no_terms() {
         assert_eq!(all(""), None);
         assert_eq!(all("  \"\" -- ++ "), None);
+    }
+
+    #[test]
+    fn prefix_terms_are_searched_by_their_root() {
+        let q = fts_query_rooted("Deploy* now", &mut |t| Ok::<_, ()>(t[..t.len() - 1].to_string())).unwrap().unwrap();
+        assert_eq!(q.all, "\"deplo\"* AND \"now\"");
+        // The terms keep what the user typed: snippets mark words that start with it.
+        assert_eq!(q.terms, vec![("deploy".to_string(), true), ("now".to_string(), false)]);
     }
 
     #[test]

@@ -3,13 +3,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::query::fts_query;
-use super::snippet::snippet;
+use super::query::fts_query_rooted;
+use super::snippet::{snippet, Mark};
 use super::store::{Candidate, SearchFilter, Store};
 use super::{normalize_date, KbError};
 use crate::config::Config;
 use crate::embed::Embedder;
-use crate::types::{HitExplain, ListRank, SearchExplain, SearchHit, SearchMode, SearchRequest, SearchResponse};
+use crate::types::{
+    HitExplain, HitExplainMatched, ListRank, SearchExplain, SearchHit, SearchMode, SearchRequest, SearchResponse,
+};
 
 /// The most candidates one search ranks before grouping.
 const MAX_CANDIDATES: usize = 5000;
@@ -31,7 +33,7 @@ pub fn search(
         Some(n) if n >= 1 && n <= retrieval.max_limit => n as usize,
         Some(n) => return Err(KbError::BadLimit { given: n as i64, max: retrieval.max_limit as i64 }),
     };
-    let query = fts_query(request.query.as_str());
+    let query = fts_query_rooted(request.query.as_str(), &mut |prefix| store.prefix_root(prefix))?;
     let embedder = match (requested, embedder) {
         (SearchMode::Keyword, _) => None,
         (_, Ok(Some(e))) => Some(e),
@@ -52,7 +54,10 @@ pub fn search(
     };
     // Only keyword search needs a word to match: the vector modes rank by the whole text.
     if query.is_none() && mode == SearchMode::Keyword {
-        return Err(KbError::EmptyQuery);
+        return Err(match request.query.trim() {
+            "" => KbError::EmptyQuery,
+            text => KbError::NoWords(text.chars().take(80).collect()),
+        });
     }
     let filter = SearchFilter {
         sources: match &request.source {
@@ -70,13 +75,17 @@ pub fn search(
     let (hits, candidates, ranks) = match (&embedder, mode) {
         (Some(embedder), SearchMode::Semantic) => {
             let vector = query_vector(embedder.as_ref(), request.query.as_str())?;
-            let (hits, candidates) = ranked(
-                |window| semantic_list(store, embedder.as_ref(), &vector, &filter, window, &mut notes),
+            let (hits, list) = ranked(
+                |window| {
+                    let list = semantic_list(store, embedder.as_ref(), &vector, &filter, window, &mut notes)?;
+                    let exhausted = list.len() < window;
+                    Ok((list, exhausted))
+                },
                 limit,
                 per_doc,
             )?;
-            let ranks = hits.iter().enumerate().map(|(i, c)| (c.chunk_id, Ranks::semantic(i, c.score))).collect();
-            (hits, candidates, ranks)
+            let ranks = list.iter().enumerate().map(|(i, c)| (c.chunk_id, Ranks::semantic(i, c.score))).collect();
+            (hits, list.len(), ranks)
         }
         (Some(embedder), _) => {
             let vector = query_vector(embedder.as_ref(), request.query.as_str())?;
@@ -107,26 +116,55 @@ pub fn search(
         }
         (None, _) => {
             let query = query.as_ref().ok_or(KbError::EmptyQuery)?;
-            let (mut hits, mut candidates) =
-                ranked(|window| store.keyword_candidates(&fts, &filter, window), limit, per_doc)?;
-            if hits.is_empty() {
-                if let Some(any) = &query.any {
-                    notes.push("no chunk matched every term, so results match any of them".to_string());
-                    fts = any.clone();
-                    (hits, candidates) =
-                        ranked(|window| store.keyword_candidates(&fts, &filter, window), limit, per_doc)?;
+            let (mut hits, strict) = ranked(|window| one_list(store, &fts, &filter, window), limit, per_doc)?;
+            let mut candidates = strict.len();
+            let mut ranks: HashMap<i64, Ranks> = strict
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.chunk_id, Ranks { matched: Some(true), ..Ranks::keyword(i, c.score) }))
+                .collect();
+            // A whole question rarely has every word in one chunk: the page is filled with
+            // chunks that have some of them, each ranked below every chunk that has them all.
+            if let (true, Some(any)) = (hits.len() < limit, &query.any) {
+                let (filled, list) = ranked(
+                    |window| {
+                        let (more, exhausted) = one_list(store, any, &filter, window)?;
+                        let mut list = strict.clone();
+                        list.extend(more.into_iter().filter(|c| !ranks.contains_key(&c.chunk_id)));
+                        Ok((list, exhausted))
+                    },
+                    limit,
+                    per_doc,
+                )?;
+                let added = filled.len() - hits.len();
+                if added > 0 {
+                    notes.push(match strict.len() {
+                        0 => "no chunk matched every term, so results match some of them".to_string(),
+                        n => format!(
+                            "only {n} chunk(s) matched every term; {added} more result(s) match some of them, ranked below"
+                        ),
+                    });
+                    fts = format!("{fts} | {any}");
                 }
+                for (i, c) in list.iter().enumerate().skip(strict.len()) {
+                    ranks.insert(c.chunk_id, Ranks { matched: Some(false), ..Ranks::keyword(i, c.score) });
+                }
+                candidates = list.len();
+                hits = filled;
             }
-            let ranks = hits.iter().enumerate().map(|(i, c)| (c.chunk_id, Ranks::keyword(i, c.score))).collect();
             (hits, candidates, ranks)
         }
     };
-    let terms: &[(String, bool)] = query.as_ref().map(|q| &q.terms[..]).unwrap_or(&[]);
+    let marks = match &query {
+        Some(query) => marks(store, &query.terms)?,
+        None => Vec::new(),
+    };
     let texts = store.chunk_texts(&hits.iter().map(|c| c.chunk_id).collect::<Vec<_>>())?;
     let results = hits
         .into_iter()
         .map(|c| SearchHit {
-            snippet: texts.get(&c.chunk_id).map(|text| snippet(text, terms)).unwrap_or_default(),
+            snippet: texts.get(&c.chunk_id).map(|text| snippet(text, &marks)).unwrap_or_default(),
+            location: location(&c),
             explain: request.explain.then(|| ranks.get(&c.chunk_id).map(Ranks::explain)).flatten(),
             id: c.document_id,
             chunk_index: c.chunk_index as u64,
@@ -202,20 +240,26 @@ fn semantic_list(
 pub struct Ranks {
     pub keyword: Option<(usize, f64)>,
     pub semantic: Option<(usize, f64)>,
+    /// Keyword search: whether the chunk has every term (`None` in the other modes).
+    pub matched: Option<bool>,
 }
 
 impl Ranks {
     fn keyword(at: usize, score: f64) -> Ranks {
-        Ranks { keyword: Some((at + 1, score)), semantic: None }
+        Ranks { keyword: Some((at + 1, score)), ..Ranks::default() }
     }
 
     fn semantic(at: usize, score: f64) -> Ranks {
-        Ranks { keyword: None, semantic: Some((at + 1, score)) }
+        Ranks { semantic: Some((at + 1, score)), ..Ranks::default() }
     }
 
     fn explain(&self) -> HitExplain {
         let rank = |r: Option<(usize, f64)>| r.map(|(rank, score)| ListRank { rank: rank as u64, score });
-        HitExplain { keyword: rank(self.keyword), semantic: rank(self.semantic) }
+        let matched = self.matched.map(|all| match all {
+            true => HitExplainMatched::AllTerms,
+            false => HitExplainMatched::SomeTerms,
+        });
+        HitExplain { keyword: rank(self.keyword), semantic: rank(self.semantic), matched }
     }
 }
 
@@ -247,23 +291,62 @@ pub fn fuse(
     (out, ranks)
 }
 
-/// The top `limit` chunks of a ranked list (`list(window)` gives its first `window`), at most
-/// `per_doc` per document, and how many candidates were ranked.
+/// The top `limit` chunks of a ranked list (`list(window)` gives its first `window`, and whether
+/// that is all of it), at most `per_doc` per document, and the list they were taken from.
 fn ranked(
-    mut list: impl FnMut(usize) -> Result<Vec<Candidate>, KbError>,
+    mut list: impl FnMut(usize) -> Result<(Vec<Candidate>, bool), KbError>,
     limit: usize,
     per_doc: usize,
-) -> Result<(Vec<Candidate>, usize), KbError> {
+) -> Result<(Vec<Candidate>, Vec<Candidate>), KbError> {
     let mut window = (limit * per_doc.max(3)).clamp(30, MAX_CANDIDATES);
     loop {
-        let candidates = list(window)?;
-        let exhausted = candidates.len() < window || window == MAX_CANDIDATES;
+        let (candidates, exhausted) = list(window)?;
         let hits = group(&candidates, per_doc, limit);
-        if hits.len() == limit || exhausted {
-            return Ok((hits, candidates.len()));
+        if hits.len() == limit || exhausted || window == MAX_CANDIDATES {
+            return Ok((hits, candidates));
         }
         window = (window * 4).min(MAX_CANDIDATES);
     }
+}
+
+/// The first `window` keyword candidates of one MATCH expression, and whether that is all.
+fn one_list(
+    store: &dyn Store,
+    fts: &str,
+    filter: &SearchFilter,
+    window: usize,
+) -> Result<(Vec<Candidate>, bool), KbError> {
+    let list = store.keyword_candidates(fts, filter, window)?;
+    let exhausted = list.len() < window;
+    Ok((list, exhausted))
+}
+
+/// Where a hit is within its source: a file's path, else a script item's URL, else its id.
+fn location(c: &Candidate) -> String {
+    match (c.source.starts_with("script:"), &c.source_url) {
+        (true, Some(url)) => url.clone(),
+        _ => c.source_id.clone(),
+    }
+}
+
+/// What snippets mark for the query's terms: each term as typed, and for a stemming index the
+/// part a term shares with its stem, so "rollback" also marks "Rollbacks" and "deploy" marks
+/// "deployed" (the index matched them by stem; the snippet approximates that by the shared start).
+fn marks(store: &dyn Store, terms: &[(String, bool)]) -> Result<Vec<Mark>, KbError> {
+    let mut marks = Vec::with_capacity(terms.len() * 2);
+    for (term, prefix) in terms {
+        if *prefix {
+            marks.push(Mark::Prefix(term.clone()));
+            continue;
+        }
+        marks.push(Mark::Word(term.clone()));
+        let stem = store.stem(term)?;
+        let shared: String = term.chars().zip(stem.chars()).take_while(|(a, b)| a == b).map(|(a, _)| a).collect();
+        if stem != *term && shared.chars().count() >= 3 {
+            marks.push(Mark::Stem(shared));
+        }
+    }
+    Ok(marks)
 }
 
 /// Keeps candidates in rank order, at most `per_doc` per document, up to `limit`.

@@ -8,8 +8,23 @@ const WINDOW: usize = 32;
 /// Words shown before the first hit.
 const LEAD: usize = 8;
 
-/// The snippet of `text` for `terms` (lower-case; `true` marks a prefix term).
-pub fn snippet(text: &str, terms: &[(String, bool)]) -> String {
+/// What a snippet marks: a word that is, or starts with, a query term (all lower-case).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// The word itself.
+    Word(String),
+    /// Any word starting with it (a prefix query).
+    Prefix(String),
+    /// A word starting with it and at most [`STEM_TAIL`] characters longer: a form of a word
+    /// that the index matched by its stem ("rollback" marks "Rollbacks").
+    Stem(String),
+}
+
+/// The longest ending a stemmer takes off a word ("ication" of "authentication").
+const STEM_TAIL: usize = 7;
+
+/// The snippet of `text` for `terms`.
+pub fn snippet(text: &str, terms: &[Mark]) -> String {
     // Only the words of the window are collected: while looking for the first hit, keep the
     // last LEAD words, which open the window if the next word is a hit.
     let mut words = Words::new(text);
@@ -69,19 +84,20 @@ pub fn snippet(text: &str, terms: &[(String, bool)]) -> String {
     out
 }
 
-/// Whether `word` is one of the terms (case-insensitively; a prefix term matches its start).
-fn hit(word: &str, terms: &[(String, bool)]) -> bool {
-    if word.is_ascii() {
-        return terms.iter().any(|(t, prefix)| {
-            if *prefix {
-                word.len() >= t.len() && word.as_bytes()[..t.len()].eq_ignore_ascii_case(t.as_bytes())
-            } else {
-                word.eq_ignore_ascii_case(t)
-            }
-        });
-    }
-    let word = word.to_lowercase();
-    terms.iter().any(|(t, prefix)| if *prefix { word.starts_with(t.as_str()) } else { word == *t })
+/// Whether `word` is marked by one of the terms (case-insensitively).
+fn hit(word: &str, terms: &[Mark]) -> bool {
+    let lower;
+    let word = if word.bytes().any(|b| !b.is_ascii_lowercase() && !b.is_ascii_digit()) {
+        lower = word.to_lowercase();
+        lower.as_str()
+    } else {
+        word
+    };
+    terms.iter().any(|mark| match mark {
+        Mark::Word(t) => word == t,
+        Mark::Prefix(t) => word.starts_with(t.as_str()),
+        Mark::Stem(t) => word.starts_with(t.as_str()) && word[t.len()..].chars().count() <= STEM_TAIL,
+    })
 }
 
 /// Byte ranges of the words (letters, digits, marks) of a text, in order.
@@ -134,8 +150,8 @@ fn collapse_into(out: &mut String, between: &str) {
 mod tests {
     use super::*;
 
-    fn t(term: &str) -> (String, bool) {
-        (term.to_string(), false)
+    fn t(term: &str) -> Mark {
+        Mark::Word(term.to_string())
     }
 
     #[test]
@@ -147,11 +163,22 @@ mod tests {
 
     #[test]
     fn prefixes_unicode_and_no_hit() {
-        assert_eq!(snippet("Café au lait", &[("caf".into(), true)]), "«Café» au lait");
+        assert_eq!(snippet("Café au lait", &[Mark::Prefix("caf".into())]), "«Café» au lait");
         assert_eq!(snippet("東京 is big", &[t("東京")]), "«東京» is big");
         assert_eq!(snippet("nothing here", &[t("zzz")]), "nothing here");
         assert_eq!(snippet("", &[t("x")]), "");
         assert_eq!(snippet("Straße und STRASSE", &[t("straße")]), "«Straße» und STRASSE");
+    }
+
+    #[test]
+    fn stems_mark_the_forms_of_a_word() {
+        let marks = [t("deploy"), Mark::Stem("deplo".into())];
+        assert_eq!(snippet("Deployed, deploying; deploy", &marks), "«Deployed», «deploying»; «deploy»");
+        // A stem marks forms of a word, not every word it starts.
+        assert_eq!(
+            snippet("run runs runtimeconfiguration", &[Mark::Stem("run".into())]),
+            "«run» «runs» runtimeconfiguration"
+        );
     }
 
     #[test]

@@ -82,6 +82,8 @@ pub struct Candidate {
     pub source: String,
     pub source_url: Option<String>,
     pub updated_at: String,
+    /// The document's id within its source (a relative path for files).
+    pub source_id: String,
 }
 
 /// Indexed counts and last sync of one source.
@@ -127,6 +129,11 @@ pub trait Store: Send + Sync {
     fn record_sync(&self, source: &str, error: Option<&str>) -> Result<(), KbError>;
     /// What the last successful sync of a script source left for the next one.
     fn connector_state(&self, source: &str) -> Result<super::connector_state::Saved, KbError>;
+    /// The form the keyword index stores `word` (lower-case) in: its stem when the index stems.
+    fn stem(&self, word: &str) -> Result<String, KbError>;
+    /// What a prefix query for `prefix` (lower-case) searches: its longest start the index's
+    /// stemmer keeps as it is, so that every stem of every word starting with `prefix` matches.
+    fn prefix_root(&self, prefix: &str) -> Result<String, KbError>;
     /// Top `limit` chunks for an FTS5 MATCH expression, filters applied before the cut.
     fn keyword_candidates(
         &self,
@@ -233,18 +240,51 @@ INSERT INTO store_meta (key, value) VALUES ('generation', abs(random() % 1000000
 "#,
     super::connector_state::DDL,
     super::vectors::DDL,
+    // Whether the keyword index stores stems (see `Stemming`); every index built before this
+    // migration stores words as written. `SqliteStore::open` rebuilds it to match the config.
+    "INSERT INTO store_meta (key, value) VALUES ('stemming', 0);",
 ];
+
+/// How the keyword index tokenizes text: `[retrieval] stemming`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stemming {
+    /// Words as written, case and accents folded.
+    None,
+    /// Porter stems of English words, on top of the same folding.
+    English,
+}
+
+impl Stemming {
+    /// The FTS5 `tokenize` option of the index.
+    fn tokenizer(self) -> &'static str {
+        match self {
+            Stemming::None => "unicode61 remove_diacritics 2",
+            Stemming::English => "porter unicode61 remove_diacritics 2",
+        }
+    }
+
+    /// Its value in `store_meta`.
+    fn code(self) -> i64 {
+        match self {
+            Stemming::None => 0,
+            Stemming::English => 1,
+        }
+    }
+}
 
 /// The SQLite store.
 pub struct SqliteStore {
     pool: Pool,
     terms: TermRanker,
     vectors: VectorIndex,
+    stemming: Stemming,
+    stems: Stems,
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` and applies pending migrations.
-    pub fn open(path: &Path) -> Result<Self, KbError> {
+    /// Opens (creating if needed) the database at `path`, applies pending migrations, and
+    /// rebuilds the keyword index if it was built with other `stemming`.
+    pub fn open(path: &Path, stemming: Stemming) -> Result<Self, KbError> {
         if let Some(parent) = path.parent() {
             if !parent.as_os_str().is_empty() {
                 std::fs::create_dir_all(parent)?;
@@ -252,14 +292,94 @@ impl SqliteStore {
         }
         let mut conn = pool::open(path)?;
         migrate(&mut conn, path)?;
+        restem(&mut conn, stemming)?;
         let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-        let pool = Pool::new(path, workers * 4, |conn| conn.execute_batch(term_rank::VOCAB_DDL));
+        let pool = Pool::new(path, workers * 4, |conn| {
+            conn.execute_batch(term_rank::VOCAB_DDL)?;
+            conn.execute_batch(STEM_PROBE_DDL)
+        });
         let vectors = VectorIndex::new(path);
-        Ok(Self { pool, terms: TermRanker::default(), vectors })
+        Ok(Self { pool, terms: TermRanker::default(), vectors, stemming, stems: Stems::default() })
     }
 
     pub fn path(&self) -> &Path {
         self.pool.path()
+    }
+}
+
+/// Rebuilds the keyword index with `stemming`'s tokenizer unless it already has it. One
+/// transaction: a crash leaves the old index whole, and readers see the old one until commit.
+fn restem(conn: &mut rusqlite::Connection, stemming: Stemming) -> Result<(), KbError> {
+    let current = |conn: &rusqlite::Connection| {
+        conn.query_row("SELECT value FROM store_meta WHERE key = 'stemming'", [], |r| r.get::<_, i64>(0))
+    };
+    if current(conn)? == stemming.code() {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    // Another process may have rebuilt it while this one waited for the lock.
+    if current(&tx)? == stemming.code() {
+        return Ok(());
+    }
+    let chunks: i64 = tx.query_row("SELECT COUNT(*) FROM chunks", [], |r| r.get(0))?;
+    if chunks > 0 {
+        tracing::info!(chunks, "rebuilding the keyword index for [retrieval] stemming = {stemming:?}");
+    }
+    tx.execute_batch(&format!(
+        "DROP TABLE chunks_fts;
+         CREATE VIRTUAL TABLE chunks_fts USING fts5(
+             text, title, content = 'chunks', content_rowid = 'id', tokenize = '{}'
+         );
+         INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('rank', 'bm25(1.0, 1.5)');
+         INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
+         UPDATE store_meta SET value = {} WHERE key = 'stemming';
+         UPDATE store_meta SET value = value + 1 WHERE key = 'generation';",
+        stemming.tokenizer(),
+        stemming.code()
+    ))?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// A per-connection FTS5 table with the stemming tokenizer, whose vocabulary gives the stem of
+/// any word exactly as the index stems it: query terms are looked up in the index's own form,
+/// and no second stemmer in Rust can disagree with SQLite's.
+const STEM_PROBE_DDL: &str = "
+    CREATE VIRTUAL TABLE IF NOT EXISTS temp.stem_probe USING fts5(word, tokenize = 'porter unicode61 remove_diacritics 2');
+    CREATE VIRTUAL TABLE IF NOT EXISTS temp.stem_probe_vocab USING fts5vocab(temp, 'stem_probe', 'row');
+";
+
+/// Stems already asked for, shared by the store's connections.
+#[derive(Default)]
+struct Stems {
+    known: std::sync::Mutex<HashMap<String, String>>,
+}
+
+/// Distinct words whose stems are kept; a query brings a handful, so this is years of queries.
+const STEMS_KEPT: usize = 20_000;
+
+impl Stems {
+    /// The stem of one lower-case `word` (itself if the stemmer keeps it, or it is not one word).
+    fn of(&self, conn: &rusqlite::Connection, word: &str) -> rusqlite::Result<String> {
+        if let Some(stem) = self.known.lock().unwrap_or_else(|p| p.into_inner()).get(word) {
+            return Ok(stem.clone());
+        }
+        conn.prepare_cached("INSERT INTO temp.stem_probe (rowid, word) VALUES (1, ?1)")?.execute([word])?;
+        let terms: Vec<String> = conn
+            .prepare_cached("SELECT term FROM temp.stem_probe_vocab")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        conn.prepare_cached("DELETE FROM temp.stem_probe WHERE rowid = 1")?.execute([])?;
+        let stem = match terms.as_slice() {
+            [one] => one.clone(),
+            _ => word.to_string(),
+        };
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() >= STEMS_KEPT {
+            known.clear();
+        }
+        known.insert(word.to_string(), stem.clone());
+        Ok(stem)
     }
 }
 
@@ -317,6 +437,30 @@ impl Store for SqliteStore {
         super::connector_state::load(&conn, source)
     }
 
+    fn stem(&self, word: &str) -> Result<String, KbError> {
+        match self.stemming {
+            Stemming::None => Ok(word.to_string()),
+            Stemming::English => Ok(self.stems.of(&*self.pool.get()?, word)?),
+        }
+    }
+
+    fn prefix_root(&self, prefix: &str) -> Result<String, KbError> {
+        if self.stemming == Stemming::None {
+            return Ok(prefix.to_string());
+        }
+        let conn = self.pool.get()?;
+        let mut root = prefix;
+        // Porter only ever rewrites a word's end, so some start of it is kept as is (in the
+        // worst case its first character; words under three letters are never stemmed).
+        while let Some((last, _)) = root.char_indices().next_back().filter(|(at, _)| *at > 0) {
+            if self.stems.of(&conn, root)? == root {
+                break;
+            }
+            root = &root[..last];
+        }
+        Ok(root.to_string())
+    }
+
     fn keyword_candidates(
         &self,
         fts_query: &str,
@@ -326,6 +470,11 @@ impl Store for SqliteStore {
         let conn = self.pool.get()?;
         if filter.sources.is_none() && filter.since.is_none() {
             if let Some(term) = term_rank::single_term(fts_query) {
+                // The vocabulary holds what the tokenizer made of the text: look up that form.
+                let term = match self.stemming {
+                    Stemming::None => term,
+                    Stemming::English => self.stems.of(&conn, &term)?,
+                };
                 let top = self.terms.top(&conn, &term, limit)?;
                 return candidates_by_id(&conn, &top);
             }
@@ -358,7 +507,7 @@ impl Store for SqliteStore {
         ))?;
         let sources = filter.sources.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
         let rows =
-            stmt.query_map(params![fts_query, sources, filter.since, limit as i64], |r| candidate(r, r.get(7)?))?;
+            stmt.query_map(params![fts_query, sources, filter.since, limit as i64], |r| candidate(r, r.get(8)?))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -541,7 +690,8 @@ impl Store for SqliteStore {
 }
 
 /// The columns [`candidate`] reads, first in every candidate query (`c` = chunks, `d` = documents).
-const CANDIDATE_COLUMNS: &str = "c.id, c.document_id, c.idx, c.title, c.source, d.source_url, c.updated_at";
+const CANDIDATE_COLUMNS: &str =
+    "c.id, c.document_id, c.idx, c.title, c.source, d.source_url, c.updated_at, d.source_id";
 
 fn candidate(r: &rusqlite::Row<'_>, score: f64) -> rusqlite::Result<Candidate> {
     Ok(Candidate {
@@ -553,6 +703,7 @@ fn candidate(r: &rusqlite::Row<'_>, score: f64) -> rusqlite::Result<Candidate> {
         source: r.get(4)?,
         source_url: r.get(5)?,
         updated_at: r.get(6)?,
+        source_id: r.get(7)?,
     })
 }
 

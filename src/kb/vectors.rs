@@ -505,7 +505,7 @@ mod tests {
     /// A store whose chunk `i` (of `n`) has a vector along axis `i % 2`.
     fn store_with(dir: &Path, n: usize) -> crate::kb::SqliteStore {
         use crate::kb::store::{Change, DocVectors, NewDocument, Store};
-        let store = crate::kb::SqliteStore::open(&dir.join("kb.sqlite")).unwrap();
+        let store = crate::kb::SqliteStore::open(&dir.join("kb.sqlite"), crate::kb::store::Stemming::English).unwrap();
         let changes: Vec<Change> = (0..n)
             .map(|i| {
                 Change::Upsert(Box::new(NewDocument {

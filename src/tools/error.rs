@@ -183,6 +183,7 @@ impl CallError {
             KbError::NotFound(_) => CallError::NotFound(err.to_string()),
             KbError::Embed(_) => CallError::Unavailable(err.to_string()),
             KbError::EmptyQuery
+            | KbError::NoWords(_)
             | KbError::SemanticUnavailable
             | KbError::UnknownSource { .. }
             | KbError::UnknownTarget { .. }
