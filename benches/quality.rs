@@ -20,11 +20,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ctx::config::Config;
-use ctx::kb::query::{fts_query, terms};
+use ctx::kb::query::{fts_query, fts_query_rooted, terms, FtsQuery};
 use ctx::kb::search::{fuse, group, FUSION_WINDOW};
 use ctx::kb::store::{Candidate, SearchFilter};
 use ctx::kb::sync::{sync_target, SyncOptions};
-use ctx::kb::Kb;
+use ctx::kb::{Kb, Store};
 use ctx::types::{SearchMode, SearchRequest, SearchResponse};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -113,15 +113,20 @@ fn run() -> Result<(), String> {
     let mut lists = Vec::with_capacity(set.queries.len());
     let mut and_matched = 0;
     for (q, vector) in set.queries.iter().zip(&vectors) {
-        let fts = fts_query(&q.text).ok_or_else(|| format!("query {:?} has no searchable term", q.text))?;
+        let fts = searched(store, &q.text)?;
         let all = store.keyword_candidates(&fts.all, &filter, window).map_err(|e| e.to_string())?;
         let any = match &fts.any {
             Some(any) => store.keyword_candidates(any, &filter, window).map_err(|e| e.to_string())?,
             None => all.clone(),
         };
+        let wide = match &fts.wide {
+            Some(wide) => store.keyword_candidates(wide, &filter, window).map_err(|e| e.to_string())?,
+            None => all.clone(),
+        };
         and_matched += usize::from(!all.is_empty());
-        // Keyword search asks for every term first and for any of them only when that finds nothing.
-        let keyword = if all.is_empty() { any.clone() } else { all };
+        // Keyword search ranks the chunks with every term first, then those with some (or words
+        // they start).
+        let keyword = filled(&all, &wide);
         let (semantic, _) =
             store.semantic_candidates(embedder.name(), vector, &filter, window).map_err(|e| e.to_string())?;
         let lists_q = Lists { keyword, any, semantic };
@@ -135,7 +140,7 @@ fn run() -> Result<(), String> {
         set.queries.len()
     );
     println!(
-        "every-term (AND) keyword query matched for {and_matched} of {} queries; the rest fell back to any term",
+        "every-term (AND) keyword query matched for {and_matched} of {} queries; pages are filled with any-term hits",
         set.queries.len()
     );
 
@@ -155,7 +160,7 @@ fn run() -> Result<(), String> {
     let row = |name: &str, s: &Scores| {
         println!("{name:<48} {:>8.4} {:>6.3} {:>6.4}   {:.4}", s.ndcg(), s.recall(), s.mrr(), s.subset(&low).ndcg())
     };
-    row("keyword (every term, else any term)", &keyword);
+    row("keyword (every term, then any term)", &keyword);
     row("keyword, any term (hybrid's keyword list)", &any);
     row(&format!("semantic ({})", embedder.name()), &semantic);
     row(&format!("hybrid ({settings}: rrf_k {run_k}, hybrid_weight {run_w})"), &hybrid);
@@ -250,6 +255,10 @@ fn run() -> Result<(), String> {
     }
     let metrics_secs = t.elapsed().as_secs_f64();
 
+    let t = Instant::now();
+    keyword_study(&set, &set_dir, &kb, window)?;
+    let study_secs = t.elapsed().as_secs_f64();
+
     println!("\n== summary ==");
     println!(
         "best RRF cell: rrf_k {best_k}, hybrid_weight {best_w}: nDCG@10 {:.4} ({settings} {:.4})",
@@ -277,7 +286,7 @@ fn run() -> Result<(), String> {
     );
     println!(
         "time: sync {sync_secs:.1} s, lists and checks {lists_secs:.1} s, metrics and sweeps {metrics_secs:.1} s, \
-         total {:.1} s (load average {})",
+         keyword study {study_secs:.1} s, total {:.1} s (load average {})",
         started.elapsed().as_secs_f64(),
         load_average()
     );
@@ -404,11 +413,113 @@ fn toml_string(path: &Path) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Keyword search on natural questions (issue 20): filling, stemming, question forms
+
+/// The forms each query is asked in: as written, and as the questions agents send.
+const FORMS: [(&str, &str); 4] = [
+    ("as written", "{}"),
+    ("what is a good ...?", "what is a good {}?"),
+    ("how do I install ...?", "how do I install {}?"),
+    ("which package provides ...?", "which package provides {}?"),
+];
+
+/// Keyword search before and after the two changes of issue 20, on every question form: the
+/// every-term list alone with the any-term list only when it is empty (before), that list
+/// filled with any-term hits ranked below (after), and the any-term list by BM25 alone (for
+/// comparison), each without and with stemming. The stemmed index is the bench's main one;
+/// the other is a second workspace with `stemming = "none"` and no embedding.
+fn keyword_study(set: &LabelledSet, set_dir: &Path, stemmed: &Kb, window: usize) -> Result<(), String> {
+    let work = tempfile::tempdir().map_err(|e| format!("cannot create a temp folder: {e}"))?;
+    let config_file = work.path().join("ctx.toml");
+    let text = format!(
+        "[db]\npath = \"kb.sqlite\"\n\n[connectors.filesystem.docs]\nroot = {}\n\n[retrieval]\nstemming = \"none\"\n",
+        toml_string(&set_dir.join("docs"))
+    );
+    std::fs::write(&config_file, &text).map_err(|e| format!("cannot write {}: {e}", config_file.display()))?;
+    let config = Config::from_text(&text, Path::new("ctx.toml"), &config_file, &|_| None)
+        .map_err(|e| format!("the study's ctx.toml is invalid: {e}"))?;
+    let plain = Kb::open(Arc::new(config)).map_err(|e| e.to_string())?;
+    sync_target(&plain, "all", SyncOptions::default(), &mut |_| {}).map_err(|e| e.to_string())?;
+    let relevant: Vec<&str> = set.queries.iter().map(|q| q.doc_id.as_str()).collect();
+    let filter = SearchFilter::default();
+    println!("\n== keyword search on natural questions: before and after filling and stemming (issue 20) ==");
+    println!("before: every term, else any term when no chunk has every term; filled: every term, then any term");
+    println!("ranked below; any term: one BM25 list of chunks with any term; prefixes: filled, words of 4+ letters also as\n\
+         prefixes (what search does). Per document, {} queries.", set.queries.len());
+    println!("{:<30} {:<9} {:<10} {:>8} {:>6} {:>6}", "form", "stemming", "ranking", "nDCG@10", "R@10", "MRR");
+    let mut table: HashMap<(&str, &str, &str), Scores> = HashMap::new();
+    for (form, template) in FORMS {
+        for (stemming, kb) in [("none", &plain), ("english", stemmed)] {
+            let mut positions: [Vec<Option<usize>>; 4] = Default::default();
+            for (q, relevant) in set.queries.iter().zip(&relevant) {
+                let asked = template.replace("{}", &q.text);
+                let store = kb.store();
+                let fts = searched(store, &asked)?;
+                let all = store.keyword_candidates(&fts.all, &filter, window).map_err(|e| e.to_string())?;
+                let any = match &fts.any {
+                    Some(any) => store.keyword_candidates(any, &filter, window).map_err(|e| e.to_string())?,
+                    None => all.clone(),
+                };
+                let before = if all.is_empty() { &any } else { &all };
+                positions[0].push(doc_position(before, relevant));
+                let wide = match &fts.wide {
+                    Some(wide) => store.keyword_candidates(wide, &filter, window).map_err(|e| e.to_string())?,
+                    None => all.clone(),
+                };
+                // Filled from the plain any-term list, as before the fill took words as prefixes.
+                positions[1].push(doc_position(&filled(&all, &any), relevant));
+                positions[2].push(doc_position(&any, relevant));
+                positions[3].push(doc_position(&filled(&all, &wide), relevant));
+            }
+            for (ranking, p) in ["before", "filled", "any term", "prefixes"].into_iter().zip(positions) {
+                let s = Scores::of(p.into_iter());
+                println!(
+                    "{form:<30} {stemming:<9} {ranking:<10} {:>8.4} {:>6.3} {:>6.4}",
+                    s.ndcg(),
+                    s.recall(),
+                    s.mrr()
+                );
+                table.insert((form, stemming, ranking), s);
+            }
+        }
+    }
+    println!("\n== keyword study: paired bootstrap ({RESAMPLES} resamples), nDCG@10 difference, 95% CI ==");
+    for (form, _) in FORMS {
+        let get = |s: &'static str, r: &'static str| &table[&(form, s, r)];
+        for (name, a, b) in [
+            ("filled - before, no stemming", get("none", "filled"), get("none", "before")),
+            ("stemmed - not, both filled", get("english", "filled"), get("none", "filled")),
+            ("filled+stemmed - before", get("english", "filled"), get("none", "before")),
+            ("filled - any term, stemmed", get("english", "filled"), get("english", "any term")),
+            ("prefix fill - plain fill, stemmed", get("english", "prefixes"), get("english", "filled")),
+            ("search now - before (none, plain)", get("english", "prefixes"), get("none", "before")),
+        ] {
+            let (mean, lo, hi) = bootstrap(&a.ndcg, &b.ndcg);
+            println!("{form:<30} {name:<34} {mean:+.4} [{lo:+.4}, {hi:+.4}]");
+        }
+    }
+    Ok(())
+}
+
+/// The MATCH expressions search runs for `text` on `store` (prefixes searched by their root).
+fn searched(store: &dyn Store, text: &str) -> Result<FtsQuery, String> {
+    fts_query_rooted(text, &mut |p| store.prefix_root(p))
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("query {text:?} has no searchable term"))
+}
+
+/// Keyword search's ranking: the every-term list, then the any-term hits not in it.
+fn filled(all: &[Candidate], any: &[Candidate]) -> Vec<Candidate> {
+    let strict: HashSet<i64> = all.iter().map(|c| c.chunk_id).collect();
+    all.iter().cloned().chain(any.iter().filter(|c| !strict.contains(&c.chunk_id)).cloned()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
 // Lists, fusion and the check against Kb::search
 
 /// One query's candidates, each list its first `window` chunks.
 struct Lists {
-    /// What keyword search ranks: every term, or any term when no chunk has them all.
+    /// What keyword search ranks: every term, then any term.
     keyword: Vec<Candidate>,
     /// Any term: hybrid's keyword list.
     any: Vec<Candidate>,

@@ -8,6 +8,9 @@
 //! match nearly every chunk, and BM25 must score every match before the top-k cut. Search first
 //! asks for all remaining terms (AND); if that finds nothing, it asks for any of them (OR).
 
+/// Words this long or longer are also searched as prefixes when a page is filled.
+pub const WIDE_PREFIX: usize = 4;
+
 /// The most terms one query may have; more are ignored.
 pub const MAX_TERMS: usize = 64;
 
@@ -18,6 +21,10 @@ pub struct FtsQuery {
     pub all: String,
     /// Any term may match; `None` when there is only one term.
     pub any: Option<String>,
+    /// Any term may match, and a word of [`WIDE_PREFIX`] or more characters also as the start
+    /// of a longer one (`auth` finds "authentication"; with stemming, stems that start with its
+    /// stem): what fills a short page. `None` when it is the same as `all`.
+    pub wide: Option<String>,
     /// The terms searched for, lower-case, each with whether it is a prefix.
     pub terms: Vec<(String, bool)>,
 }
@@ -39,14 +46,21 @@ pub fn fts_query_rooted<E>(text: &str, root: &mut dyn FnMut(&str) -> Result<Stri
         return Ok(None);
     }
     let mut parts = Vec::with_capacity(terms.len());
+    let mut wide = Vec::with_capacity(terms.len());
     for (term, prefix) in &terms {
-        parts.push(match prefix {
-            true => format!("\"{}\"*", root(&term.to_lowercase())?),
-            false => format!("\"{term}\""),
-        });
+        let mut as_prefix = || root(&term.to_lowercase()).map(|r| format!("\"{r}\"*"));
+        let part = if *prefix { as_prefix()? } else { format!("\"{term}\"") };
+        // Not by its root: a stemming index stems the text of `"bindings"*` to "bind", so this
+        // finds the stems that start with the word's own stem ("binder"), where the root
+        // ("bindin") would miss "binding" itself.
+        wide.push(if !*prefix && term.chars().count() >= WIDE_PREFIX { format!("\"{term}\"*") } else { part.clone() });
+        parts.push(part);
     }
+    let wide = wide.join(" OR ");
+    let all = parts.join(" AND ");
     Ok(Some(FtsQuery {
-        all: parts.join(" AND "),
+        wide: (wide != all).then_some(wide),
+        all,
         any: (parts.len() > 1).then(|| parts.join(" OR ")),
         terms: terms.into_iter().map(|(t, prefix)| (t.to_lowercase(), prefix)).collect(),
     }))
@@ -123,6 +137,15 @@ mod tests {
     }
 
     #[test]
+    fn the_wide_query_takes_longer_words_as_prefixes() {
+        let q = fts_query("fix auth bug").unwrap();
+        assert_eq!(q.all, "\"fix\" AND \"auth\" AND \"bug\"");
+        assert_eq!(q.wide.as_deref(), Some("\"fix\" OR \"auth\"* OR \"bug\""));
+        assert_eq!(fts_query("auth").unwrap().wide.as_deref(), Some("\"auth\"*"));
+        assert_eq!(fts_query("fix").unwrap().wide, None);
+    }
+
+    #[test]
     fn trailing_star_is_a_prefix() {
         assert_eq!(all("depl* roll").as_deref(), Some("\"depl\"* AND \"roll\""));
         assert_eq!(all("*"), None);
@@ -138,6 +161,7 @@ mod tests {
     fn prefix_terms_are_searched_by_their_root() {
         let q = fts_query_rooted("Deploy* now", &mut |t| Ok::<_, ()>(t[..t.len() - 1].to_string())).unwrap().unwrap();
         assert_eq!(q.all, "\"deplo\"* AND \"now\"");
+        assert_eq!(q.wide.as_deref(), Some("\"deplo\"* OR \"now\""));
         // The terms keep what the user typed: snippets mark words that start with it.
         assert_eq!(q.terms, vec![("deploy".to_string(), true), ("now".to_string(), false)]);
     }

@@ -125,10 +125,10 @@ pub fn search(
                 .collect();
             // A whole question rarely has every word in one chunk: the page is filled with
             // chunks that have some of them, each ranked below every chunk that has them all.
-            if let (true, Some(any)) = (hits.len() < limit, &query.any) {
+            if let (true, Some(wide)) = (hits.len() < limit, &query.wide) {
                 let (filled, list) = ranked(
                     |window| {
-                        let (more, exhausted) = one_list(store, any, &filter, window)?;
+                        let (more, exhausted) = one_list(store, wide, &filter, window)?;
                         let mut list = strict.clone();
                         list.extend(more.into_iter().filter(|c| !ranks.contains_key(&c.chunk_id)));
                         Ok((list, exhausted))
@@ -139,12 +139,14 @@ pub fn search(
                 let added = filled.len() - hits.len();
                 if added > 0 {
                     notes.push(match strict.len() {
-                        0 => "no chunk matched every term, so results match some of them".to_string(),
+                        0 => "no chunk matched every term, so results match some of them (or words they start)"
+                            .to_string(),
                         n => format!(
-                            "only {n} chunk(s) matched every term; {added} more result(s) match some of them, ranked below"
+                            "only {n} chunk(s) matched every term; {added} more result(s) match some of them \
+                             (or words they start), ranked below"
                         ),
                     });
-                    fts = format!("{fts} | {any}");
+                    fts = format!("{fts} | {wide}");
                 }
                 for (i, c) in list.iter().enumerate().skip(strict.len()) {
                     ranks.insert(c.chunk_id, Ranks { matched: Some(false), ..Ranks::keyword(i, c.score) });
