@@ -344,7 +344,8 @@ fn marks(store: &dyn Store, terms: &[(String, bool)]) -> Result<Vec<Mark>, KbErr
         marks.push(Mark::Word(term.clone()));
         let stem = store.stem(term)?;
         let shared: String = term.chars().zip(stem.chars()).take_while(|(a, b)| a == b).map(|(a, _)| a).collect();
-        if stem != *term && shared.chars().count() >= 3 {
+        // Also when the stem is the word itself: "rollbacks" stems to "rollback".
+        if shared.chars().count() >= 3 {
             marks.push(Mark::Stem(shared));
         }
     }

@@ -28,6 +28,7 @@ mod review_17;
 mod sandbox;
 mod schemas;
 mod scripting;
+mod search_20;
 mod semantic;
 mod tools;
 mod wire;
