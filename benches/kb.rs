@@ -283,6 +283,26 @@ fn bench_search(full: bool, verdicts: &mut Vec<String>) {
             ms(pct(&in_rust, 50.0)),
             ms(pct(&in_fts5, 50.0))
         );
+        if size >= 100_000 {
+            // [retrieval] stemming changed: the next open rebuilds the keyword index. Twice, to
+            // leave the corpus as it was.
+            let index_bytes = || -> f64 {
+                db.query_row("SELECT sum(length(block)) FROM chunks_fts_data", [], |r| r.get::<_, i64>(0))
+                    .expect("index size") as f64
+                    / 1e6
+            };
+            let stemmed_bytes = index_bytes();
+            let (_, plain) = corpus.reopen_with("[retrieval]\nstemming = \"none\"\n");
+            let plain_bytes = index_bytes();
+            let (_, stemmed) = corpus.reopen_with("[retrieval]\nstemming = \"english\"\n");
+            println!(
+                "keyword index rebuilt for a change of [retrieval] stemming at {} chunks: to none {:.1} s, \
+                 back to english {:.1} s; FTS5 index data {stemmed_bytes:.1} MB stemmed, {plain_bytes:.1} MB not",
+                stats.chunks,
+                plain.as_secs_f64(),
+                stemmed.as_secs_f64(),
+            );
+        }
     }
 }
 

@@ -347,6 +347,18 @@ impl Corpus {
         Corpus { dir, kb, spec, gen: Generator::new(0x5EED_C0DE), docs: 0, chunks: 0 }
     }
 
+    /// The same database opened under the config plus `extra` (another `[retrieval]`, say),
+    /// and how long opening took (a change of `stemming` rebuilds the keyword index then).
+    pub fn reopen_with(&self, extra: &str) -> (Kb, Duration) {
+        let file = self.dir.path().join("other.toml");
+        let text = format!("[db]\npath = \"kb.sqlite\"\n\n{extra}");
+        std::fs::write(&file, &text).expect("write other.toml");
+        let config = Config::from_text(&text, Path::new("other.toml"), &file, &|_| None).expect("valid config");
+        let started = Instant::now();
+        let kb = Kb::open(Arc::new(config)).expect("open kb");
+        (kb, started.elapsed())
+    }
+
     /// Adds documents of one to eight chunks until the store holds at least `target` chunks.
     pub fn grow_to(&mut self, target: usize) -> Growth {
         let mut growth = Growth { docs: 0, chunks: 0, generate: Duration::ZERO, apply: Duration::ZERO };

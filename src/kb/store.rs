@@ -322,8 +322,14 @@ fn restem(conn: &mut rusqlite::Connection, stemming: Stemming) -> Result<(), KbE
         return Ok(());
     }
     let chunks: i64 = tx.query_row("SELECT COUNT(*) FROM chunks", [], |r| r.get(0))?;
-    if chunks > 0 {
-        tracing::info!(chunks, "rebuilding the keyword index for [retrieval] stemming = {stemming:?}");
+    // A large index takes a while (about a second per 100k chunks): say why the command waits.
+    match chunks {
+        0 => {}
+        1..50_000 => tracing::info!(chunks, "rebuilding the keyword index for [retrieval] stemming = {stemming:?}"),
+        _ => tracing::warn!(
+            "rebuilding the keyword index of {chunks} chunks for [retrieval] stemming = {stemming:?}; \
+             this runs once, in one transaction"
+        ),
     }
     tx.execute_batch(&format!(
         "DROP TABLE chunks_fts;
@@ -364,12 +370,13 @@ impl Stems {
         if let Some(stem) = self.known.lock().unwrap_or_else(|p| p.into_inner()).get(word) {
             return Ok(stem.clone());
         }
+        // Emptied first, so a call that failed half-way cannot leave a row behind.
+        conn.prepare_cached("DELETE FROM temp.stem_probe")?.execute([])?;
         conn.prepare_cached("INSERT INTO temp.stem_probe (rowid, word) VALUES (1, ?1)")?.execute([word])?;
         let terms: Vec<String> = conn
             .prepare_cached("SELECT term FROM temp.stem_probe_vocab")?
             .query_map([], |r| r.get(0))?
             .collect::<Result<_, _>>()?;
-        conn.prepare_cached("DELETE FROM temp.stem_probe WHERE rowid = 1")?.execute([])?;
         let stem = match terms.as_slice() {
             [one] => one.clone(),
             _ => word.to_string(),
