@@ -1,4 +1,4 @@
-//! `ctx sync`, `ctx search`, `ctx get`, `ctx sources`, `ctx stats`.
+//! `ctx sync`, `ctx search`, `ctx get`, `ctx sources [prune]`, `ctx stats`.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -21,6 +21,10 @@ pub struct SyncArgs {
     /// Scan and report what would change; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Let a scan delete more than half of a source's documents. Refused by default: an API
+    /// outage that answers with an empty list, or an unmounted folder, looks the same.
+    #[arg(long)]
+    pub allow_shrink: bool,
     /// One JSON summary line per source instead of text.
     #[arg(long)]
     pub json: bool,
@@ -67,6 +71,32 @@ pub struct GetArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct SourcesArgs {
+    #[command(subcommand)]
+    pub command: Option<SourcesCommand>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum SourcesCommand {
+    /// Delete the documents of sources that are no longer configured (after a section was
+    /// renamed or removed), and what is remembered of their syncs.
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PruneArgs {
+    /// Say what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct JsonFlag {
     /// Print JSON.
     #[arg(long)]
@@ -94,36 +124,39 @@ fn kb_error(err: KbError) -> CliError {
 
 pub fn sync(args: SyncArgs, globals: &Globals) -> Result<(), CliError> {
     let kb = open(globals)?;
-    let options = SyncOptions { full: args.full, dry_run: args.dry_run };
+    let options = SyncOptions { full: args.full, dry_run: args.dry_run, allow_shrink: args.allow_shrink };
     let tty = std::io::stderr().is_terminal() && !args.json && !globals.quiet;
-    let bar = tty.then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {prefix}: {pos} items ({per_sec}) {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
-        bar.enable_steady_tick(std::time::Duration::from_millis(120));
-        bar
-    });
-    let mut current = String::new();
-    let mut progress = |event: Progress<'_>| {
-        let Some(bar) = &bar else { return };
-        match event {
-            Progress::Item { source, seen } => {
-                if current != source {
-                    current = source.to_string();
-                    bar.reset();
-                    bar.set_prefix(current.clone());
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    // `-v` lists every skipped entry after its source's line; without it they are only counted.
+    let mut skips: Vec<(String, String, String)> = Vec::new();
+    let list_skips = globals.verbose > 0;
+    let mut progress = |event: Progress<'_>| match event {
+        Progress::Start { source, estimate } if tty => bar = Some(progress_bar(source, estimate)),
+        Progress::Item { seen, .. } => {
+            if let Some(bar) = &bar {
+                // More items than the source held before: the estimate grows with them.
+                if bar.length().is_some_and(|len| seen as u64 > len) {
+                    bar.set_length(seen as u64);
                 }
                 bar.set_position(seen as u64);
             }
-            Progress::Skipped { source_id, reason, .. } => bar.set_message(format!("skipped {source_id}: {reason}")),
         }
+        Progress::Skipped { source, source_id, reason } if list_skips => {
+            skips.push((source.to_string(), source_id.to_string(), reason.to_string()));
+        }
+        // Cleared, not finished: the summary lines below say what the bar said.
+        Progress::Done { .. } => {
+            if let Some(bar) = bar.take() {
+                bar.finish_and_clear();
+            }
+        }
+        _ => {}
     };
-    let summaries = crate::kb::sync::sync_target(&kb, &args.target, options, &mut progress).map_err(kb_error)?;
-    if let Some(bar) = &bar {
+    let summaries = crate::kb::sync::sync_target(&kb, &args.target, options, &mut progress);
+    if let Some(bar) = bar.take() {
         bar.finish_and_clear();
     }
+    let summaries = summaries.map_err(kb_error)?;
     let mut failed = 0;
     for s in &summaries {
         if args.json {
@@ -135,6 +168,13 @@ pub fn sync(args: SyncArgs, globals: &Globals) -> Result<(), CliError> {
                 "{verb} {}: {} added, {} updated, {} deleted, {} unchanged, {} skipped, {} error(s){embedded} in {:.2}s",
                 s.source, s.added, s.updated, s.deleted, s.unchanged, s.skipped, s.errors, s.seconds
             );
+            if !globals.quiet && !s.skipped_by_reason.is_empty() {
+                let hint = if list_skips { "" } else { " (-v lists them)" };
+                println!("  skipped {}{hint}", skip_counts(&s.skipped_by_reason));
+            }
+        }
+        for (_, id, reason) in skips.iter().filter(|(source, ..)| *source == s.source) {
+            eprintln!("skipped {id} ({}): {reason}", s.source);
         }
         if let Some(e) = &s.error {
             failed += 1;
@@ -167,6 +207,55 @@ pub fn sync(args: SyncArgs, globals: &Globals) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+/// A progress line for one source: done/total when the source held documents before (a re-sync
+/// sees about as many), else a count; a whole-number rate and the elapsed time. No colours: the
+/// templates use no styles.
+fn progress_bar(source: &str, estimate: Option<usize>) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressState, ProgressStyle};
+    let (bar, template) = match estimate {
+        Some(total) => {
+            (ProgressBar::new(total as u64), "{prefix}: [{bar:24}] {human_pos}/{human_len} items, {rate}, {elapsed}")
+        }
+        None => (ProgressBar::new_spinner(), "{spinner} {prefix}: {human_pos} items, {rate}, {elapsed}"),
+    };
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+        .with_key("rate", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let rate = state.per_sec();
+            let rate = if rate.is_finite() { rate.round() as u64 } else { 0 };
+            let _ = write!(w, "{}/s", indicatif::HumanCount(rate));
+        })
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_prefix(source.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+/// `1204` as `1,204`.
+fn count(n: i64) -> indicatif::HumanCount {
+    indicatif::HumanCount(n.max(0) as u64)
+}
+
+/// `1,912 binary files, 3 over max_file_bytes`: one count per skip reason.
+fn skip_counts(by_reason: &std::collections::BTreeMap<String, usize>) -> String {
+    let plural = |n: usize, one: &str, many: &str| {
+        format!("{} {}", indicatif::HumanCount(n as u64), if n == 1 { one } else { many })
+    };
+    by_reason
+        .iter()
+        .map(|(kind, &n)| match kind.as_str() {
+            "binary" => plural(n, "binary file", "binary files"),
+            "too_large" => plural(n, "over max_file_bytes", "over max_file_bytes"),
+            "unreadable" => plural(n, "unreadable entry", "unreadable entries"),
+            "invalid" => plural(n, "invalid item", "invalid items"),
+            "duplicate" => plural(n, "duplicate id", "duplicate ids"),
+            other => plural(n, other, other),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub fn search(args: SearchArgs, globals: &Globals) -> Result<(), CliError> {
@@ -288,7 +377,10 @@ pub fn get(args: GetArgs, globals: &Globals) -> Result<(), CliError> {
     Ok(())
 }
 
-pub fn sources(args: JsonFlag, globals: &Globals) -> Result<(), CliError> {
+pub fn sources(args: SourcesArgs, globals: &Globals) -> Result<(), CliError> {
+    if let Some(SourcesCommand::Prune(prune_args)) = args.command {
+        return prune(prune_args, globals);
+    }
     let kb = open(globals)?;
     let response = kb.sources().map_err(kb_error)?;
     if args.json {
@@ -311,6 +403,49 @@ pub fn sources(args: JsonFlag, globals: &Globals) -> Result<(), CliError> {
         if let Some(notes) = &s.notes {
             println!("    {notes}");
         }
+    }
+    Ok(())
+}
+
+/// What `ctx sources prune --json` prints.
+#[derive(serde::Serialize)]
+struct PruneReport {
+    dry_run: bool,
+    /// The sources that were (or, in a dry run, would be) deleted, with what they held.
+    sources: Vec<crate::kb::prune::Unconfigured>,
+}
+
+/// `ctx sources prune`: says what it will delete, then deletes it one source at a time (each in
+/// one transaction: a prune killed half-way leaves every source whole or gone).
+fn prune(args: PruneArgs, globals: &Globals) -> Result<(), CliError> {
+    let kb = open(globals)?;
+    let plan = crate::kb::prune::unconfigured(&kb).map_err(kb_error)?;
+    if !args.json {
+        if plan.is_empty() {
+            println!("nothing to prune: every source in the database is configured");
+            return Ok(());
+        }
+        let verb = if args.dry_run { "would delete" } else { "deleting" };
+        println!("{verb} {} source(s) that are no longer configured:", plan.len());
+        for source in &plan {
+            println!("  {}: {} document(s), {} chunk(s)", source.source, count(source.documents), count(source.chunks));
+        }
+    }
+    if !args.dry_run {
+        for source in &plan {
+            let removed = crate::kb::prune::remove(&kb, &source.source)
+                .map_err(|e| CliError::Failed(anyhow::anyhow!("deleting {} failed: {e}", source.source)))?;
+            if !args.json && !globals.quiet {
+                let (documents, chunks) = (count(removed.documents), count(removed.chunks));
+                println!("deleted {}: {documents} document(s), {chunks} chunk(s)", source.source);
+            }
+        }
+    }
+    if args.json {
+        let report = PruneReport { dry_run: args.dry_run, sources: plan };
+        println!("{}", serde_json::to_string_pretty(&report).context("serialise prune report")?);
+    } else if args.dry_run {
+        println!("dry run: nothing was deleted; run `ctx sources prune` to delete them");
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ mod embed_cmd;
 mod init;
 mod kb_cmd;
 mod mcp_cmd;
+mod pipe;
 mod scaffold;
 mod schema_cmd;
 mod serve_cmd;
@@ -58,8 +59,8 @@ pub enum Command {
     Embed(embed_cmd::EmbedArgs),
     /// Show one document with its chunks.
     Get(kb_cmd::GetArgs),
-    /// List sources with health, document counts and last sync.
-    Sources(kb_cmd::JsonFlag),
+    /// List sources with health, document counts and last sync, or prune unconfigured ones.
+    Sources(kb_cmd::SourcesArgs),
     /// Database statistics.
     Stats(kb_cmd::JsonFlag),
     /// Scaffold and test Lua connectors.
@@ -144,7 +145,15 @@ pub fn main() -> ExitCode {
     let checking = matches!(cli.command, Command::Schema(schema_cmd::SchemaCommand::Check));
     init_logging(cli.verbose, cli.quiet || (checking && cli.verbose == 0));
     let globals = Globals { config: cli.config.clone(), verbose: cli.verbose, quiet: cli.quiet };
-    match run(cli.command, &globals) {
+    pipe::silence_closed_stdout();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli.command, &globals)));
+    let result = match outcome {
+        Ok(result) => result,
+        // The reader of our output is gone (`| head -1`): nobody is left to tell.
+        Err(panic) if pipe::closed_stdout(panic.as_ref()) => return ExitCode::SUCCESS,
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             if !matches!(err, CliError::Problems(_) | CliError::Reported(_)) {
@@ -173,8 +182,10 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
         Command::Catalog(args) => code_cmd::catalog(args, globals),
         Command::Serve(args) => serve_cmd::run(args, globals),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "ctx", &mut std::io::stdout());
-            Ok(())
+            // Written whole, not through the generator's panicking writes to stdout.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "ctx", &mut script);
+            pipe::write_stdout(&script).map_err(|e| CliError::Failed(anyhow::anyhow!("writing to stdout: {e}")))
         }
     }
 }
@@ -188,6 +199,7 @@ fn render(err: &CliError) -> String {
 }
 
 fn init_logging(verbose: u8, quiet: bool) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let level = match (quiet, verbose) {
         (true, _) => "error",
@@ -203,9 +215,13 @@ fn init_logging(verbose: u8, quiet: bool) {
         EnvFilter::try_from_env("CTX_LOG").unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},rmcp={rmcp},warn")));
     // Logs go to stderr so stdout stays clean for --json output and the MCP stdio transport,
     // without the config's secrets (a script can log anything).
+    // Colour only for a person at a terminal: a file, a pipe or a desktop client's log gets
+    // plain text, and NO_COLOR (https://no-color.org: set and not empty) turns it off anywhere.
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(crate::config::redact::Stderr)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color)
         .with_target(false)
         .try_init();
 }

@@ -49,6 +49,19 @@ impl std::fmt::Display for SkipReason {
     }
 }
 
+impl SkipReason {
+    /// The reason without its details, for counting skips: `binary`, `too_large`, `unreadable`
+    /// or `invalid`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SkipReason::Binary => "binary",
+            SkipReason::TooLarge { .. } => "too_large",
+            SkipReason::Unreadable(_) => "unreadable",
+            SkipReason::Invalid(_) => "invalid",
+        }
+    }
+}
+
 /// What a connector reports as it scans.
 // Events are moved straight into the sink, never stored, so the size gap costs nothing.
 #[allow(clippy::large_enum_variant)]

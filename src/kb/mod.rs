@@ -9,6 +9,7 @@ pub mod connector_state;
 pub mod embedding;
 mod error;
 mod pool;
+pub mod prune;
 pub mod query;
 pub mod search;
 mod snippet;
@@ -147,7 +148,10 @@ impl Kb {
                 });
                 let last_error = row.and_then(|r| r.last_error.clone());
                 let notes = if kind.is_none() {
-                    Some("no longer configured; its documents stay searchable until removed".to_string())
+                    Some(
+                        "no longer configured; its documents stay searchable until removed: run `ctx sources prune`"
+                            .to_string(),
+                    )
                 } else if row.and_then(|r| r.last_sync.as_ref()).is_none() {
                     Some("never synced; run `ctx sync`".to_string())
                 } else {

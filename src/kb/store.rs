@@ -174,6 +174,16 @@ pub trait Store: Send + Sync {
     /// Names of every source that was ever synced (cheap: one row per source).
     fn source_names(&self) -> Result<Vec<String>, KbError>;
     fn stats(&self) -> Result<Stats, KbError>;
+    /// Deletes every document of `source` (with its chunks, index rows and vectors) and what
+    /// the store remembers of its syncs, in one transaction: the source is whole or gone.
+    fn remove_source(&self, source: &str) -> Result<Removed, KbError>;
+}
+
+/// What [`Store::remove_source`] deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Removed {
+    pub documents: i64,
+    pub chunks: i64,
 }
 
 /// A write session from [`Store::begin`]. It holds the database's write lock until it ends.
@@ -693,6 +703,28 @@ impl Store for SqliteStore {
                 .map(|(model, dims, chunks)| ModelVectors { model, dims, chunks })
                 .collect(),
         })
+    }
+
+    fn remove_source(&self, source: &str) -> Result<Removed, KbError> {
+        let mut conn = self.pool.get()?;
+        // IMMEDIATE: the counts read here are the rows deleted, whatever a sync does meanwhile.
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let chunks: i64 =
+            tx.prepare_cached("SELECT COUNT(*) FROM chunks WHERE source = ?1")?.query_row([source], |r| r.get(0))?;
+        let ids: Vec<String> = tx
+            .prepare_cached("SELECT source_id FROM documents WHERE source = ?1")?
+            .query_map([source], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        // Through the same writes as a sync's deletions, so the index rows go exactly as they do
+        // there; vectors cascade with the chunks. `write` bumps the generation readers cache on.
+        let changes: Vec<Change> =
+            ids.iter().map(|id| Change::Delete { source: source.to_string(), source_id: id.clone() }).collect();
+        write(&tx, &changes)?;
+        // A source configured again under this name starts over: no last sync, no saved cursor.
+        tx.prepare_cached("DELETE FROM sync_state WHERE source = ?1")?.execute([source])?;
+        tx.prepare_cached("DELETE FROM connector_state WHERE source = ?1")?.execute([source])?;
+        tx.commit()?;
+        Ok(Removed { documents: ids.len() as i64, chunks })
     }
 }
 

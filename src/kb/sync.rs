@@ -9,8 +9,13 @@
 //! documents it did not get to see. A script source's `context` for its next sync (when this one
 //! started, and its `context.state`) is written by the same transaction, and an incremental
 //! scan (`{items, deleted}`) deletes only what it names.
+//!
+//! A full scan that would leave less than half of a source (nothing at all, say) deletes
+//! nothing unless allowed ([`SyncOptions::allow_shrink`], `allow_shrink` in the source's
+//! section): an API that answers `[]` during an outage, or an unmounted folder, looks exactly
+//! like that, and would otherwise empty the index.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -31,6 +36,8 @@ pub struct SyncOptions {
     pub full: bool,
     /// Scan and count, write nothing.
     pub dry_run: bool,
+    /// Let a full scan delete more than half of a source's documents (see [`shrink_refusal`]).
+    pub allow_shrink: bool,
 }
 
 /// When a source's writes become visible.
@@ -80,6 +87,10 @@ pub struct SourceSummary {
     pub deleted: usize,
     pub unchanged: usize,
     pub skipped: usize,
+    /// `skipped` by reason: `binary`, `too_large`, `unreadable`, `invalid` (an item a script
+    /// returned that is not one), `duplicate` (a source id returned twice). A sync of a
+    /// documentation tree skips the same thousands of images every time: counts, not a line each.
+    pub skipped_by_reason: BTreeMap<String, usize>,
     pub errors: usize,
     /// Why the source failed, if it did.
     pub error: Option<String>,
@@ -94,8 +105,26 @@ pub struct SourceSummary {
 
 /// Progress events for a UI.
 pub enum Progress<'a> {
-    Item { source: &'a str, seen: usize },
-    Skipped { source: &'a str, source_id: &'a str, reason: &'a SkipReason },
+    /// A source's scan starts. `estimate` is how many documents it held before, a fair guess
+    /// of how many items a re-sync sees; `None` on a first sync.
+    Start {
+        source: &'a str,
+        estimate: Option<usize>,
+    },
+    /// One more item (not counting skipped entries, so that `seen` meets `estimate`).
+    Item {
+        source: &'a str,
+        seen: usize,
+    },
+    Skipped {
+        source: &'a str,
+        source_id: &'a str,
+        reason: &'a SkipReason,
+    },
+    /// The source's sync ended, written or failed.
+    Done {
+        source: &'a str,
+    },
 }
 
 /// Where a sync writes: the store, and the embedder that gives new chunks their vectors.
@@ -129,10 +158,12 @@ pub fn sync_source(
             return summary;
         }
     };
+    progress(Progress::Start { source, estimate: (!known.is_empty()).then_some(known.len()) });
     let mut seen: HashSet<String> = HashSet::with_capacity(known.len());
     let mut batch: Vec<Change> = Vec::with_capacity(BATCH);
     let mut write_error: Option<String> = None;
     let mut writer = Writer { store, commit, session: None };
+    let mut items = 0;
 
     let scanned = {
         let mut sink = |event: Event| -> Result<(), String> {
@@ -140,10 +171,12 @@ pub fn sync_source(
                 Event::Item(item) => {
                     if !seen.insert(item.source_id.clone()) {
                         summary.skipped += 1;
-                        tracing::warn!(source, source_id = %item.source_id, "duplicate source_id in one scan; keeping the first");
+                        *summary.skipped_by_reason.entry("duplicate".to_string()).or_default() += 1;
+                        tracing::debug!(source, source_id = %item.source_id, "duplicate source_id in one scan; keeping the first");
                         return Ok(());
                     }
-                    progress(Progress::Item { source, seen: seen.len() });
+                    items += 1;
+                    progress(Progress::Item { source, seen: items });
                     let hash = content_hash(&item);
                     let previous = known.get(&item.source_id);
                     if previous == Some(&hash) && !options.full {
@@ -166,7 +199,9 @@ pub fn sync_source(
                 }
                 Event::Skipped { source_id, reason } => {
                     summary.skipped += 1;
-                    tracing::warn!(source, source_id = %source_id, "skipped: {reason}");
+                    *summary.skipped_by_reason.entry(reason.kind().to_string()).or_default() += 1;
+                    // Counted for the summary line; the same files are skipped on every sync.
+                    tracing::debug!(source, source_id = %source_id, "skipped: {reason}");
                     progress(Progress::Skipped { source, source_id: &source_id, reason: &reason });
                     // A skipped item still exists at its source: don't delete its old version.
                     seen.insert(source_id);
@@ -201,26 +236,42 @@ pub fn sync_source(
                     .map(|id| Change::Delete { source: source.to_string(), source_id: id.clone() })
                     .collect(),
             };
-            summary.deleted = gone.len();
-            if !options.dry_run {
-                for part in gone.chunks(BATCH * 4) {
-                    if let Err(e) = writer.apply(part) {
-                        write_error = Some(e.to_string());
-                        break;
+            // An incremental scan names each deletion: an outage that answers with nothing
+            // names nothing and deletes nothing, so only full scans are guarded.
+            let refused = match end.deleted {
+                None if !options.allow_shrink => shrink_refusal(source, known.len(), gone.len()),
+                _ => None,
+            };
+            if let Some(why) = refused {
+                // The source fails and keeps every document. A batched source keeps the new and
+                // changed items it already wrote: they are real whatever the listing missed. A
+                // script source's writes are one transaction with its saved state, and this
+                // return is treated like a failed one: nothing is committed (the writer rolls
+                // back when dropped), so its cursor does not move past items it may have failed
+                // to return, and the next sync asks again from the last good one.
+                summary.error = Some(why);
+            } else {
+                summary.deleted = gone.len();
+                if !options.dry_run {
+                    for part in gone.chunks(BATCH * 4) {
+                        if let Err(e) = writer.apply(part) {
+                            write_error = Some(e.to_string());
+                            break;
+                        }
+                    }
+                    // A script source's last success and state land in the same transaction as
+                    // its documents: both, or neither.
+                    if commit == Commit::Whole && write_error.is_none() {
+                        let synced = Change::SourceSynced { source: source.to_string(), started_at, state: end.state };
+                        if let Err(e) = writer.apply(&[synced]) {
+                            write_error = Some(e.to_string());
+                        }
                     }
                 }
-                // A script source's last success and state land in the same transaction as its
-                // documents: both, or neither.
-                if commit == Commit::Whole && write_error.is_none() {
-                    let synced = Change::SourceSynced { source: source.to_string(), started_at, state: end.state };
-                    if let Err(e) = writer.apply(&[synced]) {
+                if write_error.is_none() {
+                    if let Err(e) = writer.finish() {
                         write_error = Some(e.to_string());
                     }
-                }
-            }
-            if write_error.is_none() {
-                if let Err(e) = writer.finish() {
-                    write_error = Some(e.to_string());
                 }
             }
         }
@@ -247,7 +298,50 @@ pub fn sync_source(
         }
     }
     summary.seconds = started.elapsed().as_secs_f64();
+    progress(Progress::Done { source });
     summary
+}
+
+/// Why a full scan of `source` may not delete `gone` of the `held` documents it holds: it would
+/// leave fewer than half of them (none, when the scan returned nothing). `None` when it may.
+fn shrink_refusal(source: &str, held: usize, gone: usize) -> Option<String> {
+    let kept = held.saturating_sub(gone);
+    if gone == 0 || kept * 2 >= held {
+        return None;
+    }
+    let what = if kept == 0 {
+        format!(
+            "the scan returned none of the {} document(s) this source holds; not deleting them (an API \
+             outage, or an empty or unmounted folder, can look like this)",
+            grouped(held)
+        )
+    } else {
+        format!(
+            "the scan found only {} of the {} documents this source holds; not deleting the other {} (a \
+             partial listing can look like this)",
+            grouped(kept),
+            grouped(held),
+            grouped(gone)
+        )
+    };
+    let section = source.split_once(':').map_or_else(|| source.to_string(), |(kind, name)| format!("{kind}.{name}"));
+    Some(format!(
+        "{what}. If the source really shrank, run `ctx sync {source} --allow-shrink`, or set `allow_shrink = true` in \
+         [connectors.{section}]"
+    ))
+}
+
+/// `1204` as `1,204`.
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Adds vectors to a batch before it is written. A provider that fails stops embedding for the
@@ -382,11 +476,12 @@ pub fn sync_target(
             }
         };
         let commit = if kind == "script" { Commit::Whole } else { Commit::Batches };
+        let allow_shrink = options.allow_shrink || allows_shrink(&config, kind, name);
         let mut summary = sync_source(
             Index { store: kb.store(), embedder: embedder.as_deref() },
             source,
             spec,
-            options,
+            SyncOptions { allow_shrink, ..options },
             commit,
             &mut scan,
             progress,
@@ -399,7 +494,45 @@ pub fn sync_target(
     Ok(summaries)
 }
 
+/// The `allow_shrink` setting of the `kind` source `name`.
+fn allows_shrink(config: &crate::config::Config, kind: &str, name: &str) -> bool {
+    let connectors = &config.spec.connectors;
+    match kind {
+        "filesystem" => connectors.filesystem.iter().any(|(n, c)| n.as_str() == name && c.allow_shrink),
+        "git" => connectors.git.iter().any(|(n, c)| n.as_str() == name && c.allow_shrink),
+        "script" => connectors.script.iter().any(|(n, c)| n.as_str() == name && c.allow_shrink),
+        _ => false,
+    }
+}
+
 /// Clones of remote git sources live next to the database.
 fn git_cache_dir(config: &crate::config::Config) -> std::path::PathBuf {
     config.db_path().parent().map(|p| p.join("git-cache")).unwrap_or_else(|| config.base_dir.join("git-cache"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shrinking_below_half_is_refused_with_how_to_allow_it() {
+        assert_eq!(shrink_refusal("filesystem:docs", 10, 0), None);
+        assert_eq!(shrink_refusal("filesystem:docs", 10, 5), None, "half is kept");
+        assert_eq!(shrink_refusal("filesystem:docs", 0, 0), None);
+        let none = shrink_refusal("script:jira", 1204, 1204).unwrap();
+        assert!(none.starts_with("the scan returned none of the 1,204 document(s)"), "{none}");
+        assert!(none.contains("`ctx sync script:jira --allow-shrink`"), "{none}");
+        assert!(none.contains("[connectors.script.jira]"), "{none}");
+        let most = shrink_refusal("git:code", 10, 6).unwrap();
+        assert!(most.starts_with("the scan found only 4 of the 10 documents"), "{most}");
+        assert!(most.contains("not deleting the other 6"), "{most}");
+    }
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(
+            [0, 999, 1000, 1204, 1234567].map(grouped),
+            ["0", "999", "1,000", "1,204", "1,234,567"].map(String::from)
+        );
+    }
 }

@@ -311,8 +311,10 @@ return ext
     assert_eq!(doc["metadata"], serde_json::json!({"priority": "high"}));
     assert_eq!(doc["content_type"], "text/plain");
 
-    // The invalid item is named in the warning, with its field.
+    // The invalid item is counted, and `-v` names it with its field.
     let run = ws.ctx(&["sync", "script"]);
+    assert!(run.stdout().contains("  skipped 1 invalid item (-v lists them)"), "{}", run.stdout());
+    let run = ws.ctx(&["sync", "script", "-v"]);
     assert!(run.stderr().contains("item 3: body: missing"), "{}", run.stderr());
 
     ws.write(

@@ -18,6 +18,7 @@ mod hardening_scripts;
 mod hardening_server;
 mod http;
 mod kb;
+mod lifecycle_20;
 mod limits;
 mod link_order;
 mod mcp;

@@ -553,9 +553,11 @@ function connector.scan(config, context)
 end
 "#,
     );
-    let run = ws.ctx(&["sync"]);
+    // Issue 20: skips are counted, and `-v` lists each with its reason.
+    let run = ws.ctx(&["sync", "-v"]);
     run.ok();
-    let warning = run.stderr().lines().find(|l| l.contains("skipped: invalid item")).unwrap_or_default().to_string();
+    let warning =
+        run.stderr().lines().find(|l| l.contains("(script:wide): invalid item")).unwrap_or_default().to_string();
     assert!(warning.contains("and 4995 more problem(s)"), "{}", &warning[..warning.len().min(500)]);
     assert!(warning.len() < 2000, "{} bytes", warning.len());
 }
