@@ -6,7 +6,8 @@ use std::time::SystemTime;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::json;
 
-use super::{content_type_for, decode_lossy, looks_binary, title_for, ConnectorError, Event, Item, Sink, SkipReason};
+use super::extract::extract;
+use super::{ConnectorError, Event, Item, Sink, SkipReason};
 use crate::types::FilesystemConnectorConfig;
 
 pub struct FilesystemConnector<'a> {
@@ -87,20 +88,21 @@ impl FilesystemConnector<'_> {
                     continue;
                 }
             };
-            if looks_binary(&bytes) {
-                sink(Event::Skipped { source_id: rel, reason: SkipReason::Binary }).map_err(ConnectorError::Sink)?;
-                continue;
-            }
-            let (body, lossy) = decode_lossy(bytes);
-            let content_type = content_type_for(&rel).to_string();
+            let file = match extract(&rel, bytes, limit) {
+                Ok(file) => file,
+                Err(reason) => {
+                    sink(Event::Skipped { source_id: rel, reason }).map_err(ConnectorError::Sink)?;
+                    continue;
+                }
+            };
             let updated_at = meta.modified().ok().and_then(rfc3339).unwrap_or_else(crate::kb::now_rfc3339);
             let created_at = meta.created().ok().and_then(rfc3339);
-            let metadata = if lossy { json!({ "lossy_utf8": true }) } else { serde_json::Value::Null };
+            let metadata = if file.lossy { json!({ "lossy_utf8": true }) } else { serde_json::Value::Null };
             let item = Item {
-                title: title_for(&rel, &body, &content_type),
+                title: file.title,
                 source_id: rel,
-                body,
-                content_type,
+                body: file.body,
+                content_type: file.content_type.to_string(),
                 source_url: None,
                 author: None,
                 created_at,

@@ -19,7 +19,8 @@ use std::thread::JoinHandle;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::{Map, Value};
 
-use super::{content_type_for, decode_lossy, looks_binary, title_for, ConnectorError, Event, Item, Sink, SkipReason};
+use super::extract::extract;
+use super::{ConnectorError, Event, Item, Sink, SkipReason};
 use crate::types::GitConnectorConfig;
 
 /// One `[connectors.git.<name>]` source, ready to scan.
@@ -441,10 +442,10 @@ impl GitConnector<'_> {
                 Blob::TooLarge(bytes) => {
                     Event::Skipped { source_id: entry.path.clone(), reason: SkipReason::TooLarge { bytes, limit } }
                 }
-                Blob::Data(bytes) if looks_binary(&bytes) => {
-                    Event::Skipped { source_id: entry.path.clone(), reason: SkipReason::Binary }
-                }
-                Blob::Data(bytes) => Event::Item(self.item(entry, bytes, info, tip_time)),
+                Blob::Data(bytes) => match self.item(entry, bytes, info, tip_time) {
+                    Ok(item) => Event::Item(item),
+                    Err(reason) => Event::Skipped { source_id: entry.path.clone(), reason },
+                },
             };
             emit(sink, event)?;
         }
@@ -455,16 +456,14 @@ impl GitConnector<'_> {
         Ok(())
     }
 
-    fn item(&self, entry: &Entry, bytes: Vec<u8>, info: &ScanInfo, tip_time: i64) -> Item {
-        let (body, lossy) = decode_lossy(bytes);
-        let content_type = content_type_for(&entry.path);
-        let title = title_for(&entry.path, &body, content_type);
+    fn item(&self, entry: &Entry, bytes: Vec<u8>, info: &ScanInfo, tip_time: i64) -> Result<Item, SkipReason> {
+        let file = extract(&entry.path, bytes, self.config.max_file_bytes)?;
         let mut metadata = Map::new();
         // The blob id, not the tip commit: metadata is part of the content hash, and a new commit
         // elsewhere in the repository must not make this unchanged file look changed.
         metadata.insert("blob".to_string(), Value::String(entry.oid.clone()));
         metadata.insert("path".to_string(), Value::String(entry.path.clone()));
-        if lossy {
+        if file.lossy {
             metadata.insert("lossy_utf8".to_string(), Value::Bool(true));
         }
         // A path with no history entry can only come from an unusual history (a graft, a
@@ -473,11 +472,11 @@ impl GitConnector<'_> {
             Some(h) => (h.updated, h.created, (!h.author.is_empty()).then(|| h.author.clone())),
             None => (tip_time, tip_time, None),
         };
-        Item {
+        Ok(Item {
             source_id: entry.path.clone(),
-            title,
-            body,
-            content_type: content_type.to_string(),
+            title: file.title,
+            body: file.body,
+            content_type: file.content_type.to_string(),
             source_url: self
                 .config
                 .source_url
@@ -487,7 +486,7 @@ impl GitConnector<'_> {
             created_at: Some(rfc3339(created)),
             updated_at: rfc3339(updated),
             metadata: Value::Object(metadata),
-        }
+        })
     }
 }
 
@@ -1005,7 +1004,8 @@ mod tests {
         assert_eq!(by_id("docs/new.md").author.as_deref(), Some("Bob"));
         assert_eq!(by_id("docs/new.md").created_at.as_deref(), Some("2024-02-01T00:00:00Z"));
         assert_eq!(by_id("src/main.rs").content_type, "text/x-rust");
-        assert_eq!(by_id("src/main.rs").title, "main.rs");
+        // No heading to title it: the path in the repository, not the bare file name (issue 20).
+        assert_eq!(by_id("src/main.rs").title, "src/main.rs");
         let latin1 = by_id("latin1.txt");
         assert_eq!(latin1.body, "caf\u{fffd}\n");
         assert_eq!(latin1.metadata["lossy_utf8"], json!(true));

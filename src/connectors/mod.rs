@@ -3,8 +3,10 @@
 //! A connector streams items to a callback instead of returning them all, so a sync of a large
 //! source keeps only one document in memory at a time.
 
+pub mod extract;
 pub mod filesystem;
 pub mod git;
+mod html;
 pub mod lua;
 
 use serde_json::Value;
@@ -31,7 +33,15 @@ pub struct Item {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SkipReason {
     Binary,
-    TooLarge { bytes: u64, limit: u64 },
+    TooLarge {
+        bytes: u64,
+        limit: u64,
+    },
+    /// A compressed file that unpacks to more than the limit; unpacking stopped there, so its
+    /// full size is unknown.
+    TooLargeUnpacked {
+        limit: u64,
+    },
     Unreadable(String),
     Invalid(String),
 }
@@ -43,6 +53,7 @@ impl std::fmt::Display for SkipReason {
             SkipReason::TooLarge { bytes, limit } => {
                 write!(f, "{bytes} bytes is over the {limit}-byte limit")
             }
+            SkipReason::TooLargeUnpacked { limit } => write!(f, "unpacks to over the {limit}-byte limit"),
             SkipReason::Unreadable(why) => write!(f, "unreadable: {why}"),
             SkipReason::Invalid(why) => write!(f, "invalid item: {why}"),
         }
@@ -141,7 +152,7 @@ pub fn decode_lossy(bytes: Vec<u8>) -> (String, bool) {
 }
 
 /// The document title: markdown front matter `title:`, else the first `# ` heading, else the
-/// file name.
+/// path within the source (`guide/install/copyright`: many files share a bare name).
 pub fn title_for(path: &str, body: &str, content_type: &str) -> String {
     if content_type == "text/markdown" {
         if let Some(rest) = body.strip_prefix("---\n").or_else(|| body.strip_prefix("---\r\n")) {
@@ -171,7 +182,7 @@ pub fn title_for(path: &str, body: &str, content_type: &str) -> String {
             }
         }
     }
-    path.rsplit('/').next().unwrap_or(path).to_string()
+    path.to_string()
 }
 
 #[cfg(test)]
@@ -179,9 +190,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn titles_from_front_matter_heading_or_file_name() {
+    fn titles_from_front_matter_heading_or_path() {
         assert_eq!(title_for("a/b.md", "---\ntitle: \"Deploys\"\n---\n# Other\n", "text/markdown"), "Deploys");
         assert_eq!(title_for("a/b.md", "```\n# not this\n```\n# Runbook\n", "text/markdown"), "Runbook");
-        assert_eq!(title_for("a/notes.txt", "# not markdown", "text/plain"), "notes.txt");
+        assert_eq!(title_for("a/notes.txt", "# not markdown", "text/plain"), "a/notes.txt");
+        assert_eq!(title_for("guide/install/copyright", "text", "text/plain"), "guide/install/copyright");
     }
 }

@@ -11,6 +11,7 @@ mod config_18;
 mod config_loading;
 mod embed_providers;
 mod fault_upstream;
+mod formats_20;
 mod gateway;
 mod gateway_runtime;
 mod hardening_egress;
