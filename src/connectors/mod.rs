@@ -66,7 +66,7 @@ impl SkipReason {
     pub fn kind(&self) -> &'static str {
         match self {
             SkipReason::Binary => "binary",
-            SkipReason::TooLarge { .. } => "too_large",
+            SkipReason::TooLarge { .. } | SkipReason::TooLargeUnpacked { .. } => "too_large",
             SkipReason::Unreadable(_) => "unreadable",
             SkipReason::Invalid(_) => "invalid",
         }
