@@ -12,7 +12,7 @@ use crate::types::{SearchMode, SearchRequest, SearchRequestQuery};
 
 #[derive(Debug, clap::Args)]
 pub struct SyncArgs {
-    /// What to sync: all, a type (filesystem, git, script) or one source as type:name.
+    /// What to sync: all, a type (filesystem, git, script), or one source as type:name or its bare name.
     #[arg(default_value = "all")]
     pub target: String,
     /// Re-index every item, even unchanged ones.

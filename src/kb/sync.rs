@@ -411,7 +411,14 @@ pub fn sync_target(
     let selected: Vec<&String> = configured
         .iter()
         .map(|(name, _)| name)
-        .filter(|name| target == "all" || *name == target || name.split(':').next() == Some(target))
+        // `all`, a type, `type:name`, or a bare name (`docs`), as `--source` takes it.
+        .filter(|name| {
+            target == "all"
+                || *name == target
+                || name
+                    .split_once(':')
+                    .is_some_and(|(ty, bare)| ty == target || (!target.contains(':') && bare == target))
+        })
         .collect();
     let is_type = matches!(target, "all" | "filesystem" | "git" | "script");
     if selected.is_empty() && !is_type {

@@ -476,3 +476,19 @@ fn lifecycle_20_a_closed_stdout_ends_quietly_with_status_0() {
         quiet(args, Stdio::from(writer));
     }
 }
+
+/// `ctx sync docs` names a source the way `--source docs` does: by its bare name.
+#[test]
+fn lifecycle_20_sync_takes_a_bare_source_name() {
+    let ws = Workspace::new(
+        "[connectors.filesystem.docs]\nroot = \"docs\"\n\n[connectors.filesystem.code]\nroot = \"code\"\n",
+    );
+    ws.write("docs/a.md", "# A\n\nThe quokka page.\n");
+    ws.write("code/b.md", "# B\n\nThe numbat page.\n");
+    let out = ws.ctx(&["sync", "code"]).ok();
+    assert!(out.contains("synced filesystem:code: 1 added"), "{out}");
+    assert!(!out.contains("filesystem:docs"), "{out}");
+    let run = ws.ctx(&["sync", "nosuch"]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(run.stderr().contains("filesystem:code, filesystem:docs"), "{}", run.stderr());
+}
