@@ -8,8 +8,9 @@ use crate::common::{Run, Workspace, BIN};
 
 const DOCS: &str = "[connectors.filesystem.docs]\nroot = \"docs\"\n";
 
-/// Runs `ctx --config ctx.toml <args>` in `ws` with extra environment variables.
-fn ctx_env(ws: &Workspace, env: &[(&str, &str)], args: &[&str]) -> Run {
+/// `ctx --config ctx.toml <args>` in `ws` with extra environment variables, none inherited
+/// that would change its output.
+fn ctx_command(ws: &Workspace, env: &[(&str, &str)], args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command
         .args(["--config", "ctx.toml"])
@@ -22,7 +23,12 @@ fn ctx_env(ws: &Workspace, env: &[(&str, &str)], args: &[&str]) -> Run {
     for (k, v) in env {
         command.env(k, v);
     }
-    Run(command.output().expect("run ctx"))
+    command
+}
+
+/// Runs `ctx --config ctx.toml <args>` in `ws` with extra environment variables.
+fn ctx_env(ws: &Workspace, env: &[(&str, &str)], args: &[&str]) -> Run {
+    Run(ctx_command(ws, env, args).output().expect("run ctx"))
 }
 
 fn count(ws: &Workspace, sql: &str) -> i64 {
@@ -352,24 +358,10 @@ fn on_a_terminal(ws: &Workspace, env: &[(&str, &str)], args: &[&str]) -> String 
         let slave = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOCTTY).open(name).unwrap();
         (std::fs::File::from(master), slave)
     };
-    let mut command = Command::new(BIN);
-    command
-        .args(["--config", "ctx.toml"])
-        .args(args)
-        .current_dir(ws.path())
-        .env("CTX_MODEL_DIR", "/nonexistent/ctx-test-model")
-        .env_remove("CTX_CONFIG")
-        .env_remove("CTX_LOG")
-        .env_remove("NO_COLOR")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(slave));
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().unwrap();
-    // The parent's copy of the terminal's far end closes with the command: once the child exits,
-    // reading the master ends (EIO) after what it wrote.
-    drop(command);
+    // The parent's copy of the terminal's far end closes with the command, a temporary dropped
+    // at the end of this statement: once the child exits, reading the master ends (EIO) after
+    // what it wrote.
+    let mut child = ctx_command(ws, env, args).stdout(Stdio::null()).stderr(Stdio::from(slave)).spawn().unwrap();
     let mut master = master;
     let reader = std::thread::spawn(move || {
         let mut seen = Vec::new();
