@@ -26,7 +26,6 @@ use serde_json::{json, Map, Value as Json};
 
 use super::sessions::{Sessions, SessionsError, SharedSessions};
 use super::{batch, convert, Mcp};
-use crate::lua::CancelHandle;
 use crate::tools::CallOptions;
 
 const VERSION: &str = "2026-07-28";
@@ -89,7 +88,7 @@ impl DirectRoute {
         let Some((id, name, arguments)) = plain_call(&bytes, &parts.headers) else {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
         };
-        let options = CallOptions { cancel: CancelHandle::new(), progress: None, caller: "mcp", chain: Vec::new() };
+        let options = CallOptions { caller: "mcp", ..Default::default() };
         let outcome = self.mcp.tools().call(name, Json::Object(arguments), options).await;
         let result = match &outcome {
             Err(e) if e.is_protocol_error() => {

@@ -170,7 +170,7 @@ impl Mcp {
         let (sink, mut progress_rx) = progress::queue();
         // Without a token the sink is dropped here, and the queue ends at once.
         let progress = token.is_some().then_some(sink);
-        let options = CallOptions { cancel: CancelHandle::new(), progress, caller: "mcp", chain: Vec::new() };
+        let options = CallOptions { cancel: CancelHandle::new(), progress, caller: "mcp", ..Default::default() };
         // Dropping the call future cancels the script (Tools::call), so leaving the loop on
         // `notifications/cancelled` or a closed transport stops it.
         let call = self.inner.tools.call(name.clone(), params, options);
@@ -343,7 +343,7 @@ impl ServerHandler for Mcp {
             }
         }
         let args = request.arguments.map(Json::Object).unwrap_or(Json::Null);
-        let options = CallOptions { cancel: CancelHandle::new(), progress: None, caller: "mcp", chain: Vec::new() };
+        let options = CallOptions { caller: "mcp", ..Default::default() };
         let resolve = self.inner.tools.prompt(request.name, args, options);
         let result = tokio::select! {
             result = resolve => result,

@@ -8,6 +8,7 @@ mod error;
 mod lua_tool;
 mod output;
 pub mod params;
+pub mod principal;
 mod registry;
 pub mod reload;
 pub mod stuck;
@@ -20,6 +21,7 @@ use serde_json::{Map, Value as Json};
 pub use error::{http_status, CallError};
 pub use output::Output;
 pub use params::Params;
+pub use principal::Principal;
 pub use registry::{check, CallOptions, Checked, Registry, Tools, MAX_CHAIN, MAX_REENTRY};
 
 use crate::kb::Kb;
@@ -88,12 +90,24 @@ pub struct CallEnv<'a> {
     pub caller: &'static str,
     /// The tools on the way to this call, this one last: the chain of the calls it makes.
     pub chain: Vec<String>,
+    /// Whom the call is made for; the calls it makes are made for them too.
+    pub principal: Option<std::sync::Arc<Principal>>,
+    /// This call's id (unique in the process): the parent of the calls it makes.
+    pub call_id: u64,
 }
 
 impl CallEnv<'_> {
-    /// The options of a call this run makes: its cancel handle, caller and chain.
+    /// The options of a call this run makes: its cancel handle, caller, chain and principal,
+    /// with this call as its parent.
     pub fn inner_options(&self) -> CallOptions {
-        CallOptions { cancel: self.cancel.clone(), progress: None, caller: self.caller, chain: self.chain.clone() }
+        CallOptions {
+            cancel: self.cancel.clone(),
+            progress: None,
+            caller: self.caller,
+            chain: self.chain.clone(),
+            principal: self.principal.clone(),
+            parent: Some(self.call_id),
+        }
     }
 }
 

@@ -32,6 +32,17 @@ pub struct CallOptions {
     /// The tools whose runs made this call, outermost first (`context.call`, code mode's inner
     /// calls): what bounds recursion (see [`check_chain`]).
     pub chain: Vec<String>,
+    /// Whom the call is made for (a named token); `None` is unscoped. A tool outside its scope
+    /// is unknown to it, exactly as if it did not exist.
+    pub principal: Option<Arc<super::Principal>>,
+    /// The id of the call whose run made this one (`context.call`, code mode's inner calls).
+    pub parent: Option<u64>,
+}
+
+/// A process-wide id for each call, so inner calls can name their parent.
+fn next_call_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// How deep a chain of tool calls may go (a tool calling a tool calling a tool...).
@@ -287,14 +298,20 @@ impl Registry {
 
     /// Looks the tool up and checks the parameters (filling in defaults).
     fn prepare(&self, name: &str, params: Json, options: &CallOptions) -> Result<(ToolRef, Json), CallError> {
-        let tool = self.index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| {
-            if let Some(broken) = self.not_loaded(LoadProblemKind::Tool, name) {
-                return broken;
+        let principal = options.principal.as_deref();
+        let in_scope = super::principal::allows(principal, name);
+        let tool = self.index.get(name).filter(|_| in_scope).map(|&i| &self.tools[i]).ok_or_else(|| {
+            // Out of scope is unknown, with no hint that it exists.
+            if in_scope {
+                if let Some(broken) = self.not_loaded(LoadProblemKind::Tool, name) {
+                    return broken;
+                }
+                if let Some(down) = self.down_upstream(name) {
+                    return down;
+                }
             }
-            if let Some(down) = self.down_upstream(name) {
-                return down;
-            }
-            let names: Vec<&str> = self.specs().map(|s| s.name.as_str()).collect();
+            let names: Vec<&str> =
+                self.specs().map(|s| s.name.as_str()).filter(|n| super::principal::allows(principal, n)).collect();
             CallError::UnknownTool(format!("unknown tool '{name}'; available tools: {}", names.join(", ")))
         })?;
         let params = tool
@@ -320,6 +337,8 @@ impl Registry {
             registry: Arc::clone(self),
             caller: options.caller,
             chain,
+            principal: options.principal.clone(),
+            call_id: next_call_id(),
         }
     }
 

@@ -301,11 +301,8 @@ fn every_error_code_has_its_envelope() {
         stopper.cancel();
     });
     let started = std::time::Instant::now();
-    let cancelled = f.registry.call(
-        "fail",
-        json!({"how": "sleep"}),
-        &CallOptions { cancel, caller: "test", progress: None, chain: Vec::new() },
-    );
+    let cancelled =
+        f.registry.call("fail", json!({"how": "sleep"}), &CallOptions { cancel, caller: "test", ..Default::default() });
     assert!(started.elapsed() < Duration::from_secs(2), "cancel stops the script promptly");
     record("cancelled", cancelled);
 
@@ -856,6 +853,28 @@ fn code_18_context_call_chains_tools_and_bounds_recursion() {
     let err = f.err("chain", json!({"again": true})).to_string();
     assert!(err.contains("it would be running 3 times at once"), "{err}");
     assert!(err.contains("chain: chain → chain → chain"), "{err}");
+}
+
+/// A principal (a scoped token) reaches only its tools: directly, and through the calls a tool
+/// makes for it (`context.call`), which carry its principal. Out of scope is unknown.
+#[test]
+fn ops_21_a_principal_reaches_only_its_tools_also_through_inner_calls() {
+    let f = fixture("[tools.script.chain]\npath = \"tools/chain.lua\"\n", &[("chain.lua", CHAIN)]);
+    let scoped = |patterns: &[&str]| CallOptions {
+        caller: "test",
+        principal: Some(Arc::new(
+            ctx::tools::Principal::new("ci", &patterns.iter().map(|p| p.to_string()).collect::<Vec<_>>()).unwrap(),
+        )),
+        ..Default::default()
+    };
+    let err = f.registry.call("search", json!({"query": "deploy"}), &scoped(&["chain"])).unwrap_err();
+    assert!(matches!(err, CallError::UnknownTool(_)), "{err}");
+    assert!(err.to_string().contains("available tools: chain"), "{err}");
+    // The inner search is refused as unknown, and the script sees that.
+    let inner = f.registry.call("chain", json!({}), &scoped(&["chain"])).unwrap_err().to_string();
+    assert!(inner.contains("context.call: tool 'search' failed: unknown tool 'search'"), "{inner}");
+    // In scope, the same call works.
+    assert!(f.registry.call("chain", json!({}), &scoped(&["chain", "search"])).is_ok());
 }
 
 const WAITER: &str = r#"
