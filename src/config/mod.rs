@@ -405,6 +405,9 @@ fn secrets_of(expansion: &expand::Expansion, value: &Value) -> redact::Redactor 
         }
     };
     literal("server.auth_token".into(), value.pointer("/server/auth_token"));
+    for (i, entry) in value.pointer("/server/tokens").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        literal(format!("server.tokens[{i}].token"), entry.get("token"));
+    }
     literal("embedding.api_key".into(), value.pointer("/embedding/api_key"));
     for (name, server) in value.pointer("/mcp/servers").and_then(Value::as_object).into_iter().flatten() {
         for (table, secret) in

@@ -88,7 +88,8 @@ impl DirectRoute {
         let Some((id, name, arguments)) = plain_call(&bytes, &parts.headers) else {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
         };
-        let options = CallOptions { caller: "mcp", ..Default::default() };
+        let principal = parts.extensions.get::<crate::server::Caller>().and_then(|c| c.0.clone());
+        let options = CallOptions { caller: "mcp", principal, ..Default::default() };
         let outcome = self.mcp.tools().call(name, Json::Object(arguments), options).await;
         let result = match &outcome {
             Err(e) if e.is_protocol_error() => {

@@ -170,7 +170,9 @@ impl Mcp {
         let (sink, mut progress_rx) = progress::queue();
         // Without a token the sink is dropped here, and the queue ends at once.
         let progress = token.is_some().then_some(sink);
-        let options = CallOptions { cancel: CancelHandle::new(), progress, caller: "mcp", ..Default::default() };
+        let principal = principal(&cx);
+        let options =
+            CallOptions { cancel: CancelHandle::new(), progress, caller: "mcp", principal, ..Default::default() };
         // Dropping the call future cancels the script (Tools::call), so leaving the loop on
         // `notifications/cancelled` or a closed transport stops it.
         let call = self.inner.tools.call(name.clone(), params, options);
@@ -219,6 +221,14 @@ impl Mcp {
     }
 }
 
+/// Whom a request's calls are made for: the scoped token the HTTP request carried (the guard
+/// put it in the request's extensions, and rmcp hands the request's parts to the handler).
+/// Stdio and unscoped requests have none.
+fn principal(cx: &RequestContext<RoleServer>) -> Option<Arc<crate::tools::Principal>> {
+    let parts = cx.extensions.get::<axum::http::request::Parts>()?;
+    parts.extensions.get::<crate::server::Caller>().and_then(|c| c.0.clone())
+}
+
 /// rmcp's body limit: the server's, but never below what MCP handshakes need.
 fn rmcp_body_limit(max_body_bytes: usize) -> usize {
     max_body_bytes.max(64 * 1024)
@@ -247,10 +257,12 @@ impl ServerHandler for Mcp {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _cx: RequestContext<RoleServer>,
+        cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let registry = self.inner.tools.current();
-        let all: Vec<_> = registry.specs().collect();
+        let principal = principal(&cx);
+        let all: Vec<_> =
+            registry.specs().filter(|s| crate::tools::principal::allows(principal.as_deref(), &s.name)).collect();
         let start = match request.and_then(|r| r.cursor) {
             None => 0,
             Some(cursor) => cursor.parse::<usize>().ok().filter(|&n| n <= all.len()).ok_or_else(|| {

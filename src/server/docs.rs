@@ -24,10 +24,15 @@ use crate::types::ErrorCode;
 #[utoipa::path(get, path = "/openapi.json", operation_id = "openapi", tag = "server",
     responses((status = 200, description = "The OpenAPI 3.1 document.", body = inline(schemas::JsonObject)),
         openapi::responses::GuardErrors))]
-pub async fn openapi_json(State(app): State<Arc<App>>, authorized: Option<Extension<Authorized>>) -> Response {
+pub async fn openapi_json(
+    State(app): State<Arc<App>>,
+    authorized: Option<Extension<Authorized>>,
+    caller: Option<Extension<super::guard::Caller>>,
+) -> Response {
     let full = authorized.is_some_and(|Extension(Authorized(yes))| yes);
     let registry = full.then(|| app.tools.current());
-    ok(&openapi::document(registry.as_deref()))
+    let principal = caller.and_then(|Extension(super::guard::Caller(p))| p);
+    ok(&openapi::document_for(registry.as_deref(), principal.as_deref()))
 }
 
 fn swagger_config() -> Arc<utoipa_swagger_ui::Config<'static>> {

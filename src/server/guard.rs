@@ -11,28 +11,77 @@ use axum::response::{IntoResponse, Response};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::respond::ApiError;
+use crate::tools::Principal;
 use crate::types::ErrorCode;
 
 /// The security settings of a running server.
 #[derive(Clone, Debug)]
 pub struct Security {
+    /// `server.auth_token`: sees and calls everything.
     pub token: Option<String>,
+    /// `[[server.tokens]]`: each sees and calls only its tools.
+    pub tokens: Vec<NamedToken>,
     pub allowed_origins: Vec<String>,
     /// Bound to a loopback address: only loopback `Host` names are accepted.
     pub loopback: bool,
 }
 
+/// One scoped token: who holds it, the tools it may use, and its secret.
+#[derive(Clone, Debug)]
+pub struct NamedToken {
+    pub principal: Arc<Principal>,
+    pub token: String,
+}
+
 impl Security {
     /// Checks the settings against the address: a non-loopback bind needs a token.
     pub fn new(addr: SocketAddr, token: Option<String>, allowed_origins: Vec<String>) -> Result<Security, String> {
+        Security::with_tokens(addr, token, Vec::new(), allowed_origins)
+    }
+
+    /// [`Security::new`] with scoped tokens too. Two entries may not share a name or a token.
+    pub fn with_tokens(
+        addr: SocketAddr,
+        token: Option<String>,
+        tokens: Vec<NamedToken>,
+        allowed_origins: Vec<String>,
+    ) -> Result<Security, String> {
         let loopback = addr.ip().is_loopback();
-        if !loopback && token.is_none() {
+        if !loopback && token.is_none() && tokens.is_empty() {
             return Err(format!(
                 "refusing to listen on {addr} without server.auth_token: anyone who can reach this address could call every tool. \
-                 Set server.auth_token (for example auth_token = \"${{CTX_TOKEN}}\"), or bind 127.0.0.1"
+                 Set server.auth_token (for example auth_token = \"${{CTX_TOKEN}}\") or [[server.tokens]], or bind 127.0.0.1"
             ));
         }
-        Ok(Security { token, allowed_origins, loopback })
+        for (i, a) in tokens.iter().enumerate() {
+            for b in &tokens[i + 1..] {
+                if a.principal.name() == b.principal.name() {
+                    return Err(format!(
+                        "[[server.tokens]]: two entries are named {:?}; names must differ",
+                        b.principal.name()
+                    ));
+                }
+                if a.token == b.token {
+                    return Err(format!(
+                        "[[server.tokens]]: {:?} and {:?} have the same token; each client needs its own",
+                        a.principal.name(),
+                        b.principal.name()
+                    ));
+                }
+            }
+            if token.as_deref() == Some(a.token.as_str()) {
+                return Err(format!(
+                    "[[server.tokens]]: {:?} has the same token as server.auth_token, which sees every tool; give it its own",
+                    a.principal.name()
+                ));
+            }
+        }
+        Ok(Security { token, tokens, allowed_origins, loopback })
+    }
+
+    /// Whether any token is configured: then every route but the open ones needs one.
+    fn needs_token(&self) -> bool {
+        self.token.is_some() || !self.tokens.is_empty()
     }
 
     /// CORS for the configured origins; `None` (no CORS headers at all) when there are none.
@@ -50,26 +99,59 @@ impl Security {
     }
 }
 
-/// Marks a request that carried the right bearer token, or needed none (no token is set).
-/// `/health`, `/openapi.json` and the Swagger UI pages are open to everyone; the first two read
-/// this to decide how much they say.
+/// Marks a request that carried a valid bearer token (scoped or not), or needed none (no token
+/// is set). `/health`, `/openapi.json` and the Swagger UI pages are open to everyone; the first
+/// two read this to decide how much they say.
 #[derive(Clone, Copy, Debug)]
 pub struct Authorized(pub bool);
+
+/// Whom an authorized request's calls are made for: the principal of its scoped token, or
+/// `None` (auth_token, or a server without tokens): every tool.
+#[derive(Clone, Debug, Default)]
+pub struct Caller(pub Option<Arc<Principal>>);
 
 /// Runs before every route.
 pub async fn check(State(security): State<Arc<Security>>, mut request: Request, next: Next) -> Response {
     match verdict(&security, &request) {
-        Ok(authorized) => {
-            request.extensions_mut().insert(Authorized(authorized));
+        Ok(Access::Anonymous) => {
+            request.extensions_mut().insert(Authorized(false));
+            next.run(request).await
+        }
+        Ok(Access::Granted(principal)) => {
+            request.extensions_mut().insert(Authorized(true));
+            request.extensions_mut().insert(Caller(principal));
             next.run(request).await
         }
         Err(e) => e.into_response(),
     }
 }
 
-/// `Ok(true)` when the request may see everything, `Ok(false)` for an anonymous request to a
-/// route open to anyone.
-fn verdict(security: &Security, request: &Request) -> Result<bool, ApiError> {
+/// What a request may do.
+enum Access {
+    /// A route open to anyone, without a valid token.
+    Anonymous,
+    /// A valid token (or none needed), for this principal (`None`: everything).
+    Granted(Option<Arc<Principal>>),
+}
+
+/// The principal of the token `given`, checking every configured token without stopping at
+/// the first match, so the time taken says nothing about which one (or how much of it) matched.
+fn match_token(security: &Security, given: &[u8]) -> Option<Option<Arc<Principal>>> {
+    let mut found: Option<Option<Arc<Principal>>> = None;
+    if let Some(token) = &security.token {
+        if constant_time_eq(given, token.as_bytes()) {
+            found = Some(None);
+        }
+    }
+    for named in &security.tokens {
+        if constant_time_eq(given, named.token.as_bytes()) && found.is_none() {
+            found = Some(Some(Arc::clone(&named.principal)));
+        }
+    }
+    found
+}
+
+fn verdict(security: &Security, request: &Request) -> Result<Access, ApiError> {
     let headers = request.headers();
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
     if security.loopback && !is_loopback_host(host) {
@@ -88,14 +170,16 @@ fn verdict(security: &Security, request: &Request) -> Result<bool, ApiError> {
             ));
         }
     }
-    let Some(token) = &security.token else { return Ok(true) };
+    if !security.needs_token() {
+        return Ok(Access::Granted(None));
+    }
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
-        return Ok(true);
+    if let Some(principal) = match_token(security, given.trim().as_bytes()) {
+        return Ok(Access::Granted(principal));
     }
     let path = request.uri().path();
     // Open to anyone, each saying less without the token: `/health` (its status only), the
@@ -104,11 +188,11 @@ fn verdict(security: &Security, request: &Request) -> Result<bool, ApiError> {
     // and the UI shows its Authorize button only once it has loaded a document; every call it
     // makes then carries the token.
     if path == "/health" || path == "/openapi.json" || is_docs_page(path) {
-        return Ok(false);
+        return Ok(Access::Anonymous);
     }
     Err(ApiError::new(
         ErrorCode::Unauthorized,
-        "missing or wrong bearer token: send Authorization: Bearer <server.auth_token>",
+        "missing or wrong bearer token: send Authorization: Bearer <token> (server.auth_token, or a token of [[server.tokens]])",
     ))
 }
 

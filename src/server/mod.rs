@@ -21,7 +21,7 @@ use axum::Router;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use guard::Security;
+pub use guard::{Caller, NamedToken, Security};
 pub use listen::{ConnectionLimits, Connections};
 use respond::ApiError;
 
@@ -181,7 +181,14 @@ pub fn settings(config: &crate::config::Config) -> Result<(SocketAddr, Security)
         .map_err(|_| format!("server.bind {bind:?} is not an address: use host:port, for example 127.0.0.1:7391"))?;
     let token = server.auth_token.as_ref().map(|t| t.to_string());
     let origins = server.allowed_origins.iter().map(|o| o.to_string()).collect();
-    Ok((addr, Security::new(addr, token, origins)?))
+    let mut tokens = Vec::with_capacity(server.tokens.len());
+    for entry in &server.tokens {
+        let patterns: Vec<String> = entry.tools.iter().map(|t| t.to_string()).collect();
+        let principal = crate::tools::Principal::new(entry.name.as_str(), &patterns)
+            .map_err(|e| format!("[[server.tokens]] {:?}: {e}", entry.name.as_str()))?;
+        tokens.push(guard::NamedToken { principal: Arc::new(principal), token: entry.token.to_string() });
+    }
+    Ok((addr, Security::with_tokens(addr, token, tokens, origins)?))
 }
 
 async fn not_found(request: Request) -> Response {

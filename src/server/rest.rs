@@ -119,38 +119,59 @@ fn upstream_health(tools: &crate::tools::Tools) -> Vec<UpstreamHealth> {
 /// Every tool with its parameter schema: built-ins first, then by name.
 #[utoipa::path(get, path = "/tools/list", operation_id = "listTools", tag = "tools",
     responses((status = 200, description = "The tools.", body = ToolsList), GuardErrors))]
-pub async fn list_tools(State(app): State<Arc<App>>) -> Response {
-    ok(&serde_json::to_value(app.tools.current().listing()).unwrap_or(Json::Null))
+pub async fn list_tools(State(app): State<Arc<App>>, caller: Option<Extension<guard::Caller>>) -> Response {
+    let listing = app.tools.current().listing_for(principal(&caller).as_deref());
+    ok(&serde_json::to_value(listing).unwrap_or(Json::Null))
+}
+
+/// Whom the request's calls are made for (see [`guard::Caller`]).
+fn principal(caller: &Option<Extension<guard::Caller>>) -> Option<Arc<crate::tools::Principal>> {
+    caller.as_ref().and_then(|Extension(guard::Caller(p))| p.clone())
 }
 
 /// Search the knowledge base.
 #[utoipa::path(post, path = "/tools/search", operation_id = "search", tag = "tools",
     request_body = SearchRequest,
     responses((status = 200, description = "The hits, best first.", body = SearchResponse), CallErrors))]
-pub async fn search(State(app): State<Arc<App>>, headers: HeaderMap, request: Request) -> Response {
-    call_with_body(&app, "search", &headers, request).await
+pub async fn search(
+    State(app): State<Arc<App>>,
+    caller: Option<Extension<guard::Caller>>,
+    headers: HeaderMap,
+    request: Request,
+) -> Response {
+    call_with_body(&app, principal(&caller), "search", &headers, request).await
 }
 
 /// Fetch one document with its chunks.
 #[utoipa::path(post, path = "/tools/get", operation_id = "getDocument", tag = "tools",
     request_body = GetRequest,
     responses((status = 200, description = "The document.", body = Document), CallErrors))]
-pub async fn get_document(State(app): State<Arc<App>>, headers: HeaderMap, request: Request) -> Response {
-    call_with_body(&app, "get", &headers, request).await
+pub async fn get_document(
+    State(app): State<Arc<App>>,
+    caller: Option<Extension<guard::Caller>>,
+    headers: HeaderMap,
+    request: Request,
+) -> Response {
+    call_with_body(&app, principal(&caller), "get", &headers, request).await
 }
 
 /// Sources with health, counts and last sync.
 #[utoipa::path(get, path = "/tools/sources", operation_id = "listSources", tag = "tools",
     responses((status = 200, description = "The sources.", body = SourcesResponse), CallErrors))]
-pub async fn sources(State(app): State<Arc<App>>) -> Response {
-    respond(&app, "sources", json!({})).await
+pub async fn sources(State(app): State<Arc<App>>, caller: Option<Extension<guard::Caller>>) -> Response {
+    respond(&app, principal(&caller), "sources", json!({})).await
 }
 
 /// Sources with health, counts and last sync (the tool-call form; it takes no parameters).
 #[utoipa::path(post, path = "/tools/sources", operation_id = "listSourcesPost", tag = "tools",
     responses((status = 200, description = "The sources.", body = SourcesResponse), CallErrors))]
-pub async fn sources_post(State(app): State<Arc<App>>, headers: HeaderMap, request: Request) -> Response {
-    call_with_body(&app, "sources", &headers, request).await
+pub async fn sources_post(
+    State(app): State<Arc<App>>,
+    caller: Option<Extension<guard::Caller>>,
+    headers: HeaderMap,
+    request: Request,
+) -> Response {
+    call_with_body(&app, principal(&caller), "sources", &headers, request).await
 }
 
 /// Call a Lua tool by name with its parameters; the result is under `result`.
@@ -168,23 +189,30 @@ pub async fn sources_post(State(app): State<Arc<App>>, headers: HeaderMap, reque
 pub async fn call_tool(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
+    caller: Option<Extension<guard::Caller>>,
     headers: HeaderMap,
     request: Request,
 ) -> Response {
-    call_with_body(&app, &name, &headers, request).await
+    call_with_body(&app, principal(&caller), &name, &headers, request).await
 }
 
-async fn call_with_body(app: &App, name: &str, headers: &HeaderMap, request: Request) -> Response {
+async fn call_with_body(
+    app: &App,
+    principal: Option<Arc<crate::tools::Principal>>,
+    name: &str,
+    headers: &HeaderMap,
+    request: Request,
+) -> Response {
     match json_body(headers, request.into_body(), app.max_body_bytes).await {
-        Ok(params) => respond(app, name, params).await,
+        Ok(params) => respond(app, principal, name, params).await,
         Err(e) => e.into_response(),
     }
 }
 
 /// Calls the tool; built-ins answer with their own body, Lua tools with `{"result": ...}`.
-async fn respond(app: &App, name: &str, params: Json) -> Response {
+async fn respond(app: &App, principal: Option<Arc<crate::tools::Principal>>, name: &str, params: Json) -> Response {
     let builtin = crate::tools::BUILTINS.contains(&name);
-    let options = CallOptions { caller: "rest", ..Default::default() };
+    let options = CallOptions { caller: "rest", principal, ..Default::default() };
     match app.tools.call(name.to_string(), params, options).await {
         Ok(Output::Value(value)) if builtin => ok(&value),
         Ok(output) => ok(&output.rest_body()),
@@ -214,6 +242,7 @@ pub async fn list_agents(State(app): State<Arc<App>>) -> Response {
 pub async fn agent_prompt(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
+    caller: Option<Extension<guard::Caller>>,
     headers: HeaderMap,
     request: Request,
 ) -> Response {
@@ -232,7 +261,7 @@ pub async fn agent_prompt(
     if let Some(refusal) = wrapped_arguments(&app, &name, &arguments) {
         return refusal.into_response();
     }
-    let options = CallOptions { caller: "rest", ..Default::default() };
+    let options = CallOptions { caller: "rest", principal: principal(&caller), ..Default::default() };
     match app.tools.prompt(name, Json::Object(arguments), options).await {
         Ok(prompt) => ok(&serde_json::to_value(prompt).unwrap_or(Json::Null)),
         // The checker names fields as MCP's `prompts/get` holds them (`/arguments/service`); here

@@ -265,7 +265,13 @@ impl Registry {
 
     /// `GET /tools/list`.
     pub fn listing(&self) -> ToolsList {
-        ToolsList { tools: self.specs().map(ToolSpec::info).collect() }
+        self.listing_for(None)
+    }
+
+    /// The listing as `principal` sees it: only its tools (`None`: every tool).
+    pub fn listing_for(&self, principal: Option<&super::Principal>) -> ToolsList {
+        let tools = self.specs().filter(|s| super::principal::allows(principal, &s.name)).map(ToolSpec::info);
+        ToolsList { tools: tools.collect() }
     }
 
     /// Scripts that failed to load and sections an unset variable disables, in config order.

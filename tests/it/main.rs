@@ -23,6 +23,7 @@ mod lifecycle_20;
 mod limits;
 mod link_order;
 mod mcp;
+mod ops_21;
 mod proof;
 mod real_upstreams;
 mod review_16;

@@ -68,10 +68,23 @@ fn fixed() -> &'static OpenApi {
 
 /// The document as JSON: checked in at `openapi/openapi.json` without a registry, served with one.
 pub fn document(registry: Option<&Registry>) -> Json {
+    document_for(registry, None)
+}
+
+/// [`document`] as a scoped token sees it: the operations of the tools outside its scope are
+/// left out, built-in ones included, as if those tools did not exist.
+pub fn document_for(registry: Option<&Registry>, principal: Option<&crate::tools::Principal>) -> Json {
     let mut doc = fixed().clone();
+    if let Some(principal) = principal {
+        for builtin in crate::tools::BUILTINS {
+            if !principal.allows(builtin) {
+                doc.paths.paths.remove(&format!("/tools/{builtin}"));
+            }
+        }
+    }
     let mut bodies = Vec::new();
     if let Some(registry) = registry {
-        for spec in registry.specs().filter(|s| !s.builtin) {
+        for spec in registry.specs().filter(|s| !s.builtin && crate::tools::principal::allows(principal, &s.name)) {
             let path = format!("/tools/{}", spec.name);
             doc.paths.add_path_operation(&path, vec![HttpMethod::Post], tool_operation(spec));
             bodies.push((path, spec.params.schema().clone()));

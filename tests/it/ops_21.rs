@@ -1,0 +1,197 @@
+//! Issue 21 on a real `ctx serve`: scoped tokens over REST, MCP, OpenAPI and the inner calls of
+//! code mode; rate limits with 429 and `Retry-After`.
+
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::common::{repo, ServeChild, Workspace, BIN};
+
+const ADMIN: &str = "admin-token-0123456789";
+const CI: &str = "ci-token-0123456789abc";
+const READER: &str = "reader-token-0123456789";
+
+/// A served workspace with the sample docs, the echo tool and three tokens.
+struct Server {
+    _ws: Workspace,
+    serve: ServeChild,
+    runtime: tokio::runtime::Runtime,
+    client: reqwest::Client,
+}
+
+fn serve(extra: &str) -> Server {
+    let ws = Workspace::new(&format!(
+        "[server]\nauth_token = \"${{ADMIN_TOKEN}}\"\n\n\
+         [[server.tokens]]\nname = \"ci\"\ntoken = \"${{CI_TOKEN}}\"\ntools = [\"search\", \"echo\", \"execute\"]\n\n\
+         [[server.tokens]]\nname = \"reader\"\ntoken = \"${{READER_TOKEN}}\"\ntools = [\"get\"]\n\n\
+         [connectors.filesystem.docs]\nroot = \"docs\"\n\n\
+         [tools.script.echo]\npath = \"echo.lua\"\n{extra}"
+    ));
+    ws.write("docs/deploy.md", "# Deploy\n\nThe deploy runbook.\n");
+    std::fs::copy(repo().join("tools/echo.lua"), ws.path().join("echo.lua")).unwrap();
+    let ctx = |args: &[&str]| {
+        let mut command = Command::new(BIN);
+        command
+            .current_dir(ws.path())
+            .args(args)
+            .env("ADMIN_TOKEN", ADMIN)
+            .env("CI_TOKEN", CI)
+            .env("READER_TOKEN", READER)
+            .env("CTX_MODEL_DIR", "/nonexistent")
+            .env_remove("CTX_LOG");
+        command
+    };
+    let synced = ctx(&["sync"]).output().unwrap();
+    assert!(synced.status.success(), "{}", String::from_utf8_lossy(&synced.stderr));
+    let serve = ServeChild::spawn(&mut ctx(&["serve", "--bind", "127.0.0.1:0", "-v"]));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    Server { _ws: ws, serve, runtime, client: reqwest::Client::new() }
+}
+
+impl Server {
+    fn send(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> (u16, Value, Option<String>) {
+        let url = format!("http://{}{path}", self.serve.addr);
+        self.runtime.block_on(async {
+            let mut request = match method {
+                "GET" => self.client.get(url),
+                _ => self.client.post(url),
+            };
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let retry = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+            (status, response.json().await.unwrap_or(Value::Null), retry)
+        })
+    }
+
+    fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        let (status, body, _) = self.send("GET", path, token, None);
+        (status, body)
+    }
+
+    fn post(&self, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+        let (status, body, _) = self.send("POST", path, token, Some(body));
+        (status, body)
+    }
+
+    /// A stateless (2026-07-28) MCP request.
+    fn mcp(&self, token: &str, method: &str, name: Option<&str>, params: Value) -> Value {
+        let mut params = params;
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}});
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let url = format!("http://{}/mcp", self.serve.addr);
+        self.runtime.block_on(async {
+            let mut request = self
+                .client
+                .post(url)
+                .bearer_auth(token)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", method);
+            if let Some(name) = name {
+                request = request.header("mcp-name", name);
+            }
+            let response = request.body(body.to_string()).send().await.unwrap();
+            let text = response.text().await.unwrap();
+            serde_json::from_str(&text).unwrap_or_else(|_| {
+                // An SSE answer: its data line.
+                let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("null");
+                serde_json::from_str(data).unwrap()
+            })
+        })
+    }
+}
+
+fn names(listing: &Value) -> Vec<String> {
+    listing["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn ops_21_each_token_sees_and_calls_only_its_tools_on_rest_mcp_openapi_and_inner_calls() {
+    let s = serve("");
+    // Unknown or missing tokens are 401.
+    assert_eq!(s.get("/tools/list", None).0, 401);
+    assert_eq!(s.get("/tools/list", Some("wrong-token-0123456789")).0, 401);
+
+    // The listing: auth_token sees everything, each named token its globs.
+    let (status, all) = s.get("/tools/list", Some(ADMIN));
+    assert_eq!(status, 200);
+    assert!(names(&all).contains(&"get".to_string()) && names(&all).contains(&"echo".to_string()));
+    let (_, ci) = s.get("/tools/list", Some(CI));
+    let mut ci_names = names(&ci);
+    ci_names.sort();
+    assert_eq!(ci_names, ["echo", "execute", "search"]);
+    assert_eq!(names(&s.get("/tools/list", Some(READER)).1), ["get"]);
+
+    // Calls: in scope works, out of scope is 404 as if the tool did not exist.
+    assert_eq!(s.post("/tools/search", Some(CI), json!({"query": "deploy"})).0, 200);
+    let (status, body) = s.post("/tools/get", Some(CI), json!({"id": "x"}));
+    assert_eq!(status, 404, "{body}");
+    let text = body.to_string();
+    assert!(text.contains("unknown tool 'get'"), "{text}");
+    assert!(!text.contains("sources"), "no hint of other tools: {text}");
+    let (status, _) = s.post("/tools/echo", Some(READER), json!({"message": "m"}));
+    assert_eq!(status, 404);
+    assert_eq!(s.post("/tools/echo", Some(ADMIN), json!({"message": "m"})).0, 200);
+
+    // OpenAPI: only the operations of the token's tools.
+    let (_, doc) = s.get("/openapi.json", Some(CI));
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.contains_key("/tools/search") && paths.contains_key("/tools/echo"));
+    assert!(!paths.contains_key("/tools/get") && !paths.contains_key("/tools/sources"), "{:?}", paths.keys());
+    let (_, doc) = s.get("/openapi.json", Some(READER));
+    assert!(!doc["paths"].as_object().unwrap().contains_key("/tools/echo"));
+
+    // MCP: the listing and the calls.
+    let listed = s.mcp(CI, "tools/list", None, json!({}));
+    let mut mcp_names: Vec<String> =
+        listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    mcp_names.sort();
+    assert_eq!(mcp_names, ["echo", "execute", "search"], "{listed}");
+    let called = s.mcp(CI, "tools/call", Some("search"), json!({"name": "search", "arguments": {"query": "deploy"}}));
+    assert!(called["result"]["structuredContent"]["results"].is_array(), "{called}");
+    let refused = s.mcp(READER, "tools/call", Some("echo"), json!({"name": "echo", "arguments": {"message": "m"}}));
+    assert!(refused.to_string().contains("unknown tool 'echo'"), "{refused}");
+
+    // Code mode: the script runs for the token, so its inner call of `get` is unknown too.
+    let (status, out) = s.post(
+        "/tools/execute",
+        Some(CI),
+        json!({"script": "local ok, e = pcall(function() return ctx.get({id = 'x'}):await() end)\n\
+                          return {ok = ok, hits = #ctx.search({query = 'deploy'}):await().results, err = tostring(e)}"}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let result = &out["result"];
+    assert_eq!(result["ok"], false, "{out}");
+    assert!(result["err"].as_str().unwrap().contains("unknown tool 'get'"), "{out}");
+    assert_eq!(result["hits"], 1, "{out}");
+
+    // No token ever reaches the log.
+    let log = s.serve.stderr.lock().unwrap().clone();
+    for token in [ADMIN, CI, READER] {
+        assert!(!log.contains(token), "a token in the log");
+    }
+}
+
+#[test]
+fn ops_21_tokens_are_checked_at_startup() {
+    let ws = Workspace::new(
+        "[[server.tokens]]\nname = \"a\"\ntoken = \"same-token-0123456789\"\n\n\
+         [[server.tokens]]\nname = \"b\"\ntoken = \"same-token-0123456789\"\n",
+    );
+    let run = ws.ctx(&["serve", "--bind", "127.0.0.1:0"]);
+    assert_ne!(run.code(), 0);
+    assert!(run.stderr().contains("\"a\" and \"b\" have the same token"), "{}", run.stderr());
+    assert!(!run.stderr().contains("same-token-0123456789"), "the token itself is not printed: {}", run.stderr());
+    let ws = Workspace::new("[[server.tokens]]\nname = \"a\"\ntoken = \"a-token-0123456789\"\ntools = [\"[\"]\n");
+    let run = ws.ctx(&["serve", "--bind", "127.0.0.1:0"]);
+    assert!(run.stderr().contains("not a valid glob"), "{}", run.stderr());
+}
