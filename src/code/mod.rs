@@ -40,6 +40,12 @@ pub fn catalog_for(registry: &Registry, scripted: Option<&str>) -> Result<catalo
     }
 }
 
+/// The catalog of `execute` as `principal` (a scoped token) sees it: only its tools.
+pub fn catalog_of(registry: &Registry, principal: &crate::tools::Principal) -> catalog::Catalog {
+    let code_tool = |s: &ToolSpec| s.builtin && CODE_MODE_TOOLS.contains(&s.name.as_str());
+    catalog::Catalog::new(registry.all_specs().filter(|s| !code_tool(s) && principal.allows(&s.name)))
+}
+
 /// The catalog prompt (seed 002's `system_prompt()`) of `execute` or of a scripted tool.
 pub fn catalog_prompt(registry: &Registry, scripted: Option<&str>) -> Result<String, String> {
     let catalog = catalog_for(registry, scripted)?;

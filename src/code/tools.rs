@@ -146,15 +146,18 @@ impl Tool for DiscoveryTool {
         &self.spec
     }
 
-    fn run(&self, params: Json, _env: &CallEnv<'_>) -> Result<Output, CallError> {
+    fn run(&self, params: Json, env: &CallEnv<'_>) -> Result<Output, CallError> {
         let text = |key: &str| params.get(key).and_then(Json::as_str).unwrap_or_default().to_string();
+        // A scoped token discovers only its tools: the shared catalog would name the others.
+        let scoped = env.principal.as_deref().map(|p| super::catalog_of(&env.registry, p));
+        let catalog = scoped.as_ref().unwrap_or(&self.catalog);
         let found = match self.kind {
-            Discovery::ListServers => Ok(self.catalog.list_servers()),
-            Discovery::ListTools => self.catalog.list_tools(&text("server")),
-            Discovery::DescribeTool => self.catalog.describe_tool(&text("name")),
+            Discovery::ListServers => Ok(catalog.list_servers()),
+            Discovery::ListTools => catalog.list_tools(&text("server")),
+            Discovery::DescribeTool => catalog.describe_tool(&text("name")),
             Discovery::SearchTools => {
                 let limit = params.get("limit").and_then(Json::as_u64).unwrap_or(10) as usize;
-                self.catalog.search_tools(&text("query"), limit)
+                catalog.search_tools(&text("query"), limit)
             }
         };
         found.map(Output::Value).map_err(CallError::NotFound)

@@ -261,8 +261,7 @@ impl ServerHandler for Mcp {
     ) -> Result<ListToolsResult, McpError> {
         let registry = self.inner.tools.current();
         let principal = principal(&cx);
-        let all: Vec<_> =
-            registry.specs().filter(|s| crate::tools::principal::allows(principal.as_deref(), &s.name)).collect();
+        let all: Vec<_> = registry.specs_for(principal.as_deref()).collect();
         let start = match request.and_then(|r| r.cursor) {
             None => 0,
             Some(cursor) => cursor.parse::<usize>().ok().filter(|&n| n <= all.len()).ok_or_else(|| {
@@ -273,7 +272,16 @@ impl ServerHandler for Mcp {
             })?,
         };
         let end = (start + self.inner.page_size).min(all.len());
-        let page = all[start..end].iter().map(|spec| convert::tool(spec)).collect();
+        let page = all[start..end]
+            .iter()
+            .map(|(spec, description)| {
+                let mut tool = convert::tool(spec);
+                if let Some(description) = description {
+                    tool.description = Some(description.clone().into());
+                }
+                tool
+            })
+            .collect();
         Ok(ListToolsResult {
             next_cursor: (end < all.len()).then(|| end.to_string()),
             ..ListToolsResult::with_all_items(page)

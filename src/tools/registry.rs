@@ -270,8 +270,28 @@ impl Registry {
 
     /// The listing as `principal` sees it: only its tools (`None`: every tool).
     pub fn listing_for(&self, principal: Option<&super::Principal>) -> ToolsList {
-        let tools = self.specs().filter(|s| super::principal::allows(principal, &s.name)).map(ToolSpec::info);
+        let tools = self.specs_for(principal).map(|(spec, description)| {
+            let mut info = spec.info();
+            if let Some(description) = description {
+                info.description = description;
+            }
+            info
+        });
         ToolsList { tools: tools.collect() }
+    }
+
+    /// The specs `principal` may see, each with the description it sees when that differs:
+    /// `execute`'s lists the catalog, so a scoped token gets one rendered from its own tools.
+    pub fn specs_for<'a>(
+        &'a self,
+        principal: Option<&'a super::Principal>,
+    ) -> impl Iterator<Item = (&'a ToolSpec, Option<String>)> + 'a {
+        self.specs().filter(move |s| super::principal::allows(principal, &s.name)).map(move |s| match principal {
+            Some(p) if s.builtin && s.name == "execute" => {
+                (s, Some(crate::code::catalog_of(self, p).execute_description()))
+            }
+            _ => (s, None),
+        })
     }
 
     /// Scripts that failed to load and sections an unset variable disables, in config order.

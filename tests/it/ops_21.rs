@@ -22,7 +22,7 @@ struct Server {
 fn serve(extra: &str) -> Server {
     let ws = Workspace::new(&format!(
         "[server]\nauth_token = \"${{ADMIN_TOKEN}}\"\n\n\
-         [[server.tokens]]\nname = \"ci\"\ntoken = \"${{CI_TOKEN}}\"\ntools = [\"search\", \"echo\", \"execute\"]\n\n\
+         [[server.tokens]]\nname = \"ci\"\ntoken = \"${{CI_TOKEN}}\"\ntools = [\"search\", \"echo\", \"execute\", \"*_tool*\"]\n\n\
          [[server.tokens]]\nname = \"reader\"\ntoken = \"${{READER_TOKEN}}\"\ntools = [\"get\"]\n\n\
          [connectors.filesystem.docs]\nroot = \"docs\"\n\n\
          [tools.script.echo]\npath = \"echo.lua\"\n{extra}"
@@ -128,7 +128,14 @@ fn ops_21_each_token_sees_and_calls_only_its_tools_on_rest_mcp_openapi_and_inner
     let (_, ci) = s.get("/tools/list", Some(CI));
     let mut ci_names = names(&ci);
     ci_names.sort();
-    assert_eq!(ci_names, ["echo", "execute", "search"]);
+    assert_eq!(ci_names, ["describe_tool", "echo", "execute", "list_tools", "search", "search_tools"]);
+    // execute's description lists the catalog: the token's tools only.
+    let execute = ci["tools"].as_array().unwrap().iter().find(|t| t["name"] == "execute").unwrap();
+    let described = execute["description"].as_str().unwrap();
+    assert!(described.contains("Servers (2 tools): ctx (2)."), "search and echo: {described}");
+    let (_, all_execute) = s.get("/tools/list", Some(ADMIN));
+    let full = all_execute["tools"].as_array().unwrap().iter().find(|t| t["name"] == "execute").unwrap();
+    assert!(full["description"].as_str().unwrap().contains("Servers (4 tools): ctx (4)."), "{full}");
     assert_eq!(names(&s.get("/tools/list", Some(READER)).1), ["get"]);
 
     // Calls: in scope works, out of scope is 404 as if the tool did not exist.
@@ -155,7 +162,13 @@ fn ops_21_each_token_sees_and_calls_only_its_tools_on_rest_mcp_openapi_and_inner
     let mut mcp_names: Vec<String> =
         listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
     mcp_names.sort();
-    assert_eq!(mcp_names, ["echo", "execute", "search"], "{listed}");
+    assert_eq!(mcp_names, ["describe_tool", "echo", "execute", "list_tools", "search", "search_tools"], "{listed}");
+    // Discovery inside code mode: only the token's tools.
+    let (status, found) = s.post("/tools/search_tools", Some(CI), json!({"query": "document sources get"}));
+    assert_eq!(status, 200, "{found}");
+    assert!(!found.to_string().contains("\"sources\""), "{found}");
+    let (status, described) = s.post("/tools/describe_tool", Some(CI), json!({"name": "get"}));
+    assert_eq!(status, 404, "{described}");
     let called = s.mcp(CI, "tools/call", Some("search"), json!({"name": "search", "arguments": {"query": "deploy"}}));
     assert!(called["result"]["structuredContent"]["results"].is_array(), "{called}");
     let refused = s.mcp(READER, "tools/call", Some("echo"), json!({"name": "echo", "arguments": {"message": "m"}}));
