@@ -109,6 +109,11 @@ impl Catalog {
         &self.layout
     }
 
+    /// Whether the tool of this registry name is in scope.
+    pub fn contains(&self, registry_name: &str) -> bool {
+        self.by_registry.contains_key(registry_name)
+    }
+
     /// How many tools are in scope.
     pub fn len(&self) -> usize {
         self.layout.groups.iter().map(|g| g.members.len()).sum()

@@ -156,7 +156,14 @@ impl Runner {
                 calls.flush();
             }
         })));
-        let result = self.run_in(&vm, &calls, script);
+        // A scoped token's script sees only its tools, in its globals and in discovery.
+        let catalog = match env.principal.as_deref() {
+            Some(principal) => Arc::new(Catalog::new(
+                env.registry.all_specs().filter(|s| self.catalog.contains(&s.name) && principal.allows(&s.name)),
+            )),
+            None => Arc::clone(&self.catalog),
+        };
+        let result = self.run_in(&vm, &calls, &catalog, script);
         vm.state().set_deferred_work(None);
         if result.is_err() {
             calls.cancel_all();
@@ -169,8 +176,8 @@ impl Runner {
         }
     }
 
-    fn run_in(&self, vm: &Vm, calls: &Arc<Calls>, script: &str) -> Result<Json, ScriptError> {
-        let outcome = self.install(vm, calls).map_err(|e| vm.classify(&e))?;
+    fn run_in(&self, vm: &Vm, calls: &Arc<Calls>, catalog: &Arc<Catalog>, script: &str) -> Result<Json, ScriptError> {
+        let outcome = self.install(vm, calls, catalog).map_err(|e| vm.classify(&e))?;
         let returned = vm.run_source("script", script.as_bytes())?;
         let (has, captured): (bool, Value) = outcome.call(()).map_err(|e| vm.classify(&e))?;
         let value = if has { captured } else { returned };
@@ -190,12 +197,12 @@ impl Runner {
     }
 
     /// Installs the run's globals and returns the function that reads what `result()` got.
-    fn install(&self, vm: &Vm, calls: &Arc<Calls>) -> mlua::Result<mlua::Function> {
+    fn install(&self, vm: &Vm, calls: &Arc<Calls>, shared: &Arc<Catalog>) -> mlua::Result<mlua::Function> {
         let lua = vm.lua();
         let env = vm.env();
         let start = self.start_fn(lua, calls)?;
         let wait = wait_fn(lua, calls)?;
-        let catalog = Arc::clone(&self.catalog);
+        let catalog = Arc::clone(shared);
         // In a scripted tool, a tool outside its globs is missing for a reason worth saying.
         let scope = self.allow.as_ref().map(|_| {
             format!(
@@ -215,7 +222,7 @@ impl Runner {
                 (name, _) => (name, path),
             })
         })?;
-        let catalog = Arc::clone(&self.catalog);
+        let catalog = Arc::clone(shared);
         let groups = lua.create_function(move |_, key: Value| {
             let Value::String(key) = key else {
                 return Ok((None, Some(format!("mcp: server names are strings, got a {}", key.type_name()))));
@@ -240,33 +247,33 @@ impl Runner {
             mlua::Function,
             mlua::Function,
         ) = prelude.call((start, wait, resolve, groups))?;
-        for group in &self.catalog.layout().groups {
+        for group in &shared.layout().groups {
             if let Some(global) = &group.global {
                 env.raw_set(global.as_str(), group_table.call::<Table>(group.name.as_str())?)?;
             }
         }
-        if self.catalog.layout().group(OWN).is_none() {
+        if shared.layout().group(OWN).is_none() {
             // A scripted tool that may call none of ctx's own tools still finds `ctx` there.
             env.raw_set(OWN, group_table.call::<Table>(OWN)?)?;
         }
         env.raw_set("mcp", mcp)?;
         env.raw_set("await_all", await_all)?;
         env.raw_set("result", result)?;
-        self.install_discovery(lua, env)?;
+        self.install_discovery(lua, env, shared)?;
         Ok(outcome)
     }
 
     /// `list_servers()`, `list_tools(server)`, `describe_tool(name)`, `search_tools(query,
     /// limit?)`: the discovery tools, inside the script.
-    fn install_discovery(&self, lua: &Lua, env: &Table) -> mlua::Result<()> {
-        let catalog = Arc::clone(&self.catalog);
+    fn install_discovery(&self, lua: &Lua, env: &Table, shared: &Arc<Catalog>) -> mlua::Result<()> {
+        let catalog = Arc::clone(shared);
         env.raw_set(
             "list_servers",
             lua.create_function(move |lua, ()| convert::to_lua(lua, &catalog.list_servers()))?,
         )?;
         // One name in, one JSON answer out; names bounded before any work is done.
         let lookup = |name: &'static str, answer: fn(&Catalog, &str) -> Result<Json, String>| {
-            let catalog = Arc::clone(&self.catalog);
+            let catalog = Arc::clone(shared);
             lua.create_function(move |lua, text: mlua::LuaString| {
                 answer(&catalog, &short(name, &text)?)
                     .map_err(mlua::Error::RuntimeError)
@@ -275,7 +282,7 @@ impl Runner {
         };
         env.raw_set("list_tools", lookup("list_tools", |c, server| c.list_tools(server))?)?;
         env.raw_set("describe_tool", lookup("describe_tool", |c, name| c.describe_tool(name))?)?;
-        let catalog = Arc::clone(&self.catalog);
+        let catalog = Arc::clone(shared);
         env.raw_set(
             "search_tools",
             lua.create_function(move |lua, (query, limit): (mlua::LuaString, Option<usize>)| {

@@ -174,7 +174,7 @@ fn ops_21_each_token_sees_and_calls_only_its_tools_on_rest_mcp_openapi_and_inner
     let refused = s.mcp(READER, "tools/call", Some("echo"), json!({"name": "echo", "arguments": {"message": "m"}}));
     assert!(refused.to_string().contains("unknown tool 'echo'"), "{refused}");
 
-    // Code mode: the script runs for the token, so its inner call of `get` is unknown too.
+    // Code mode: the script runs for the token, so `get` is unknown to it too.
     let (status, out) = s.post(
         "/tools/execute",
         Some(CI),
@@ -184,8 +184,19 @@ fn ops_21_each_token_sees_and_calls_only_its_tools_on_rest_mcp_openapi_and_inner
     assert_eq!(status, 200, "{out}");
     let result = &out["result"];
     assert_eq!(result["ok"], false, "{out}");
-    assert!(result["err"].as_str().unwrap().contains("unknown tool 'get'"), "{out}");
+    // The script's globals are built from the token's tools: `ctx.get` does not exist there.
+    assert!(result["err"].as_str().unwrap().contains("ctx has no tool \"get\""), "{out}");
     assert_eq!(result["hits"], 1, "{out}");
+    // Its globals and in-script discovery know only the token's tools.
+    let (status, out) = s.post(
+        "/tools/execute",
+        Some(CI),
+        json!({"script": "local found = pcall(describe_tool, 'get')\n\
+                          local servers = list_servers()\n\
+                          return {found = found, tools = servers.servers[1].tools}"}),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["result"], json!({"found": false, "tools": 2}), "{out}");
 
     // No token ever reaches the log.
     let log = s.serve.stderr.lock().unwrap().clone();
