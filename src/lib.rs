@@ -9,10 +9,13 @@
 //! - [`config`]: `ctx.toml` located, expanded, validated and typed.
 //! - [`connectors`]: filesystem and git sources that feed sync.
 //! - [`kb`]: the SQLite store, chunking, sync and search.
+//! - [`metrics`]: counters and histograms of calls, served as Prometheus text.
 //! - [`lua`]: the sandbox (the only place a Lua state is created) and its host APIs.
+//! - [`calllog`]: the tool-call log, written in the background beside the knowledge base.
 //! - [`cli`]: the `ctx` command line.
 
 pub mod agents;
+pub mod calllog;
 pub mod cli;
 pub mod code;
 pub mod config;
@@ -21,6 +24,7 @@ pub mod embed;
 pub mod kb;
 pub mod lua;
 pub mod mcp;
+pub mod metrics;
 pub mod schema;
 pub mod server;
 pub mod tools;

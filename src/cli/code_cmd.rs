@@ -61,6 +61,9 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
             "code mode is disabled ([code_mode] enabled = false in ctx.toml); enable it to run scripts".to_string(),
         ));
     }
+    if let Err(e) = crate::calllog::install(&config) {
+        tracing::warn!("{e}");
+    }
     let (runtime, upstreams) = upstreams_of(&config)?;
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
@@ -76,6 +79,8 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
     if let (Some(runtime), Some(upstreams)) = (&runtime, &upstreams) {
         runtime.block_on(upstreams.shutdown());
     }
+    // The entries of this command's calls are written before it exits.
+    crate::calllog::shutdown();
     match outcome {
         Ok(output) if args.json => {
             println!("{}", output.rest_body());

@@ -9,6 +9,7 @@ mod connector_cmd;
 mod embed_cmd;
 mod init;
 mod kb_cmd;
+mod log_cmd;
 mod mcp_cmd;
 mod pipe;
 mod scaffold;
@@ -77,6 +78,8 @@ pub enum Command {
     /// List and try the upstream MCP servers ctx connects to ([mcp.servers.*], mcp.import).
     #[command(subcommand)]
     Mcp(mcp_cmd::McpCommand),
+    /// Read the tool-call log: filter by tool, caller, time and errors, or follow it (-f).
+    Log(log_cmd::LogArgs),
     /// Run a code-mode Lua script (what an agent sends to `execute`), with its trace.
     Run(code_cmd::RunArgs),
     /// Print the code-mode catalog: every tool a script can call, as a Lua signature.
@@ -179,6 +182,7 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
         Command::Agent(cmd) => agent_cmd::run(cmd, globals),
         Command::Mcp(cmd) => mcp_cmd::run(cmd, globals),
         Command::Run(args) => code_cmd::run(args, globals),
+        Command::Log(args) => log_cmd::run(args, globals),
         Command::Catalog(args) => code_cmd::catalog(args, globals),
         Command::Serve(args) => serve_cmd::run(args, globals),
         Command::Completions { shell } => {

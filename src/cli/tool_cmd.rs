@@ -304,6 +304,9 @@ fn note(json: bool, line: &str) {
 fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(), CliError> {
     let pairs = param_pairs(raw)?;
     let config = globals.load_config()?;
+    if let Err(e) = crate::calllog::install(&config) {
+        tracing::warn!("{e}");
+    }
     let (runtime, upstreams) = upstreams_of(&config)?;
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
@@ -320,6 +323,8 @@ fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
     if let (Some(runtime), Some(upstreams)) = (&runtime, &upstreams) {
         runtime.block_on(upstreams.shutdown());
     }
+    // The entries of this command's calls are written before it exits.
+    crate::calllog::shutdown();
     print_outcome(outcome, builtin, json)
 }
 

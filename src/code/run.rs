@@ -144,7 +144,7 @@ impl Runner {
             Arc::clone(&env.registry),
             handle,
             self.limits.clone(),
-            env.inner_options(),
+            env.inner_options("code"),
             env.progress.clone(),
             Arc::clone(vm.state()),
         ));

@@ -225,6 +225,10 @@ impl Config {
             found.push((problem.path.clone(), ConfigProblem { key: problem.dotted(), line, message: problem.message }));
         }
         found.extend(host_rule_problems(&value, text));
+        for (path, message) in crate::tools::rate::config_problems(&value) {
+            let problem = ConfigProblem { line: toml_source::line_of(text, &path), message, key: path.join(".") };
+            found.push((path, problem));
+        }
         let unresolved = |key: &str| expansion.missing.iter().any(|m| m.key == key);
         found.extend(upstream::section_problems(&value, text, &unresolved));
         found.extend(code_mode::section_problems(&value, text, &unresolved));

@@ -94,6 +94,10 @@ pub struct SourceRow {
     pub chunks: i64,
     pub last_sync: Option<String>,
     pub last_error: Option<String>,
+    /// Syncs recorded, failed ones among them, and how long the last one took.
+    pub syncs: i64,
+    pub failures: i64,
+    pub last_duration_ms: Option<i64>,
 }
 
 /// Database-wide counts for `ctx stats`.
@@ -126,7 +130,7 @@ pub trait Store: Send + Sync {
     /// [`Writes::commit`], or none of them do if the session is dropped first.
     fn begin(&self) -> Result<Box<dyn Writes + '_>, KbError>;
     /// Records the end of a sync of `source`.
-    fn record_sync(&self, source: &str, error: Option<&str>) -> Result<(), KbError>;
+    fn record_sync(&self, source: &str, error: Option<&str>, took: std::time::Duration) -> Result<(), KbError>;
     /// What the last successful sync of a script source left for the next one.
     fn connector_state(&self, source: &str) -> Result<super::connector_state::Saved, KbError>;
     /// The form the keyword index stores `word` (lower-case) in: its stem when the index stems.
@@ -253,6 +257,11 @@ INSERT INTO store_meta (key, value) VALUES ('generation', abs(random() % 1000000
     // Whether the keyword index stores stems (see `Stemming`); every index built before this
     // migration stores words as written. `SqliteStore::open` rebuilds it to match the config.
     "INSERT INTO store_meta (key, value) VALUES ('stemming', 0);",
+    // Sync counts and the last one's duration, for /metrics (a sync may run in another
+    // process: the server reads them from here).
+    "ALTER TABLE sync_state ADD COLUMN syncs INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE sync_state ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE sync_state ADD COLUMN last_duration_ms INTEGER;",
 ];
 
 /// How the keyword index tokenizes text: `[retrieval] stemming`.
@@ -439,12 +448,15 @@ impl Store for SqliteStore {
         Ok(Box::new(Session { conn, open: true }))
     }
 
-    fn record_sync(&self, source: &str, error: Option<&str>) -> Result<(), KbError> {
+    fn record_sync(&self, source: &str, error: Option<&str>, took: std::time::Duration) -> Result<(), KbError> {
         let conn = self.pool.get()?;
         conn.execute(
-            "INSERT INTO sync_state (source, last_sync, last_error) VALUES (?1, ?2, ?3)
-             ON CONFLICT (source) DO UPDATE SET last_sync = excluded.last_sync, last_error = excluded.last_error",
-            params![source, super::now_rfc3339(), error],
+            "INSERT INTO sync_state (source, last_sync, last_error, syncs, failures, last_duration_ms)
+             VALUES (?1, ?2, ?3, 1, ?4, ?5)
+             ON CONFLICT (source) DO UPDATE SET last_sync = excluded.last_sync, last_error = excluded.last_error,
+                 syncs = syncs + 1, failures = failures + excluded.failures,
+                 last_duration_ms = excluded.last_duration_ms",
+            params![source, super::now_rfc3339(), error, i64::from(error.is_some()), took.as_millis() as i64],
         )?;
         Ok(())
     }
@@ -663,7 +675,7 @@ impl Store for SqliteStore {
              SELECT n.source,
                     (SELECT COUNT(*) FROM documents d WHERE d.source = n.source),
                     (SELECT COUNT(*) FROM chunks c WHERE c.source = n.source),
-                    s.last_sync, s.last_error
+                    s.last_sync, s.last_error, COALESCE(s.syncs, 0), COALESCE(s.failures, 0), s.last_duration_ms
              FROM names n LEFT JOIN sync_state s ON s.source = n.source
              ORDER BY n.source",
         )?;
@@ -674,6 +686,9 @@ impl Store for SqliteStore {
                 chunks: r.get(2)?,
                 last_sync: r.get(3)?,
                 last_error: r.get(4)?,
+                syncs: r.get(5)?,
+                failures: r.get(6)?,
+                last_duration_ms: r.get(7)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -293,7 +293,7 @@ pub fn sync_source(
         }
     }
     if !options.dry_run {
-        if let Err(e) = store.record_sync(source, summary.error.as_deref()) {
+        if let Err(e) = store.record_sync(source, summary.error.as_deref(), started.elapsed()) {
             tracing::warn!(source, "could not record sync state: {e}");
         }
     }

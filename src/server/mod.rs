@@ -5,6 +5,7 @@ mod docs;
 mod guard;
 mod listen;
 pub mod openapi;
+mod ops;
 mod respond;
 mod rest;
 
@@ -114,6 +115,8 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(rest::call_tool))
         .routes(routes!(rest::list_agents))
         .routes(routes!(rest::agent_prompt))
+        .routes(routes!(ops::calls))
+        .routes(routes!(ops::metrics))
         .routes(routes!(docs::openapi_json))
 }
 

@@ -34,7 +34,14 @@ impl IntoResponse for ApiError {
 
 /// A tool call's failure as a response.
 pub fn call_error(err: &CallError) -> Response {
-    json_response(status(err.code()), &err.envelope())
+    let mut response = json_response(status(err.code()), &err.envelope());
+    if let Some(wait) = err.retry_after() {
+        let secs = crate::tools::retry_secs(wait).to_string();
+        if let Ok(value) = HeaderValue::from_str(&secs) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+    }
+    response
 }
 
 pub fn json_response(status: StatusCode, body: &Json) -> Response {

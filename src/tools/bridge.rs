@@ -75,7 +75,7 @@ pub fn context_table(vm: &Vm, env: &super::CallEnv<'_>, config: &Map<String, Jso
     // `context.call(name, params)`: tool chaining through the registry's one call path
     // (validation, limits, logging), with this run's tool on the chain so that a loop back to it
     // is refused (see `registry::check_chain`).
-    let (registry, options, st) = (std::sync::Arc::clone(&env.registry), env.inner_options(), Arc::clone(&state));
+    let (registry, options, st) = (std::sync::Arc::clone(&env.registry), env.inner_options("lua"), Arc::clone(&state));
     context.raw_set(
         "call",
         api::function(lua, "context.call", move |lua, (name, params): (mlua::LuaString, Value)| {

@@ -49,6 +49,9 @@ pub enum CallError {
     /// fix it. `subject` reads "tool 'x'" or "agent 'x'"; `reason` is the load problem.
     #[error("{subject} failed to load: {}", redact::text(.reason))]
     NotLoaded { subject: String, reason: String },
+    /// The caller made more calls of the tool than a rate limit allows.
+    #[error("tool '{tool}' is over its rate limit of {rate} per caller; retry in {}", retry_in(retry_after))]
+    RateLimited { tool: String, rate: String, retry_after: Duration },
     /// A bug in ctx. The message never holds internals; the log has them.
     #[error("{}", redact::text(.0))]
     Internal(String),
@@ -87,7 +90,17 @@ impl CallError {
             CallError::Cancelled { .. } => ErrorCode::Cancelled,
             CallError::Unavailable(_) => ErrorCode::Unavailable,
             CallError::NotLoaded { .. } => ErrorCode::LoadFailed,
+            CallError::RateLimited { .. } => ErrorCode::RateLimited,
             CallError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// How long the caller should wait before calling again, when the error says so: REST
+    /// sends it as `Retry-After`, both REST and MCP as `data.retry_after_secs`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            CallError::RateLimited { retry_after, .. } => Some(*retry_after),
+            _ => None,
         }
     }
 
@@ -109,6 +122,11 @@ impl CallError {
                 let mut data = data.clone().unwrap_or(Json::Null);
                 redact::current().apply_json(&mut data);
                 m.insert("data".into(), data);
+                m
+            }
+            CallError::RateLimited { retry_after, .. } => {
+                let mut m = Map::new();
+                m.insert("retry_after_secs".into(), json!(retry_secs(*retry_after)));
                 m
             }
             _ => Map::new(),
@@ -213,10 +231,45 @@ pub fn http_status(code: ErrorCode) -> u16 {
         ErrorCode::PayloadTooLarge => 413,
         ErrorCode::UnsupportedMediaType => 415,
         ErrorCode::Cancelled => 499,
+        ErrorCode::RateLimited => 429,
         // Configured but broken: the server cannot serve it until its file is fixed, and hot
         // reload then brings it back, so "unavailable", not "not found".
         ErrorCode::Unavailable | ErrorCode::LoadFailed => 503,
         ErrorCode::MemoryLimit | ErrorCode::ResultTooLarge | ErrorCode::ToolError | ErrorCode::Internal => 500,
+    }
+}
+
+/// An error code as the wire spells it, for logs and metrics labels.
+pub fn code_name(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::BadRequest => "bad_request",
+        ErrorCode::Unauthorized => "unauthorized",
+        ErrorCode::Forbidden => "forbidden",
+        ErrorCode::NotFound => "not_found",
+        ErrorCode::MethodNotAllowed => "method_not_allowed",
+        ErrorCode::Timeout => "timeout",
+        ErrorCode::PayloadTooLarge => "payload_too_large",
+        ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+        ErrorCode::MemoryLimit => "memory_limit",
+        ErrorCode::ResultTooLarge => "result_too_large",
+        ErrorCode::ToolError => "tool_error",
+        ErrorCode::Cancelled => "cancelled",
+        ErrorCode::RateLimited => "rate_limited",
+        ErrorCode::Unavailable => "unavailable",
+        ErrorCode::LoadFailed => "load_failed",
+        ErrorCode::Internal => "internal",
+    }
+}
+
+/// Whole seconds to wait, rounded up (a `Retry-After` of 0 would invite an instant retry).
+pub fn retry_secs(wait: Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
+
+fn retry_in(wait: &Duration) -> String {
+    match retry_secs(*wait) {
+        1 => "1 second".to_string(),
+        n => format!("{n} seconds"),
     }
 }
 
@@ -227,4 +280,28 @@ pub(crate) fn summary(problems: &[ErrorDetail]) -> String {
         .map(|p| if p.path.is_empty() { p.message.clone() } else { format!("{}: {}", p.path, p.message) })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_names_are_the_wire_names() {
+        for code in [ErrorCode::BadRequest, ErrorCode::RateLimited, ErrorCode::LoadFailed, ErrorCode::Internal] {
+            assert_eq!(serde_json::to_value(code).unwrap(), code_name(code));
+        }
+    }
+
+    #[test]
+    fn a_rate_limited_call_says_when_to_retry() {
+        let e = CallError::RateLimited {
+            tool: "deploy".into(),
+            rate: "2/min".into(),
+            retry_after: Duration::from_millis(2500),
+        };
+        assert_eq!(http_status(e.code()), 429);
+        assert_eq!(e.to_string(), "tool 'deploy' is over its rate limit of 2/min per caller; retry in 3 seconds");
+        assert_eq!(e.envelope()["error"]["data"]["retry_after_secs"], 3);
+    }
 }

@@ -9,6 +9,7 @@ mod lua_tool;
 mod output;
 pub mod params;
 pub mod principal;
+pub mod rate;
 mod registry;
 pub mod reload;
 pub mod stuck;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value as Json};
 
-pub use error::{http_status, CallError};
+pub use error::{http_status, retry_secs, CallError};
 pub use output::Output;
 pub use params::Params;
 pub use principal::Principal;
@@ -97,13 +98,14 @@ pub struct CallEnv<'a> {
 }
 
 impl CallEnv<'_> {
-    /// The options of a call this run makes: its cancel handle, caller, chain and principal,
-    /// with this call as its parent.
-    pub fn inner_options(&self) -> CallOptions {
+    /// The options of a call this run makes (`via` is `lua` for `context.call`, `code` for a
+    /// script's inner call): its cancel handle, chain and principal, with this call as its
+    /// parent.
+    pub fn inner_options(&self, via: &'static str) -> CallOptions {
         CallOptions {
             cancel: self.cancel.clone(),
             progress: None,
-            caller: self.caller,
+            caller: via,
             chain: self.chain.clone(),
             principal: self.principal.clone(),
             parent: Some(self.call_id),

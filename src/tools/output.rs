@@ -35,6 +35,17 @@ impl Output {
         }
     }
 
+    /// Whether the tool reported a failure in its result (a handled error, an upstream's
+    /// `isError`): the call worked, the work did not.
+    pub fn is_error(&self) -> bool {
+        match self {
+            Output::HandledError(_) => true,
+            Output::Upstream(result) => is_error(result),
+            Output::Traced { output, .. } => output.is_error(),
+            _ => false,
+        }
+    }
+
     /// The value under `result`.
     pub fn value(&self) -> Json {
         match self {

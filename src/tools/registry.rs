@@ -39,10 +39,16 @@ pub struct CallOptions {
     pub parent: Option<u64>,
 }
 
-/// A process-wide id for each call, so inner calls can name their parent.
+/// An id for each call, so inner calls can name their parent. It starts from the process's
+/// start time in microseconds, so ids stay unique in a log that several processes (a server,
+/// then another, the CLI) write over time.
 fn next_call_id() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
+    let next = NEXT.get_or_init(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        std::sync::atomic::AtomicU64::new(now.as_micros() as u64)
+    });
+    next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// How deep a chain of tool calls may go (a tool calling a tool calling a tool...).
@@ -86,6 +92,8 @@ pub struct Registry {
     /// The upstream servers whose tools this snapshot holds, to say why a call of a tool of a
     /// server that is down fails.
     upstreams: Option<Arc<crate::upstream::Upstreams>>,
+    /// The rate limits of this config (their buckets outlive the snapshot).
+    rates: Arc<super::rate::Rules>,
 }
 
 impl Registry {
@@ -155,6 +163,7 @@ impl Registry {
             own: self.own,
             kb: self.kb.clone(),
             upstreams: Some(Arc::clone(upstreams)),
+            rates: Arc::clone(&self.rates),
         }
     }
 
@@ -183,7 +192,12 @@ impl Registry {
         tools.extend(code);
         problems.extend(code_problems);
         let index = tools.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
-        Registry { tools, index, agents: Vec::new(), problems, warnings: Vec::new(), own, kb, upstreams: None }
+        let tool_of_section = |section: &str| {
+            let tool = tools.iter().find(|t| t.spec().section.as_deref() == Some(section));
+            tool.map(|t| t.spec().name.clone())
+        };
+        let rates = Arc::new(super::rate::Rules::from_config(config, &tool_of_section));
+        Registry { tools, index, agents: Vec::new(), problems, warnings: Vec::new(), own, kb, upstreams: None, rates }
     }
 
     /// The error for a call of `name` that is not registered: "failed to load" with the reason
@@ -235,7 +249,7 @@ impl Registry {
         })?;
         let spec = agent.spec();
         let args = spec.check(&args)?;
-        let env = self.env(name, options);
+        let env = self.env(name, options, next_call_id());
         let resolved = agent.resolve(&args, &env)?;
         Ok(AgentPrompt {
             agent: spec.name.clone(),
@@ -315,9 +329,10 @@ impl Registry {
     /// Calls a tool: the one path every caller takes. Blocks while a script runs, so async
     /// callers use [`Tools::call`].
     pub fn call(self: &Arc<Self>, name: &str, params: Json, options: &CallOptions) -> Result<Output, CallError> {
-        let started = Instant::now();
-        let result =
-            self.prepare(name, params, options).and_then(|(tool, params)| tool.run(params, &self.env(name, options)));
+        let started = Started::now(options, &params);
+        let result = self
+            .prepare(name, params, options)
+            .and_then(|(tool, params)| tool.run(params, &self.env(name, options, started.id)));
         log_call(name, options, started, &result);
         result
     }
@@ -349,11 +364,20 @@ impl Registry {
         if options.cancel.is_cancelled() {
             return Err(CallError::cancelled(name));
         }
+        if !self.rates.is_empty() {
+            let caller = principal.map(super::Principal::name).unwrap_or("");
+            self.rates.take(name, caller).map_err(|refused| CallError::RateLimited {
+                tool: name.to_string(),
+                rate: refused.rate,
+                retry_after: refused.retry_after,
+            })?;
+        }
         Ok((Arc::clone(tool), params))
     }
 
-    /// What the run of `name` may use: the calls it makes carry `name` on their chain.
-    fn env(self: &Arc<Self>, name: &str, options: &CallOptions) -> CallEnv<'_> {
+    /// What the run of `name` (call `id`) may use: the calls it makes carry `name` on their
+    /// chain and `id` as their parent.
+    fn env(self: &Arc<Self>, name: &str, options: &CallOptions, id: u64) -> CallEnv<'_> {
         let mut chain = options.chain.clone();
         chain.push(name.to_string());
         CallEnv {
@@ -364,7 +388,7 @@ impl Registry {
             caller: options.caller,
             chain,
             principal: options.principal.clone(),
-            call_id: next_call_id(),
+            call_id: id,
         }
     }
 
@@ -397,7 +421,7 @@ impl Registry {
         params: Json,
         options: &CallOptions,
     ) -> Result<Result<Output, CallError>, Json> {
-        let started = Instant::now();
+        let started = Started::now(options, &params);
         let (tool, params) = match self.prepare(name, params, options) {
             Ok(prepared) => prepared,
             Err(e) => {
@@ -409,7 +433,7 @@ impl Registry {
         if tool.as_async().is_some() || stuck::quarantined(stuck::identity(&tool)).is_some() {
             return Err(params);
         }
-        let Some(result) = self.inline(&tool, name, &params, options) else { return Err(params) };
+        let Some(result) = self.inline(&tool, name, &params, options, started.id) else { return Err(params) };
         log_call(name, options, started, &result);
         Ok(result)
     }
@@ -421,8 +445,9 @@ impl Registry {
         name: &str,
         params: &Json,
         options: &CallOptions,
+        id: u64,
     ) -> Option<Result<Output, CallError>> {
-        let env = self.env(name, options);
+        let env = self.env(name, options, id);
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.run_inline(params, &env)))
             .unwrap_or_else(|_| Some(Err(crashed(name, "panic in an inline run"))))
     }
@@ -444,7 +469,7 @@ impl Registry {
         params: Json,
         options: CallOptions,
     ) -> Result<Output, CallError> {
-        let started = Instant::now();
+        let started = Started::now(&options, &params);
         let (tool, params) = match self.prepare(&name, params, &options) {
             Ok(prepared) => prepared,
             Err(e) => {
@@ -468,12 +493,13 @@ impl Registry {
             log_call(&name, &options, started, &result);
             return result;
         }
-        let result = match self.inline(&tool, &name, &params, &options) {
+        let id = started.id;
+        let result = match self.inline(&tool, &name, &params, &options, id) {
             Some(result) => result,
             None => {
                 let (identity, deadline) = (stuck::identity(&tool), tool.deadline());
                 let (registry, opts, tool_name) = (Arc::clone(&self), options.clone(), name.clone());
-                let run = move || tool.run(params, &registry.env(&tool_name, &opts));
+                let run = move || tool.run(params, &registry.env(&tool_name, &opts, id));
                 let subject = format!("tool '{name}'");
                 watched(identity, deadline, subject, &options.cancel, run).await.unwrap_or_else(|e| {
                     // A run cancelled with its runtime (shutdown) did not crash.
@@ -489,15 +515,59 @@ impl Registry {
     }
 }
 
-/// The one log line of a call.
-fn log_call(name: &str, options: &CallOptions, started: Instant, result: &Result<Output, CallError>) {
-    let micros = started.elapsed().as_micros() as u64;
+/// A call as it starts: its id, its time, and its parameters when the call log wants them.
+struct Started {
+    id: u64,
+    at: Instant,
+    wall: std::time::SystemTime,
+    params: Option<Json>,
+}
+
+impl Started {
+    fn now(_options: &CallOptions, params: &Json) -> Started {
+        Started {
+            id: next_call_id(),
+            at: Instant::now(),
+            wall: std::time::SystemTime::now(),
+            params: crate::calllog::enabled().then(|| params.clone()),
+        }
+    }
+}
+
+/// The end of every call: its log line, its metrics, and its entry in the call log.
+fn log_call(name: &str, options: &CallOptions, started: Started, result: &Result<Output, CallError>) {
+    let micros = started.at.elapsed().as_micros() as u64;
+    let outcome = match result {
+        Ok(output) if output.is_error() => "tool_error",
+        Ok(_) => "ok",
+        Err(e) => super::error::code_name(e.code()),
+    };
+    let known = !matches!(result, Err(CallError::UnknownTool(_)));
+    crate::metrics::call(name, known, outcome, micros);
     match result {
         Ok(_) => tracing::debug!(tool = name, caller = options.caller, micros, "tool call ok"),
         Err(e) => {
             tracing::info!(tool = name, caller = options.caller, micros, code = %e.code(), "tool call failed: {e}")
         }
     }
+    let Some(params) = started.params else { return };
+    let (message, result) = match result {
+        Ok(output) => (None, Some(output.value())),
+        Err(e) => (Some(e.to_string()), None),
+    };
+    crate::calllog::record(crate::calllog::Entry {
+        id: started.id,
+        parent: options.parent,
+        at: started.wall,
+        tool: name.to_string(),
+        caller: options.principal.as_ref().map(|p| p.name().to_string()),
+        via: options.caller,
+        micros,
+        outcome,
+        message,
+        params,
+        result,
+    });
 }
 
 /// What [`check`] found: problems make `ctx schema check` fail, warnings do not.

@@ -76,6 +76,9 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
     for section in &config.broken {
         tracing::warn!("{}", section.message());
     }
+    if let Err(e) = crate::calllog::install(&config) {
+        tracing::error!("{e}");
+    }
     let next = if config.db_path() == kb.config().db_path() {
         kb.with_config(config)
     } else {

@@ -38,6 +38,10 @@ impl IntoResponses for CallErrors {
             ("413".to_string(), error("Body larger than server.max_body_bytes.")),
             ("415".to_string(), error("Body is not application/json.")),
             (
+                "429".to_string(),
+                error("Over the tool's rate limit for this caller: Retry-After and error.data.retry_after_secs say when to call again."),
+            ),
+            (
                 "500".to_string(),
                 error("The tool failed (tool_error, memory_limit, result_too_large) or ctx did (internal)."),
             ),

@@ -128,6 +128,7 @@ macro_rules! component {
 component!(
     AgentPrompt,
     AgentsList,
+    CallsResponse,
     Document,
     Error,
     GetRequest,

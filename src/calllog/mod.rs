@@ -1,0 +1,359 @@
+//! The tool-call log: every call through the registry, kept in SQLite beside the knowledge base.
+//!
+//! The call path hands each finished call to [`record`], which only pushes it on a bounded
+//! queue: it never waits on the disk. One writer thread drains the queue in batches, one
+//! transaction each (WAL, so a `kill -9` loses nothing committed), and applies retention. When
+//! the queue is full the entry is dropped and counted; `/metrics` shows the count.
+//!
+//! Redaction and cutting happen on the writer thread, so the call path pays for one copy of
+//! the parameters and the result and nothing else.
+
+mod store;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value as Json;
+
+pub use store::{Filter, Store};
+
+use crate::config::Config;
+
+/// Entries waiting for the writer at most; past this, new ones are dropped and counted.
+const QUEUE: usize = 65_536;
+/// Entries written in one transaction at most.
+const BATCH: usize = 4_096;
+/// How often retention runs, at most.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// One finished call, as the call path hands it over.
+pub struct Entry {
+    pub id: u64,
+    pub parent: Option<u64>,
+    pub at: SystemTime,
+    pub tool: String,
+    pub caller: Option<String>,
+    pub via: &'static str,
+    pub micros: u64,
+    /// `ok`, or the error code.
+    pub outcome: &'static str,
+    pub message: Option<String>,
+    pub params: Json,
+    pub result: Option<Json>,
+}
+
+/// What the log's settings say, resolved against the config file.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub path: std::path::PathBuf,
+    pub max_age: Duration,
+    pub max_entries: u64,
+    pub max_value_bytes: usize,
+    /// Parameter names whose values are never kept (lowercase), besides secret-looking ones.
+    pub redact: Vec<String>,
+}
+
+impl Settings {
+    /// The settings of `config`, or `None` when the log is off.
+    pub fn of(config: &Config) -> Option<Settings> {
+        let log = &config.spec.log;
+        log.enabled.then(|| Settings {
+            path: Settings::path_of(config),
+            max_age: Duration::from_secs(log.max_age_days * 86_400),
+            max_entries: log.max_entries as u64,
+            max_value_bytes: log.max_value_bytes as usize,
+            redact: log.redact.iter().map(|k| k.to_ascii_lowercase()).collect(),
+        })
+    }
+
+    /// Where the log of `config` lives, whether or not it is on (`ctx log` reads it either way).
+    pub fn path_of(config: &Config) -> std::path::PathBuf {
+        match config.spec.log.path.as_deref() {
+            Some(path) => config.resolve(path),
+            None => config.db_path().with_file_name("calls.sqlite"),
+        }
+    }
+}
+
+/// Counters of the log since the process started, for `/metrics`.
+#[derive(Default)]
+pub struct Counters {
+    pub queued: AtomicU64,
+    pub written: AtomicU64,
+    pub dropped: AtomicU64,
+    pub write_errors: AtomicU64,
+}
+
+/// The running log: the queue's sending end and the writer.
+struct Log {
+    tx: SyncSender<Message>,
+    settings: Settings,
+}
+
+enum Message {
+    Entry(Box<Entry>),
+    /// Write what is queued, then answer.
+    Flush(SyncSender<()>),
+}
+
+fn slot() -> &'static RwLock<Option<Arc<Log>>> {
+    static LOG: OnceLock<RwLock<Option<Arc<Log>>>> = OnceLock::new();
+    LOG.get_or_init(Default::default)
+}
+
+/// The counters, whether or not a log is running.
+pub fn counters() -> &'static Counters {
+    static COUNTERS: OnceLock<Counters> = OnceLock::new();
+    COUNTERS.get_or_init(Counters::default)
+}
+
+/// A fast check for the call path: is a log running?
+static ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether calls are being logged (the call path copies parameters only then).
+pub fn enabled() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// Starts the log of `config` for this process, or stops it when the config turns it off.
+/// A log already running with the same file keeps running with the new settings' retention
+/// applied from its next batch. Fails when the file cannot be opened.
+pub fn install(config: &Config) -> Result<(), String> {
+    let Some(settings) = Settings::of(config) else {
+        shutdown();
+        return Ok(());
+    };
+    let mut current = slot().write().unwrap_or_else(|p| p.into_inner());
+    if current.as_ref().is_some_and(|log| log.settings.path == settings.path && log.settings.redact == settings.redact)
+    {
+        return Ok(());
+    }
+    let store = Store::open(&settings.path).map_err(|e| {
+        format!(
+            "the tool-call log {} cannot be opened: {e}; set log.path to a writable file or log.enabled = false",
+            settings.path.display()
+        )
+    })?;
+    let (tx, rx) = sync_channel(QUEUE);
+    let writer_settings = settings.clone();
+    std::thread::Builder::new()
+        .name("ctx-call-log".into())
+        .spawn(move || write_loop(store, rx, writer_settings))
+        .map_err(|e| format!("the tool-call log's writer thread did not start: {e}"))?;
+    if let Some(old) = current.replace(Arc::new(Log { tx, settings })) {
+        flush_log(&old);
+    }
+    ON.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Writes what is queued and stops logging (the CLI before it exits, a reload that turns the
+/// log off).
+pub fn shutdown() {
+    let old = slot().write().unwrap_or_else(|p| p.into_inner()).take();
+    ON.store(false, Ordering::Relaxed);
+    if let Some(old) = old {
+        flush_log(&old);
+    }
+}
+
+/// Waits until every entry queued so far is written (at most a few seconds).
+pub fn flush() {
+    let log = slot().read().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(log) = log {
+        flush_log(&log);
+    }
+}
+
+fn flush_log(log: &Log) {
+    let (done, wait) = sync_channel(1);
+    if log.tx.send(Message::Flush(done)).is_ok() {
+        let _ = wait.recv_timeout(Duration::from_secs(10));
+    }
+}
+
+/// Hands a finished call to the writer. Never blocks: with the queue full the entry is dropped
+/// and counted.
+pub fn record(entry: Entry) {
+    let log = slot().read().unwrap_or_else(|p| p.into_inner()).clone();
+    let Some(log) = log else { return };
+    match log.tx.try_send(Message::Entry(Box::new(entry))) {
+        Ok(()) => {
+            counters().queued.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+            let dropped = counters().dropped.fetch_add(1, Ordering::Relaxed);
+            // Once, then every 10,000: the count is in /metrics.
+            if dropped.is_multiple_of(10_000) {
+                tracing::warn!(dropped = dropped + 1, "the tool-call log is behind; entries are being dropped");
+            }
+        }
+    }
+}
+
+/// The writer: batches of whatever is queued, one transaction each; retention once a minute.
+fn write_loop(mut store: Store, rx: Receiver<Message>, settings: Settings) {
+    let mut last_prune: Option<Instant> = None;
+    let mut batch: Vec<store::Row> = Vec::with_capacity(256);
+    let mut waiting: Vec<SyncSender<()>> = Vec::new();
+    loop {
+        let first = match rx.recv_timeout(PRUNE_EVERY) {
+            Ok(message) => Some(message),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let mut take = |message: Message, batch: &mut Vec<store::Row>| match message {
+            Message::Entry(entry) => batch.push(store::Row::from_entry(*entry, &settings)),
+            Message::Flush(done) => waiting.push(done),
+        };
+        if let Some(first) = first {
+            take(first, &mut batch);
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(message) => take(message, &mut batch),
+                    Err(_) => break,
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let n = batch.len() as u64;
+            match store.insert(&batch) {
+                Ok(()) => {
+                    counters().written.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    counters().write_errors.fetch_add(n, Ordering::Relaxed);
+                    tracing::error!("the tool-call log could not write {n} entries: {e}");
+                }
+            }
+            batch.clear();
+        }
+        if last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+            if let Err(e) = store.prune(settings.max_age, settings.max_entries) {
+                tracing::warn!("the tool-call log's retention failed: {e}");
+            }
+            last_prune = Some(Instant::now());
+        }
+        for done in waiting.drain(..) {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// A `--since`/`since=` value: an RFC 3339 time, a date (`2026-11-27`, midnight UTC), or an
+/// age (`30s`, `10m`, `2h`, `7d`) counted back from `now`.
+pub fn parse_since(text: &str, now: SystemTime) -> Result<SystemTime, String> {
+    let text = text.trim();
+    let wrong = || {
+        format!("since {text:?} is not a time: give an age such as 30s, 10m, 2h or 7d, a date such as 2026-11-27, or an RFC 3339 time such as 2026-11-27T09:00:00Z")
+    };
+    if let Some(unit) = text.chars().last().filter(|c| c.is_ascii_alphabetic()) {
+        if let Ok(n) = text[..text.len() - 1].parse::<u64>() {
+            let secs = match unit {
+                's' => 1,
+                'm' => 60,
+                'h' => 3600,
+                'd' => 86_400,
+                'w' => 7 * 86_400,
+                _ => return Err(wrong()),
+            };
+            return now.checked_sub(Duration::from_secs(n.saturating_mul(secs))).ok_or_else(wrong);
+        }
+    }
+    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(SystemTime::from(at.with_timezone(&chrono::Utc)));
+    }
+    if let Ok(day) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        let at = day.and_hms_opt(0, 0, 0).ok_or_else(wrong)?.and_utc();
+        return Ok(SystemTime::from(at));
+    }
+    Err(wrong())
+}
+
+/// The value as the log keeps it: redacted names and config secrets out, cut to `max` bytes of
+/// JSON text. Returns the value and whether it was cut.
+pub fn kept(value: &Json, settings: &Settings) -> (Json, bool) {
+    let mut value = value.clone();
+    redact_names(&mut value, &settings.redact);
+    crate::config::redact::current().apply_json(&mut value);
+    let text = serde_json::to_string(&value).unwrap_or_default();
+    if text.len() <= settings.max_value_bytes {
+        return (value, false);
+    }
+    let mut end = settings.max_value_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (Json::String(format!("{}… [cut: {} bytes in all]", &text[..end], text.len())), true)
+}
+
+/// Replaces the value of every key named like a secret, or listed, at any depth.
+fn redact_names(value: &mut Json, listed: &[String]) {
+    match value {
+        Json::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                let lower = key.to_ascii_lowercase();
+                if crate::config::redact::is_secret_key(&lower) || listed.contains(&lower) {
+                    *v = Json::String("[redacted]".into());
+                } else {
+                    redact_names(v, listed);
+                }
+            }
+        }
+        Json::Array(items) => items.iter_mut().for_each(|v| redact_names(v, listed)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn settings(max: usize) -> Settings {
+        Settings {
+            path: "unused".into(),
+            max_age: Duration::from_secs(60),
+            max_entries: 100,
+            max_value_bytes: max,
+            redact: vec!["customer".into()],
+        }
+    }
+
+    #[test]
+    fn since_takes_ages_dates_and_times() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(parse_since("10m", now).unwrap(), now - Duration::from_secs(600));
+        assert_eq!(parse_since("2d", now).unwrap(), now - Duration::from_secs(172_800));
+        let day = parse_since("1970-01-02", now).unwrap();
+        assert_eq!(day, SystemTime::UNIX_EPOCH + Duration::from_secs(86_400));
+        let at = parse_since("1970-01-01T00:01:00Z", now).unwrap();
+        assert_eq!(at, SystemTime::UNIX_EPOCH + Duration::from_secs(60));
+        assert!(parse_since("yesterday", now).unwrap_err().contains("give an age such as 30s"));
+        assert!(parse_since("5y", now).is_err());
+    }
+
+    #[test]
+    fn secret_and_listed_names_are_redacted_at_any_depth() {
+        let value =
+            json!({"title": "t", "Customer": "acme", "nested": [{"api_key": "k", "ok": 1}], "password": {"a": 1}});
+        let (kept, cut) = kept(&value, &settings(4096));
+        assert!(!cut);
+        assert_eq!(
+            kept,
+            json!({"title": "t", "Customer": "[redacted]", "nested": [{"api_key": "[redacted]", "ok": 1}], "password": "[redacted]"})
+        );
+    }
+
+    #[test]
+    fn long_values_are_cut_on_a_char_boundary_with_their_size() {
+        let value = json!({"text": "é".repeat(100)});
+        let (kept, cut) = kept(&value, &settings(64));
+        assert!(cut);
+        let text = kept.as_str().unwrap();
+        assert!(text.ends_with("[cut: 211 bytes in all]"), "{text}");
+        assert!(text.len() < 64 + 40);
+    }
+}

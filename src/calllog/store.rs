@@ -1,0 +1,284 @@
+//! The log's SQLite file: one table of calls, written in batches, read newest first.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use serde_json::Value as Json;
+
+use super::{kept, Entry, Settings};
+use crate::types::CallRecord;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS calls (
+    seq INTEGER PRIMARY KEY,
+    id INTEGER NOT NULL,
+    parent INTEGER,
+    at_ms INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    caller TEXT,
+    via TEXT NOT NULL,
+    micros INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    message TEXT,
+    params TEXT,
+    result TEXT,
+    truncated INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS calls_at ON calls(at_ms);
+";
+
+/// An entry as it is written: redacted, cut, serialised.
+pub struct Row {
+    id: u64,
+    parent: Option<u64>,
+    at_ms: i64,
+    tool: String,
+    caller: Option<String>,
+    via: &'static str,
+    micros: u64,
+    outcome: &'static str,
+    message: Option<String>,
+    params: String,
+    result: Option<String>,
+    truncated: bool,
+}
+
+impl Row {
+    pub fn from_entry(entry: Entry, settings: &Settings) -> Row {
+        let (params, cut_params) = kept(&entry.params, settings);
+        let result = entry.result.as_ref().map(|r| kept(r, settings));
+        let cut_result = result.as_ref().is_some_and(|(_, cut)| *cut);
+        let message = entry.message.map(crate::config::redact::string);
+        Row {
+            id: entry.id,
+            parent: entry.parent,
+            at_ms: entry.at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0),
+            tool: entry.tool,
+            caller: entry.caller,
+            via: entry.via,
+            micros: entry.micros,
+            outcome: entry.outcome,
+            message,
+            params: params.to_string(),
+            result: result.map(|(r, _)| r.to_string()),
+            truncated: cut_params || cut_result,
+        }
+    }
+}
+
+/// What `ctx log` and `GET /calls` ask for.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    pub tool: Option<String>,
+    pub caller: Option<String>,
+    /// Entries that started at or after this time.
+    pub since: Option<SystemTime>,
+    pub errors_only: bool,
+    /// Entries before this `seq` (the next page).
+    pub before: Option<i64>,
+    /// Entries after this `seq`, oldest first (following).
+    pub after: Option<i64>,
+    pub limit: usize,
+}
+
+/// One connection to the log file.
+pub struct Store {
+    conn: Connection,
+}
+
+impl Store {
+    /// Opens (creating if needed) the log at `path`.
+    pub fn open(path: &Path) -> Result<Store, rusqlite::Error> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let conn = Connection::open(path)?;
+        Store::setup(conn)
+    }
+
+    /// Opens an existing log to read it: `None` when there is no file yet.
+    pub fn open_existing(path: &Path) -> Result<Option<Store>, rusqlite::Error> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+        Store::setup(conn).map(Some)
+    }
+
+    fn setup(conn: Connection) -> Result<Store, rusqlite::Error> {
+        conn.busy_timeout(Duration::from_secs(10))?;
+        // WAL with NORMAL: a committed batch survives a crash of the process (not of the OS,
+        // which is the trade every WAL database here makes).
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store { conn })
+    }
+
+    /// Writes `rows` in one transaction.
+    pub fn insert(&mut self, rows: &[Row]) -> Result<(), rusqlite::Error> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO calls (id, parent, at_ms, tool, caller, via, micros, outcome, message, params, result, truncated)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            )?;
+            for r in rows {
+                insert.execute(params![
+                    r.id as i64,
+                    r.parent.map(|p| p as i64),
+                    r.at_ms,
+                    r.tool,
+                    r.caller,
+                    r.via,
+                    r.micros as i64,
+                    r.outcome,
+                    r.message,
+                    r.params,
+                    r.result,
+                    r.truncated
+                ])?;
+            }
+        }
+        tx.commit()
+    }
+
+    /// Deletes entries older than `max_age`, then the oldest beyond `max_entries`.
+    pub fn prune(&mut self, max_age: Duration, max_entries: u64) -> Result<usize, rusqlite::Error> {
+        let cutoff = SystemTime::now()
+            .checked_sub(max_age)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let mut deleted = self.conn.execute("DELETE FROM calls WHERE at_ms < ?1", [cutoff])?;
+        let newest: Option<i64> = self.conn.query_row("SELECT MAX(seq) FROM calls", [], |r| r.get(0))?;
+        if let Some(newest) = newest {
+            let keep_from = newest - max_entries as i64;
+            deleted += self.conn.execute("DELETE FROM calls WHERE seq <= ?1", [keep_from])?;
+        }
+        Ok(deleted)
+    }
+
+    /// The entries that match `filter`: newest first, or oldest first with `after`.
+    pub fn query(&self, filter: &Filter) -> Result<Vec<CallRecord>, rusqlite::Error> {
+        let since_ms = filter.since.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_millis() as i64);
+        let order = if filter.after.is_some() { "ASC" } else { "DESC" };
+        let sql = format!(
+            "SELECT seq, id, parent, at_ms, tool, caller, via, micros, outcome, message, params, result, truncated
+             FROM calls
+             WHERE (?1 IS NULL OR tool = ?1) AND (?2 IS NULL OR caller = ?2) AND (?3 IS NULL OR at_ms >= ?3)
+               AND (?4 = 0 OR outcome != 'ok') AND (?5 IS NULL OR seq < ?5) AND (?6 IS NULL OR seq > ?6)
+             ORDER BY seq {order} LIMIT ?7"
+        );
+        let mut statement = self.conn.prepare_cached(&sql)?;
+        let rows = statement.query_map(
+            params![
+                filter.tool,
+                filter.caller,
+                since_ms,
+                filter.errors_only,
+                filter.before,
+                filter.after,
+                filter.limit as i64
+            ],
+            record,
+        )?;
+        rows.collect()
+    }
+
+    /// How many entries the log holds.
+    pub fn count(&self) -> Result<u64, rusqlite::Error> {
+        self.conn.query_row("SELECT COUNT(*) FROM calls", [], |r| r.get::<_, i64>(0)).map(|n| n as u64)
+    }
+
+    /// The newest entry's `seq`, if any.
+    pub fn newest(&self) -> Result<Option<i64>, rusqlite::Error> {
+        self.conn.query_row("SELECT MAX(seq) FROM calls", [], |r| r.get(0)).optional().map(Option::flatten)
+    }
+}
+
+fn record(row: &rusqlite::Row<'_>) -> Result<CallRecord, rusqlite::Error> {
+    let json = |text: Option<String>| text.map(|t| serde_json::from_str(&t).unwrap_or(Json::String(t)));
+    let at_ms: i64 = row.get(3)?;
+    let at = chrono::DateTime::from_timestamp_millis(at_ms).unwrap_or_default();
+    Ok(CallRecord {
+        seq: row.get(0)?,
+        id: row.get(1)?,
+        parent: row.get(2)?,
+        at,
+        tool: row.get(4)?,
+        caller: row.get(5)?,
+        via: row.get(6)?,
+        ms: row.get::<_, i64>(7)? as f64 / 1000.0,
+        outcome: row.get(8)?,
+        message: row.get(9)?,
+        params: json(row.get(10)?),
+        result: json(row.get(11)?),
+        truncated: row.get(12)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entry(id: u64, tool: &str, outcome: &'static str, at: SystemTime) -> Entry {
+        Entry {
+            id,
+            parent: None,
+            at,
+            tool: tool.into(),
+            caller: Some("ci".into()),
+            via: "rest",
+            micros: 1500,
+            outcome,
+            message: None,
+            params: json!({"q": id}),
+            result: Some(json!({"ok": true})),
+        }
+    }
+
+    #[test]
+    fn written_rows_read_back_newest_first_with_filters_and_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("calls.sqlite")).unwrap();
+        let settings = Settings {
+            path: dir.path().join("calls.sqlite"),
+            max_age: Duration::from_secs(3600),
+            max_entries: 3,
+            max_value_bytes: 4096,
+            redact: Vec::new(),
+        };
+        let now = SystemTime::now();
+        let old = now - Duration::from_secs(7200);
+        let rows: Vec<Row> = [
+            entry(1, "search", "ok", old),
+            entry(2, "search", "ok", now),
+            entry(3, "echo", "bad_request", now),
+            entry(4, "echo", "ok", now),
+            entry(5, "search", "ok", now),
+        ]
+        .into_iter()
+        .map(|e| Row::from_entry(e, &settings))
+        .collect();
+        store.insert(&rows).unwrap();
+        let all = store.query(&Filter { limit: 10, ..Default::default() }).unwrap();
+        assert_eq!(all.iter().map(|r| r.id).collect::<Vec<_>>(), [5, 4, 3, 2, 1]);
+        assert_eq!(all[0].params, Some(json!({"q": 5})));
+        assert_eq!(all[0].ms, 1.5);
+        let errors = store.query(&Filter { errors_only: true, limit: 10, ..Default::default() }).unwrap();
+        assert_eq!(errors.iter().map(|r| r.id).collect::<Vec<_>>(), [3]);
+        let echo = store.query(&Filter { tool: Some("echo".into()), limit: 10, ..Default::default() }).unwrap();
+        assert_eq!(echo.len(), 2);
+        let recent =
+            store.query(&Filter { since: Some(now - Duration::from_secs(60)), limit: 10, ..Default::default() });
+        assert_eq!(recent.unwrap().len(), 4);
+        let followed = store.query(&Filter { after: Some(3), limit: 10, ..Default::default() }).unwrap();
+        assert_eq!(followed.iter().map(|r| r.id).collect::<Vec<_>>(), [4, 5]);
+        // The one older than an hour goes by age, then the oldest beyond three by count.
+        assert_eq!(store.prune(Duration::from_secs(3600), 3).unwrap(), 2);
+        let left = store.query(&Filter { limit: 10, ..Default::default() }).unwrap();
+        assert_eq!(left.iter().map(|r| r.id).collect::<Vec<_>>(), [5, 4, 3]);
+    }
+}

@@ -1,0 +1,288 @@
+//! Rate limits per tool and per caller: `rate = "10/min"` with a `burst`, as token buckets.
+//!
+//! A rule names tools (one Lua tool's own `rate`, or `[[server.rate_limits]]` globs over any
+//! tool: built-ins, upstream tools, scripted tools). Each (rule, tool, caller) has its own
+//! bucket: the caller is the scoped token's name, and every unscoped call shares one bucket.
+//! Inner calls (`context.call`, code mode) count against their caller like any other call.
+//!
+//! The buckets live for the process, not for one registry snapshot, so a hot reload does not
+//! hand every caller a fresh burst. A rule that changes gets new buckets (its text is part of
+//! the key).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde_json::Value as Json;
+
+/// `N/sec`, `N/min`, `N/hour` or `N/day`, with a burst of `burst` calls (default N).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rate {
+    /// The text as configured: part of each bucket's key.
+    pub text: String,
+    /// Calls added back per second.
+    per_second: f64,
+    /// Calls that may be made at once after a pause.
+    burst: f64,
+}
+
+impl Rate {
+    /// Parses `"10/min"` (also `10/s`, `10/second`, `5/h`, `100/day`); `burst` defaults to N.
+    pub fn parse(text: &str, burst: Option<u64>) -> Result<Rate, String> {
+        let wrong = || {
+            format!("rate {text:?} is not a rate: write calls per period, for example \"10/min\", \"2/sec\", \"500/hour\" or \"1000/day\"")
+        };
+        let (count, period) = text.split_once('/').ok_or_else(wrong)?;
+        let count: u64 = count.trim().parse().map_err(|_| wrong())?;
+        let seconds = match period.trim() {
+            "s" | "sec" | "second" => 1.0,
+            "m" | "min" | "minute" => 60.0,
+            "h" | "hour" => 3600.0,
+            "d" | "day" => 86_400.0,
+            _ => return Err(wrong()),
+        };
+        if count == 0 {
+            return Err(format!("rate {text:?} allows no call at all; remove the tool instead, or give at least 1"));
+        }
+        let burst = burst.unwrap_or(count);
+        if burst == 0 {
+            return Err(format!("burst 0 with rate {text:?} would refuse every call; use at least 1"));
+        }
+        Ok(Rate { text: text.trim().to_string(), per_second: count as f64 / seconds, burst: burst as f64 })
+    }
+}
+
+/// Which tools one rule covers.
+enum Covers {
+    /// A Lua tool's own `rate`: that tool only.
+    Tool(String),
+    /// `[[server.rate_limits]]` globs.
+    Globs(GlobSet),
+}
+
+/// One rule: its key (a bucket's first part), the tools it covers and its rate.
+struct Rule {
+    key: String,
+    covers: Covers,
+    rate: Rate,
+}
+
+/// Every rate rule of one config. Built once per registry snapshot; the buckets outlive it.
+#[derive(Default)]
+pub struct Rules {
+    rules: Vec<Rule>,
+}
+
+/// A call refused by a rule: the rule's rate and how long until the call may run.
+#[derive(Debug)]
+pub struct Refused {
+    pub rate: String,
+    pub retry_after: Duration,
+}
+
+impl Rules {
+    /// The rules of `config`: `[[server.rate_limits]]` in order, then each Lua tool's own
+    /// `rate` (`tools` gives a loaded tool's name for its section). The config layer has
+    /// already checked every rate, so one that fails here is skipped with a log line.
+    pub fn from_config(config: &crate::config::Config, tool_of_section: &dyn Fn(&str) -> Option<String>) -> Rules {
+        let mut rules = Vec::new();
+        for (i, limit) in config.spec.server.rate_limits.iter().enumerate() {
+            let burst = limit.burst;
+            let rate = match Rate::parse(limit.rate.as_str(), burst) {
+                Ok(rate) => rate,
+                Err(e) => {
+                    tracing::warn!("server.rate_limits[{i}]: {e}");
+                    continue;
+                }
+            };
+            let mut builder = GlobSetBuilder::new();
+            for glob in &limit.tools {
+                if let Ok(glob) = Glob::new(glob) {
+                    builder.add(glob);
+                }
+            }
+            let Ok(globs) = builder.build() else { continue };
+            let key = format!("server.rate_limits[{i}] {}/{:?}", rate.text, burst);
+            rules.push(Rule { key, covers: Covers::Globs(globs), rate });
+        }
+        for (section, spec) in &config.spec.tools.script {
+            let Some(text) = spec.rate.as_ref() else { continue };
+            let Some(tool) = tool_of_section(section.as_str()) else { continue };
+            let burst = spec.burst;
+            match Rate::parse(text.as_str(), burst) {
+                Ok(rate) => {
+                    let key = format!("tools.script.{} {}/{:?}", section.as_str(), rate.text, burst);
+                    rules.push(Rule { key, covers: Covers::Tool(tool), rate });
+                }
+                Err(e) => tracing::warn!("tools.script.{}.rate: {e}", section.as_str()),
+            }
+        }
+        Rules { rules }
+    }
+
+    /// Whether no rule exists (the common case costs one branch per call).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Takes one call of `tool` by `caller` from every rule that covers it, or none when any
+    /// of them refuses: the longest wait among those that refuse.
+    pub fn take(&self, tool: &str, caller: &str) -> Result<(), Refused> {
+        let covering: Vec<&Rule> = self
+            .rules
+            .iter()
+            .filter(|r| match &r.covers {
+                Covers::Tool(name) => name == tool,
+                Covers::Globs(globs) => globs.is_match(tool),
+            })
+            .collect();
+        if covering.is_empty() {
+            return Ok(());
+        }
+        take_all(&covering, tool, caller, Instant::now())
+    }
+}
+
+/// The bucket a rule keeps for one tool and one caller.
+type Key = (String, String, String);
+
+/// Takes one call from each rule's bucket, all or none.
+fn take_all(rules: &[&Rule], tool: &str, caller: &str, now: Instant) -> Result<(), Refused> {
+    let mut all = buckets().lock().unwrap_or_else(|p| p.into_inner());
+    if all.len() >= MAX_BUCKETS {
+        // A full bucket is the same as an absent one.
+        all.retain(|_, b| b.tokens < b.burst);
+    }
+    let mut refused: Option<Refused> = None;
+    for rule in rules {
+        let key: Key = (rule.key.clone(), tool.to_string(), caller.to_string());
+        let bucket = all.entry(key).or_insert(Bucket { tokens: rule.rate.burst, burst: rule.rate.burst, at: now });
+        let refill = now.saturating_duration_since(bucket.at).as_secs_f64() * rule.rate.per_second;
+        bucket.tokens = (bucket.tokens + refill).min(rule.rate.burst);
+        bucket.at = now;
+        if bucket.tokens < 1.0 {
+            let wait = Duration::from_secs_f64((1.0 - bucket.tokens) / rule.rate.per_second);
+            if refused.as_ref().is_none_or(|r| r.retry_after < wait) {
+                refused = Some(Refused { rate: rule.rate.text.clone(), retry_after: wait });
+            }
+        }
+    }
+    if let Some(refused) = refused {
+        return Err(refused);
+    }
+    for rule in rules {
+        let key: Key = (rule.key.clone(), tool.to_string(), caller.to_string());
+        if let Some(bucket) = all.get_mut(&key) {
+            bucket.tokens -= 1.0;
+        }
+    }
+    Ok(())
+}
+
+/// The problems of the rates in a config's JSON form, each with its key path: what
+/// `Config::from_text` reports with the key's line.
+pub fn config_problems(value: &Json) -> Vec<(Vec<String>, String)> {
+    let mut problems = Vec::new();
+    let limits = value.pointer("/server/rate_limits").and_then(Json::as_array);
+    for (i, limit) in limits.into_iter().flatten().enumerate() {
+        let at = |key: &str| vec!["server".to_string(), "rate_limits".to_string(), i.to_string(), key.to_string()];
+        let burst = limit.get("burst").and_then(Json::as_u64);
+        if let Some(Err(e)) = limit.get("rate").and_then(Json::as_str).map(|r| Rate::parse(r, burst)) {
+            problems.push((at("rate"), e));
+        }
+        for (j, glob) in limit.get("tools").and_then(Json::as_array).into_iter().flatten().enumerate() {
+            if let Some(Err(e)) = glob.as_str().map(Glob::new) {
+                let mut path = at("tools");
+                path.push(j.to_string());
+                problems.push((path, format!("{glob} is not a valid glob: {e}")));
+            }
+        }
+    }
+    for (table, tools_only) in [("tools", false), ("connectors", true), ("agents", true)] {
+        let sections = value.get(table).and_then(|t| t.get("script")).and_then(Json::as_object);
+        for (name, section) in sections.into_iter().flatten() {
+            for key in ["rate", "burst"] {
+                let Some(given) = section.get(key) else { continue };
+                let at = vec![table.to_string(), "script".to_string(), name.clone(), key.to_string()];
+                if tools_only {
+                    problems.push((at, format!("{key} applies to tools only ([tools.script.*]); remove it here")));
+                } else if key == "rate" {
+                    let burst = section.get("burst").and_then(Json::as_u64);
+                    if let Some(Err(e)) = given.as_str().map(|r| Rate::parse(r, burst)) {
+                        problems.push((at, e));
+                    }
+                } else if section.get("rate").is_none() {
+                    problems.push((at, "burst needs a rate beside it, for example rate = \"10/min\"".to_string()));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// One bucket: how many calls it holds now, as of when.
+struct Bucket {
+    tokens: f64,
+    burst: f64,
+    at: Instant,
+}
+
+/// Buckets kept at most; past this, full buckets (the same as absent ones) are dropped.
+const MAX_BUCKETS: usize = 100_000;
+
+fn buckets() -> &'static Mutex<HashMap<Key, Bucket>> {
+    static BUCKETS: OnceLock<Mutex<HashMap<Key, Bucket>>> = OnceLock::new();
+    BUCKETS.get_or_init(Default::default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_with_their_errors() {
+        assert_eq!(Rate::parse("10/min", None).unwrap().per_second, 10.0 / 60.0);
+        assert_eq!(Rate::parse("2/s", Some(5)).unwrap().burst, 5.0);
+        assert!(Rate::parse("10 per minute", None).unwrap_err().contains("for example \"10/min\""));
+        assert!(Rate::parse("0/min", None).unwrap_err().contains("allows no call"));
+        assert!(Rate::parse("3/week", None).is_err());
+        assert!(Rate::parse("3/min", Some(0)).unwrap_err().contains("burst 0"));
+    }
+
+    fn rule(key: &str, text: &str, burst: Option<u64>) -> Rule {
+        Rule { key: key.into(), covers: Covers::Tool("t".into()), rate: Rate::parse(text, burst).unwrap() }
+    }
+
+    #[test]
+    fn a_bucket_allows_its_burst_then_refills_at_the_rate() {
+        let r = rule("burst-test", "60/min", Some(2));
+        let t0 = Instant::now();
+        assert!(take_all(&[&r], "t", "a", t0).is_ok());
+        assert!(take_all(&[&r], "t", "a", t0).is_ok());
+        let wait = take_all(&[&r], "t", "a", t0).unwrap_err().retry_after;
+        assert!((wait.as_secs_f64() - 1.0).abs() < 0.01, "{wait:?}");
+        // Another caller has its own bucket.
+        assert!(take_all(&[&r], "t", "b", t0).is_ok());
+        // One second later, one call is back.
+        assert!(take_all(&[&r], "t", "a", t0 + Duration::from_millis(1000)).is_ok());
+        assert!(take_all(&[&r], "t", "a", t0 + Duration::from_millis(1000)).is_err());
+    }
+
+    #[test]
+    fn a_refusing_rule_takes_nothing_from_the_others() {
+        let wide = rule("all-or-none-wide", "100/min", None);
+        let narrow = rule("all-or-none-narrow", "1/hour", None);
+        let t0 = Instant::now();
+        assert!(take_all(&[&wide, &narrow], "t", "a", t0).is_ok());
+        for _ in 0..5 {
+            let refused = take_all(&[&wide, &narrow], "t", "a", t0).unwrap_err();
+            assert_eq!(refused.rate, "1/hour");
+        }
+        // Only the first call came out of the wide rule's 100.
+        for _ in 0..99 {
+            assert!(take_all(&[&wide], "t", "a", t0).is_ok());
+        }
+        assert!(take_all(&[&wide], "t", "a", t0).is_err());
+    }
+}
