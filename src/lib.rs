@@ -11,10 +11,12 @@
 //! - [`kb`]: the SQLite store, chunking, sync and search.
 //! - [`metrics`]: counters and histograms of calls, served as Prometheus text.
 //! - [`lua`]: the sandbox (the only place a Lua state is created) and its host APIs.
+//! - [`approval`]: which tool calls wait for a person, and the check before they run.
 //! - [`calllog`]: the tool-call log, written in the background beside the knowledge base.
 //! - [`cli`]: the `ctx` command line.
 
 pub mod agents;
+pub mod approval;
 pub mod calllog;
 pub mod cli;
 pub mod code;

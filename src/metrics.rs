@@ -12,7 +12,7 @@ const BUCKETS: [f64; 15] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 
 /// Outcomes a call can have: `ok`, `tool_error` (the tool reported a failure in its result),
 /// and each error code.
-const OUTCOMES: [&str; 18] = [
+const OUTCOMES: [&str; 20] = [
     "ok",
     "tool_error",
     "bad_request",
@@ -31,6 +31,8 @@ const OUTCOMES: [&str; 18] = [
     "load_failed",
     "internal",
     "approval_required",
+    "approval_refused",
+    "conflict",
 ];
 
 /// Tool names tracked at most: the registry bounds them, this bounds a config with a great
@@ -74,7 +76,9 @@ pub fn call(tool: &str, known: bool, outcome: &str, micros: u64) {
         let key = if map.len() >= MAX_TOOLS && !map.contains_key(tool) { "(other)" } else { tool };
         Arc::clone(map.entry(key.to_string()).or_insert_with(|| Arc::new(ToolStats::new())))
     });
-    let index = OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(OUTCOMES.len() - 2);
+    // An outcome this list lacks would be a bug: counted as internal rather than lost.
+    let index = OUTCOMES.iter().position(|o| *o == outcome).or_else(|| OUTCOMES.iter().position(|o| *o == "internal"));
+    let Some(index) = index else { return };
     stats.outcomes[index].fetch_add(1, Ordering::Relaxed);
     let seconds = micros as f64 / 1e6;
     if let Some(bucket) = BUCKETS.iter().position(|b| seconds <= *b) {

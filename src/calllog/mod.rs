@@ -295,7 +295,8 @@ fn redact_names(value: &mut Json, listed: &[String]) {
         Json::Object(map) => {
             for (key, v) in map.iter_mut() {
                 let lower = key.to_ascii_lowercase();
-                if crate::config::redact::is_secret_key(&lower) || listed.contains(&lower) {
+                let approval = lower == crate::approval::PARAM;
+                if approval || crate::config::redact::is_secret_key(&lower) || listed.contains(&lower) {
                     *v = Json::String("[redacted]".into());
                 } else {
                     redact_names(v, listed);

@@ -4,6 +4,7 @@
 //! Lua or HTTP.
 
 mod agent_cmd;
+mod approvals_cmd;
 mod code_cmd;
 mod connector_cmd;
 mod embed_cmd;
@@ -78,6 +79,9 @@ pub enum Command {
     /// List and try the upstream MCP servers ctx connects to ([mcp.servers.*], mcp.import).
     #[command(subcommand)]
     Mcp(mcp_cmd::McpCommand),
+    /// List the tool calls waiting for a person's approval, and approve or deny them.
+    #[command(subcommand)]
+    Approvals(approvals_cmd::ApprovalsCommand),
     /// Read the tool-call log: filter by tool, caller, time and errors, or follow it (-f).
     Log(log_cmd::LogArgs),
     /// Run a code-mode Lua script (what an agent sends to `execute`), with its trace.
@@ -183,6 +187,7 @@ fn run(command: Command, globals: &Globals) -> Result<(), CliError> {
         Command::Mcp(cmd) => mcp_cmd::run(cmd, globals),
         Command::Run(args) => code_cmd::run(args, globals),
         Command::Log(args) => log_cmd::run(args, globals),
+        Command::Approvals(cmd) => approvals_cmd::run(cmd, globals),
         Command::Catalog(args) => code_cmd::catalog(args, globals),
         Command::Serve(args) => serve_cmd::run(args, globals),
         Command::Completions { shell } => {

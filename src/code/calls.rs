@@ -221,7 +221,13 @@ impl Calls {
             // Queued time is not the call's: its own timeout starts inside `call_async`.
             let _permit = gate.acquire_owned().await;
             let started = Instant::now();
-            let result = registry.call_async(name, params, options).await;
+            let result = Arc::clone(&registry).call_async(name, params, options.clone()).await;
+            let result = match result {
+                Err(CallError::ApprovalRequired(pending)) if registry.approvals().wait_in_scripts => {
+                    wait_for_approval(&registry, *pending, options).await
+                }
+                other => other,
+            };
             held.fetch_sub(on_task.args_bytes, Ordering::Relaxed);
             conclude(&on_task, result, started.elapsed());
         });
@@ -457,4 +463,37 @@ fn reserve(held: &AtomicUsize, bytes: usize, cap: usize) -> bool {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How often a script's call that waits for approval looks at its decision.
+const APPROVAL_POLL: Duration = Duration::from_millis(250);
+
+/// `[approval] in_scripts = "wait"`: waits until a person decides `pending`, then runs the call
+/// once on "approve". The script's deadline still holds: when it passes, the run aborts this
+/// task, and the approval stays pending for whoever asks again.
+async fn wait_for_approval(
+    registry: &Arc<Registry>,
+    pending: crate::approval::Pending,
+    mut options: CallOptions,
+) -> Result<Output, CallError> {
+    let policy = Arc::clone(registry.approvals());
+    loop {
+        tokio::time::sleep(APPROVAL_POLL).await;
+        if options.cancel.is_cancelled() {
+            return Err(CallError::cancelled(&pending.approval.tool));
+        }
+        let (store, id) = (Arc::clone(&policy), pending.approval.id.clone());
+        let state = tokio::task::spawn_blocking(move || store.store.by_id(&id)).await;
+        let state = match state {
+            Ok(Ok(Some(row))) => row.state,
+            _ => return Err(CallError::ApprovalRequired(Box::new(pending))),
+        };
+        if state != "pending" {
+            break;
+        }
+    }
+    // Approved or not, the token decides: it runs an approved call once and says why not
+    // otherwise.
+    options.approval = Some(pending.token.clone());
+    Arc::clone(registry).call_async(pending.approval.tool.clone(), pending.approval.params.clone(), options).await
 }

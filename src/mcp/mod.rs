@@ -4,6 +4,7 @@
 //! from [`ToolSpec`], results from [`Output::mcp`] and [`CallError::mcp`], and every call goes
 //! through [`Tools::call`], which validates, runs and maps errors once for REST and MCP alike.
 
+mod approve;
 pub mod batch;
 mod convert;
 pub mod direct;
@@ -171,8 +172,13 @@ impl Mcp {
         // Without a token the sink is dropped here, and the queue ends at once.
         let progress = token.is_some().then_some(sink);
         let principal = principal(&cx);
-        let options =
-            CallOptions { cancel: CancelHandle::new(), progress, caller: "mcp", principal, ..Default::default() };
+        let options = CallOptions {
+            cancel: CancelHandle::new(),
+            progress,
+            caller: "mcp",
+            principal: principal.clone(),
+            ..Default::default()
+        };
         // Dropping the call future cancels the script (Tools::call), so leaving the loop on
         // `notifications/cancelled` or a closed transport stops it.
         let call = self.inner.tools.call(name.clone(), params, options);
@@ -213,10 +219,59 @@ impl Mcp {
                 progress::QUEUE_LEN
             );
         }
+        let result = match result {
+            Err(CallError::ApprovalRequired(pending)) if approve::can_ask(&cx) => {
+                self.approve_and_run(&cx, &pending, principal).await
+            }
+            other => other,
+        };
         match result {
             Ok(output) => Ok(convert::output(&output)?.into()),
             Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
             Err(e) => Ok(convert::result(&e.mcp())?.into()),
+        }
+    }
+
+    /// Asks the client's user to approve a call that needs it; runs it, once, on "approve".
+    /// The decision is recorded like one made with `ctx approvals`, so the log and
+    /// `/approvals` show who decided.
+    async fn approve_and_run(
+        &self,
+        cx: &RequestContext<RoleServer>,
+        pending: &crate::approval::Pending,
+        principal: Option<Arc<crate::tools::Principal>>,
+    ) -> Result<crate::tools::Output, CallError> {
+        let answer = approve::ask(cx, pending).await;
+        let approved = match answer {
+            approve::Answer::NotAsked => return Err(CallError::ApprovalRequired(Box::new(pending.clone()))),
+            approve::Answer::Approved => true,
+            approve::Answer::Declined => false,
+        };
+        let policy = std::sync::Arc::clone(self.inner.tools.current().approvals());
+        let id = pending.approval.id.clone();
+        let reason = (!approved).then(|| "declined when asked".to_string());
+        let decided = tokio::task::spawn_blocking(move || {
+            policy.store.decide(&id, approved, "mcp elicitation", reason.as_deref())
+        })
+        .await;
+        if !matches!(decided, Ok(Ok(Ok(_)))) {
+            // Decided elsewhere meanwhile, or the store failed: the token says what holds.
+            tracing::info!("approval {}: the answer over MCP was not recorded", pending.approval.id);
+        }
+        if !approved {
+            return Err(approve::declined(pending));
+        }
+        let options = CallOptions {
+            cancel: CancelHandle::new(),
+            caller: "mcp",
+            principal,
+            approval: Some(pending.token.clone()),
+            ..Default::default()
+        };
+        let call = self.inner.tools.call(pending.approval.tool.clone(), pending.approval.params.clone(), options);
+        tokio::select! {
+            result = call => result,
+            _ = cx.ct.cancelled() => Err(CallError::cancelled(&pending.approval.tool)),
         }
     }
 }

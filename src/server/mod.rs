@@ -24,6 +24,7 @@ use utoipa_axum::routes;
 
 pub use guard::{Caller, NamedToken, Security};
 pub use listen::{ConnectionLimits, Connections};
+pub use ops::decide_in as decide_approval;
 use respond::ApiError;
 
 use tokio_util::sync::CancellationToken;
@@ -117,6 +118,9 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(rest::agent_prompt))
         .routes(routes!(ops::calls))
         .routes(routes!(ops::metrics))
+        .routes(routes!(ops::approvals))
+        .routes(routes!(ops::approve))
+        .routes(routes!(ops::deny))
         .routes(routes!(docs::openapi_json))
 }
 

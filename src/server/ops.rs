@@ -141,20 +141,21 @@ pub async fn metrics(State(app): State<Arc<App>>, caller: Option<Extension<guard
         )
         .into_response();
     }
-    let kb = registry.kb().clone();
-    let sources = tokio::task::spawn_blocking(move || kb.store().sources()).await;
-    let sources = match sources {
-        Ok(Ok(rows)) => rows,
-        Ok(Err(e)) => {
-            tracing::warn!("metrics: the sources could not be read: {e}");
-            Vec::new()
-        }
-        Err(_) => Vec::new(),
-    };
+    let (kb, policy) = (registry.kb().clone(), Arc::clone(registry.approvals()));
+    let read = tokio::task::spawn_blocking(move || (kb.store().sources(), policy.store.pending())).await;
+    let (sources, pending) = read.unwrap_or_else(|_| (Ok(Vec::new()), Ok(0)));
+    let sources = sources.unwrap_or_else(|e| {
+        tracing::warn!("metrics: the sources could not be read: {e}");
+        Vec::new()
+    });
+    let approvals_pending = pending.unwrap_or_else(|e| {
+        tracing::warn!("metrics: the approvals could not be read: {e}");
+        0
+    });
     let scraped = crate::metrics::Scraped {
         upstreams: app.tools.upstreams().map(|u| u.status()).unwrap_or_default(),
         sources,
-        approvals_pending: 0,
+        approvals_pending,
         connections: app.connections.count() as u64,
         mcp_sessions: app.sessions.count().await as u64,
     };
@@ -163,4 +164,142 @@ pub async fn metrics(State(app): State<Arc<App>>, caller: Option<Extension<guard
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     response
+}
+
+/// Whether the request may decide approvals: not with a scoped token, which would let a
+/// client approve its own calls.
+fn admin(caller: &Option<Extension<guard::Caller>>) -> Result<(), ApiError> {
+    if caller.as_ref().is_some_and(|Extension(guard::Caller(p))| p.is_some()) {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "approvals are decided by people, not by the clients whose calls wait: use server.auth_token or ctx approvals",
+        ));
+    }
+    Ok(())
+}
+
+/// Calls waiting for a person (and approved ones not yet run), newest first; `?all=true`
+/// adds the decided, used and expired ones.
+#[utoipa::path(get, path = "/approvals", operation_id = "listApprovals", tag = "operations",
+    params(("all" = Option<bool>, Query, description = "Also decided, used and expired approvals.")),
+    responses((status = 200, description = "The approvals.", body = super::openapi::schemas::ApprovalsList),
+        (status = 403, description = "A scoped token: approvals are for server.auth_token.", body = super::openapi::schemas::Error),
+        GuardErrors))]
+pub async fn approvals(
+    State(app): State<Arc<App>>,
+    caller: Option<Extension<guard::Caller>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    if let Err(refused) = admin(&caller) {
+        return refused.into_response();
+    }
+    let all = query.get("all").is_some_and(|v| v == "true" || v.is_empty());
+    let policy = Arc::clone(app.tools.current().approvals());
+    let listed = tokio::task::spawn_blocking(move || policy.store.list(all, 1000)).await;
+    match listed {
+        Ok(Ok(rows)) => {
+            let body = crate::types::ApprovalsList { approvals: rows.iter().map(|r| r.approval()).collect() };
+            ok(&serde_json::to_value(body).unwrap_or_default())
+        }
+        Ok(Err(e)) => store_failed(&e),
+        Err(_) => store_failed("the task failed"),
+    }
+}
+
+fn store_failed(e: &str) -> Response {
+    tracing::error!("approvals: {e}");
+    ApiError::new(ErrorCode::Internal, "the approvals store could not be read; the server log has the details")
+        .into_response()
+}
+
+/// Approve a pending call: its caller may then send it again with its token, and it runs once.
+#[utoipa::path(post, path = "/approvals/{id}/approve", operation_id = "approve", tag = "operations",
+    params(("id" = String, Path, description = "The approval's id (ap-...).")),
+    responses((status = 200, description = "Approved.", body = super::openapi::schemas::Approval),
+        (status = 403, description = "A scoped token: approvals are for server.auth_token.", body = super::openapi::schemas::Error),
+        (status = 404, description = "No approval with that id.", body = super::openapi::schemas::Error),
+        (status = 409, description = "It is not pending (already decided, used or expired).", body = super::openapi::schemas::Error),
+        GuardErrors))]
+pub async fn approve(
+    State(app): State<Arc<App>>,
+    caller: Option<Extension<guard::Caller>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    decide(&app, &caller, id, true, None).await
+}
+
+/// Deny a pending call: it will not run. The body may give a reason: `{"reason": "..."}`.
+#[utoipa::path(post, path = "/approvals/{id}/deny", operation_id = "deny", tag = "operations",
+    params(("id" = String, Path, description = "The approval's id (ap-...).")),
+    responses((status = 200, description = "Denied.", body = super::openapi::schemas::Approval),
+        (status = 403, description = "A scoped token: approvals are for server.auth_token.", body = super::openapi::schemas::Error),
+        (status = 404, description = "No approval with that id.", body = super::openapi::schemas::Error),
+        (status = 409, description = "It is not pending (already decided, used or expired).", body = super::openapi::schemas::Error),
+        GuardErrors))]
+pub async fn deny(
+    State(app): State<Arc<App>>,
+    caller: Option<Extension<guard::Caller>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: axum::http::HeaderMap,
+    request: axum::extract::Request,
+) -> Response {
+    let body = match super::respond::json_body(&headers, request.into_body(), app.max_body_bytes).await {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
+    };
+    let reason = match body.get("reason") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(r)) => Some(r.chars().take(1000).collect::<String>()),
+        Some(_) => return ApiError::new(ErrorCode::BadRequest, "reason must be a string").into_response(),
+    };
+    decide(&app, &caller, id, false, reason).await
+}
+
+async fn decide(
+    app: &App,
+    caller: &Option<Extension<guard::Caller>>,
+    id: String,
+    approve: bool,
+    reason: Option<String>,
+) -> Response {
+    if let Err(refused) = admin(caller) {
+        return refused.into_response();
+    }
+    let policy = Arc::clone(app.tools.current().approvals());
+    let decided =
+        tokio::task::spawn_blocking(move || decide_in(&policy.store, &id, approve, "rest", reason.as_deref())).await;
+    match decided {
+        Ok(Ok(approval)) => ok(&serde_json::to_value(approval).unwrap_or_default()),
+        Ok(Err(e)) => e.into_response(),
+        Err(_) => store_failed("the task failed"),
+    }
+}
+
+/// Approves or denies `id` in `store`: the decided approval, or why not (the one wording of
+/// REST and the CLI).
+pub fn decide_in(
+    store: &crate::approval::Store,
+    id: &str,
+    approve: bool,
+    by: &str,
+    reason: Option<&str>,
+) -> Result<crate::types::Approval, ApiError> {
+    match store.decide(id, approve, by, reason) {
+        Ok(Ok(row)) => Ok(row.approval()),
+        Ok(Err(None)) => Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("no approval {id:?}; ctx approvals list (or GET /approvals) shows the pending ones"),
+        )),
+        Ok(Err(Some(state))) => Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!("approval {id} is {state}, not pending; only a pending call can be approved or denied"),
+        )),
+        Err(e) => {
+            tracing::error!("approvals: {e}");
+            Err(ApiError::new(
+                ErrorCode::Internal,
+                "the approvals store could not be written; the server log has the details",
+            ))
+        }
+    }
 }

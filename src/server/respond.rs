@@ -34,6 +34,11 @@ impl IntoResponse for ApiError {
 
 /// A tool call's failure as a response.
 pub fn call_error(err: &CallError) -> Response {
+    // Not run, waiting for a person: 202 with what would run, the id and the token.
+    if let CallError::ApprovalRequired(pending) = err {
+        let body = serde_json::to_value(pending.body()).unwrap_or_default();
+        return json_response(StatusCode::ACCEPTED, &body);
+    }
     let mut response = json_response(status(err.code()), &err.envelope());
     if let Some(wait) = err.retry_after() {
         let secs = crate::tools::retry_secs(wait).to_string();

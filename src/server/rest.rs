@@ -159,7 +159,7 @@ pub async fn get_document(
 #[utoipa::path(get, path = "/tools/sources", operation_id = "listSources", tag = "tools",
     responses((status = 200, description = "The sources.", body = SourcesResponse), CallErrors))]
 pub async fn sources(State(app): State<Arc<App>>, caller: Option<Extension<guard::Caller>>) -> Response {
-    respond(&app, principal(&caller), "sources", json!({})).await
+    respond(&app, principal(&caller), "sources", json!({}), None).await
 }
 
 /// Sources with health, counts and last sync (the tool-call form; it takes no parameters).
@@ -203,16 +203,26 @@ async fn call_with_body(
     headers: &HeaderMap,
     request: Request,
 ) -> Response {
+    let approval = headers.get(APPROVAL_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
     match json_body(headers, request.into_body(), app.max_body_bytes).await {
-        Ok(params) => respond(app, principal, name, params).await,
+        Ok(params) => respond(app, principal, name, params, approval).await,
         Err(e) => e.into_response(),
     }
 }
 
+/// The header that carries an approved call's token.
+const APPROVAL_HEADER: &str = "ctx-approval";
+
 /// Calls the tool; built-ins answer with their own body, Lua tools with `{"result": ...}`.
-async fn respond(app: &App, principal: Option<Arc<crate::tools::Principal>>, name: &str, params: Json) -> Response {
+async fn respond(
+    app: &App,
+    principal: Option<Arc<crate::tools::Principal>>,
+    name: &str,
+    params: Json,
+    approval: Option<String>,
+) -> Response {
     let builtin = crate::tools::BUILTINS.contains(&name);
-    let options = CallOptions { caller: "rest", principal, ..Default::default() };
+    let options = CallOptions { caller: "rest", principal, approval, ..Default::default() };
     match app.tools.call(name.to_string(), params, options).await {
         Ok(Output::Value(value)) if builtin => ok(&value),
         Ok(output) => ok(&output.rest_body()),

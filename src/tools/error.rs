@@ -52,6 +52,13 @@ pub enum CallError {
     /// The caller made more calls of the tool than a rate limit allows.
     #[error("tool '{tool}' is over its rate limit of {rate} per caller; retry in {}", retry_in(retry_after))]
     RateLimited { tool: String, rate: String, retry_after: Duration },
+    /// The call needs a person's approval: nothing ran, and a pending approval records it.
+    #[error("{}", .0.message())]
+    ApprovalRequired(Box<crate::approval::Pending>),
+    /// The call needed approval and its token does not allow it (denied, used, expired, or
+    /// bound to another call or caller): nothing ran.
+    #[error("{}", redact::text(.0))]
+    ApprovalRefused(String),
     /// A bug in ctx. The message never holds internals; the log has them.
     #[error("{}", redact::text(.0))]
     Internal(String),
@@ -91,6 +98,8 @@ impl CallError {
             CallError::Unavailable(_) => ErrorCode::Unavailable,
             CallError::NotLoaded { .. } => ErrorCode::LoadFailed,
             CallError::RateLimited { .. } => ErrorCode::RateLimited,
+            CallError::ApprovalRequired(_) => ErrorCode::ApprovalRequired,
+            CallError::ApprovalRefused(_) => ErrorCode::ApprovalRefused,
             CallError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -122,6 +131,11 @@ impl CallError {
                 let mut data = data.clone().unwrap_or(Json::Null);
                 redact::current().apply_json(&mut data);
                 m.insert("data".into(), data);
+                m
+            }
+            CallError::ApprovalRequired(pending) => {
+                let mut m = Map::new();
+                m.insert("approval".into(), serde_json::to_value(pending.body()).unwrap_or_default());
                 m
             }
             CallError::RateLimited { retry_after, .. } => {
@@ -163,6 +177,17 @@ impl CallError {
                 | CallError::UnknownAgent(_)
                 | CallError::InvalidArguments { .. }
         )
+    }
+
+    /// The message as logs keep it: an approval's token, which lets its caller run the call,
+    /// is left out (the caller got it in the answer).
+    pub fn log_text(&self) -> String {
+        match self {
+            CallError::ApprovalRequired(pending) => {
+                format!("tool '{}' waits for approval {}", pending.approval.tool, pending.approval.id)
+            }
+            other => other.to_string(),
+        }
     }
 
     /// The call of `tool` was cancelled before it finished.
@@ -227,11 +252,15 @@ pub fn http_status(code: ErrorCode) -> u16 {
         ErrorCode::Forbidden => 403,
         ErrorCode::NotFound => 404,
         ErrorCode::MethodNotAllowed => 405,
+        ErrorCode::Conflict => 409,
         ErrorCode::Timeout => 408,
         ErrorCode::PayloadTooLarge => 413,
         ErrorCode::UnsupportedMediaType => 415,
         ErrorCode::Cancelled => 499,
         ErrorCode::RateLimited => 429,
+        // Accepted, not run: the body says who approves it and how to run it then.
+        ErrorCode::ApprovalRequired => 202,
+        ErrorCode::ApprovalRefused => 403,
         // Configured but broken: the server cannot serve it until its file is fixed, and hot
         // reload then brings it back, so "unavailable", not "not found".
         ErrorCode::Unavailable | ErrorCode::LoadFailed => 503,
@@ -247,6 +276,7 @@ pub fn code_name(code: ErrorCode) -> &'static str {
         ErrorCode::Forbidden => "forbidden",
         ErrorCode::NotFound => "not_found",
         ErrorCode::MethodNotAllowed => "method_not_allowed",
+        ErrorCode::Conflict => "conflict",
         ErrorCode::Timeout => "timeout",
         ErrorCode::PayloadTooLarge => "payload_too_large",
         ErrorCode::UnsupportedMediaType => "unsupported_media_type",
@@ -255,6 +285,8 @@ pub fn code_name(code: ErrorCode) -> &'static str {
         ErrorCode::ToolError => "tool_error",
         ErrorCode::Cancelled => "cancelled",
         ErrorCode::RateLimited => "rate_limited",
+        ErrorCode::ApprovalRequired => "approval_required",
+        ErrorCode::ApprovalRefused => "approval_refused",
         ErrorCode::Unavailable => "unavailable",
         ErrorCode::LoadFailed => "load_failed",
         ErrorCode::Internal => "internal",

@@ -109,6 +109,7 @@ impl CallEnv<'_> {
             chain: self.chain.clone(),
             principal: self.principal.clone(),
             parent: Some(self.call_id),
+            approval: None,
         }
     }
 }

@@ -96,7 +96,16 @@ impl CallError {
     /// The MCP result of a failed call that reached the tool (`isError: true`). Protocol errors
     /// ([`CallError::is_protocol_error`]) become JSON-RPC errors instead.
     pub fn mcp(&self) -> McpCallResult {
-        McpCallResult { content: vec![text(self.to_string())], structured_content: Default::default(), is_error: true }
+        let structured_content = match self {
+            // The pending approval as data too, for clients that read it.
+            CallError::ApprovalRequired(pending) => {
+                let mut m = serde_json::Map::new();
+                m.insert("approval".into(), serde_json::to_value(pending.body()).unwrap_or_default());
+                m
+            }
+            _ => Default::default(),
+        };
+        McpCallResult { content: vec![text(self.to_string())], structured_content, is_error: true }
     }
 }
 

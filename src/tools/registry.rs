@@ -37,6 +37,9 @@ pub struct CallOptions {
     pub principal: Option<Arc<super::Principal>>,
     /// The id of the call whose run made this one (`context.call`, code mode's inner calls).
     pub parent: Option<u64>,
+    /// The token of an approved call (REST's `Ctx-Approval` header; otherwise taken from
+    /// `_approval` beside the arguments).
+    pub approval: Option<String>,
 }
 
 /// An id for each call, so inner calls can name their parent. It starts from the process's
@@ -94,6 +97,8 @@ pub struct Registry {
     upstreams: Option<Arc<crate::upstream::Upstreams>>,
     /// The rate limits of this config (their buckets outlive the snapshot).
     rates: Arc<super::rate::Rules>,
+    /// Which calls wait for a person's approval.
+    approvals: Arc<crate::approval::Policy>,
 }
 
 impl Registry {
@@ -164,6 +169,7 @@ impl Registry {
             kb: self.kb.clone(),
             upstreams: Some(Arc::clone(upstreams)),
             rates: Arc::clone(&self.rates),
+            approvals: Arc::clone(&self.approvals),
         }
     }
 
@@ -197,7 +203,19 @@ impl Registry {
             tool.map(|t| t.spec().name.clone())
         };
         let rates = Arc::new(super::rate::Rules::from_config(config, &tool_of_section));
-        Registry { tools, index, agents: Vec::new(), problems, warnings: Vec::new(), own, kb, upstreams: None, rates }
+        let approvals = Arc::new(crate::approval::Policy::from_config(config));
+        Registry {
+            tools,
+            index,
+            agents: Vec::new(),
+            problems,
+            warnings: Vec::new(),
+            own,
+            kb,
+            upstreams: None,
+            rates,
+            approvals,
+        }
     }
 
     /// The error for a call of `name` that is not registered: "failed to load" with the reason
@@ -322,6 +340,11 @@ impl Registry {
         &self.kb
     }
 
+    /// Which calls wait for approval, and the store of approvals.
+    pub fn approvals(&self) -> &Arc<crate::approval::Policy> {
+        &self.approvals
+    }
+
     fn by_section(&self, section: &str) -> Option<ToolRef> {
         self.tools.iter().find(|t| t.spec().section.as_deref() == Some(section)).cloned()
     }
@@ -338,7 +361,12 @@ impl Registry {
     }
 
     /// Looks the tool up and checks the parameters (filling in defaults).
-    fn prepare(&self, name: &str, params: Json, options: &CallOptions) -> Result<(ToolRef, Json), CallError> {
+    fn prepare(&self, name: &str, mut params: Json, options: &CallOptions) -> Result<(ToolRef, Json), CallError> {
+        // A token beside the arguments is the caller's, not the tool's.
+        let beside = match &mut params {
+            Json::Object(map) => map.remove(crate::approval::PARAM),
+            _ => None,
+        };
         let principal = options.principal.as_deref();
         let in_scope = super::principal::allows(principal, name);
         let tool = self.index.get(name).filter(|_| in_scope).map(|&i| &self.tools[i]).ok_or_else(|| {
@@ -371,6 +399,11 @@ impl Registry {
                 rate: refused.rate,
                 retry_after: refused.retry_after,
             })?;
+        }
+        if self.approvals.needs(tool.spec()) {
+            let token = options.approval.as_deref().or(beside.as_ref().and_then(Json::as_str));
+            let caller = principal.map(super::Principal::name).unwrap_or("");
+            self.approvals.check(name, &params, caller, options.caller, token)?;
         }
         Ok((Arc::clone(tool), params))
     }
@@ -421,6 +454,10 @@ impl Registry {
         params: Json,
         options: &CallOptions,
     ) -> Result<Result<Output, CallError>, Json> {
+        // A call that may wait for a person runs as a task, where waiting blocks nothing.
+        if self.approvals.wait_in_scripts && self.spec(name).is_some_and(|s| self.approvals.needs(s)) {
+            return Err(params);
+        }
         let started = Started::now(options, &params);
         let (tool, params) = match self.prepare(name, params, options) {
             Ok(prepared) => prepared,
@@ -547,13 +584,14 @@ fn log_call(name: &str, options: &CallOptions, started: Started, result: &Result
     match result {
         Ok(_) => tracing::debug!(tool = name, caller = options.caller, micros, "tool call ok"),
         Err(e) => {
-            tracing::info!(tool = name, caller = options.caller, micros, code = %e.code(), "tool call failed: {e}")
+            let text = e.log_text();
+            tracing::info!(tool = name, caller = options.caller, micros, code = %e.code(), "tool call failed: {text}")
         }
     }
     let Some(params) = started.params else { return };
     let (message, result) = match result {
         Ok(output) => (None, Some(output.value())),
-        Err(e) => (Some(e.to_string()), None),
+        Err(e) => (Some(e.log_text()), None),
     };
     crate::calllog::record(crate::calllog::Entry {
         id: started.id,

@@ -33,10 +33,22 @@ impl IntoResponses for CallErrors {
         let mut all = GuardErrors::responses();
         all.extend([
             ("400".to_string(), error("Invalid parameters (every problem in details) or malformed JSON.")),
+            (
+                "403".to_string(),
+                error("Origin or Host not allowed, or the call needed approval and its token does not allow it (approval_refused: denied, used, expired, or issued for another call or caller)."),
+            ),
             ("404".to_string(), error("Unknown tool or agent, or what it looked up does not exist.")),
             ("408".to_string(), error("The tool or agent passed its deadline.")),
             ("413".to_string(), error("Body larger than server.max_body_bytes.")),
             ("415".to_string(), error("Body is not application/json.")),
+            (
+                "202".to_string(),
+                ResponseBuilder::new()
+                    .description("Not run: the tool needs a person's approval. The body has the approval's id (what a person approves with ctx approvals approve or POST /approvals/{id}/approve) and the token to send the same call again with (header Ctx-Approval) once approved.")
+                    .content("application/json", Content::new(Some(Ref::from_schema_name("Approval"))))
+                    .build()
+                    .into(),
+            ),
             (
                 "429".to_string(),
                 error("Over the tool's rate limit for this caller: Retry-After and error.data.retry_after_secs say when to call again."),

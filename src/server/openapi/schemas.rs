@@ -128,6 +128,8 @@ macro_rules! component {
 component!(
     AgentPrompt,
     AgentsList,
+    Approval,
+    ApprovalsList,
     CallsResponse,
     Document,
     Error,

@@ -1,0 +1,305 @@
+//! Approval of tool calls: which calls wait for a person, and the one check the call path
+//! makes before such a call runs.
+//!
+//! A call that needs approval and carries no token does not run: it records a pending approval
+//! and fails with [`CallError::ApprovalRequired`], which holds an id (for the person) and a
+//! token (for the caller). Once a person approves the id (`ctx approvals approve`, REST
+//! `/approvals`, or an MCP client's elicitation), the caller sends the same call again with
+//! the token, and it runs once. The token is bound to the tool, the parameters and the caller,
+//! and expires. Anything else fails closed: no approval, nothing runs.
+
+pub mod store;
+
+use std::path::PathBuf;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
+
+use crate::config::Config;
+use crate::tools::{CallError, ToolSpec};
+use crate::types::Approval;
+pub use store::Store;
+
+/// Pending approvals one caller may hold at once: a client cannot fill the store.
+const MAX_PENDING: i64 = 100;
+
+/// The parameter name a caller may put beside the arguments to present a token (REST also
+/// takes the `Ctx-Approval` header).
+pub const PARAM: &str = "_approval";
+
+/// Which tools need approval under one config.
+pub struct Policy {
+    globs: GlobSet,
+    destructive: bool,
+    /// Lua tools whose section says `approve = true`, by section name.
+    sections: Vec<String>,
+    /// Upstream servers with `approve`: the server, and its tool globs (`None`: every tool).
+    servers: Vec<(String, Option<GlobSet>)>,
+    /// Code mode's list of destructive tools, which `destructive = true` covers too.
+    destructive_globs: GlobSet,
+    pub ttl: std::time::Duration,
+    /// An inner call of a script waits for the decision instead of failing.
+    pub wait_in_scripts: bool,
+    pub store: Store,
+}
+
+fn globs(patterns: impl IntoIterator<Item = String>) -> GlobSet {
+    let mut builder = GlobSetBuilder::new();
+    for pattern in patterns {
+        if let Ok(glob) = Glob::new(&pattern) {
+            builder.add(glob);
+        }
+    }
+    builder.build().unwrap_or_else(|_| GlobSet::empty())
+}
+
+impl Policy {
+    pub fn from_config(config: &Config) -> Policy {
+        let spec = &config.spec.approval;
+        let sections = config
+            .spec
+            .tools
+            .script
+            .iter()
+            .filter(|(_, s)| s.approve)
+            .map(|(name, _)| name.as_str().to_string())
+            .collect();
+        let servers = config
+            .spec
+            .mcp
+            .servers
+            .iter()
+            .filter_map(|(name, server)| {
+                let approve = serde_json::to_value(&server.approve).ok()?;
+                match approve {
+                    Json::Bool(true) => Some((name.to_string(), None)),
+                    Json::Array(items) => {
+                        let patterns = items.into_iter().filter_map(|i| i.as_str().map(str::to_string));
+                        Some((name.to_string(), Some(globs(patterns))))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        Policy {
+            globs: globs(spec.tools.iter().map(|t| t.to_string())),
+            destructive: spec.destructive,
+            sections,
+            servers,
+            destructive_globs: config.code_mode.destructive_set(),
+            ttl: std::time::Duration::from_secs(spec.ttl_secs as u64),
+            wait_in_scripts: spec.in_scripts == crate::types::ApprovalConfigInScripts::Wait,
+            store: Store::new(store_path(config)),
+        }
+    }
+
+    /// Whether calls of the tool `spec` need approval.
+    pub fn needs(&self, spec: &ToolSpec) -> bool {
+        if self.globs.is_match(&spec.name) {
+            return true;
+        }
+        if spec.section.as_ref().is_some_and(|s| self.sections.contains(s)) {
+            return true;
+        }
+        if let Some(origin) = &spec.upstream {
+            let server = self.servers.iter().find(|(name, _)| *name == origin.server);
+            if server.is_some_and(|(_, tools)| tools.as_ref().is_none_or(|g| g.is_match(&origin.tool))) {
+                return true;
+            }
+        }
+        let annotated = spec.annotations.as_ref().and_then(|a| a.destructive).unwrap_or(false);
+        self.destructive && (annotated || self.destructive_globs.is_match(&spec.name))
+    }
+
+    /// The check before a call of `tool` with `params` (after defaults) for `caller` runs:
+    /// `Ok` with a token that is approved, fresh, unused and bound to exactly this call (it is
+    /// used up now); else the call does not run.
+    pub fn check(
+        &self,
+        tool: &str,
+        params: &Json,
+        caller: &str,
+        via: &str,
+        token: Option<&str>,
+    ) -> Result<(), CallError> {
+        let canonical = canonical(params);
+        let unavailable = |e: String| {
+            tracing::error!("approvals: {e}");
+            CallError::Unavailable(format!(
+                "tool '{tool}' needs approval, and the approvals store cannot be used right now (the server log has the details); nothing ran"
+            ))
+        };
+        let Some(token) = token else {
+            return Err(self.ask(tool, &canonical, caller, via).map_err(unavailable)?);
+        };
+        let refused = |why: String| CallError::ApprovalRefused(format!("tool '{tool}' did not run: {why}"));
+        let Some(row) = self.store.by_token(&hash(token)).map_err(unavailable)? else {
+            return Err(refused(
+                "the approval token is not known (a newer call of the same tool replaced it, or it was never issued); call again without it to ask for approval".into(),
+            ));
+        };
+        if row.tool != tool {
+            return Err(refused(format!("the approval token was issued for tool '{}'", row.tool)));
+        }
+        if row.caller != caller {
+            return Err(refused("the approval token was issued to another caller".into()));
+        }
+        if row.params != canonical {
+            return Err(refused(format!(
+                "the approval token was issued for other parameters ({}); an approval covers exactly the call that asked",
+                cut(&row.params, 300)
+            )));
+        }
+        if row.expires_ms <= store::now_ms() && matches!(row.state.as_str(), "pending" | "approved") {
+            return Err(refused(format!(
+                "approval {} expired ([approval] ttl_secs); call again without the token to ask anew",
+                row.id
+            )));
+        }
+        match row.state.as_str() {
+            "approved" => {
+                if self.store.consume(&row.id).map_err(unavailable)? {
+                    return Ok(());
+                }
+                Err(refused(format!("approval {} was used already; each approval runs one call", row.id)))
+            }
+            "pending" => Err(CallError::ApprovalRequired(Box::new(Pending {
+                approval: row.approval(),
+                token: token.to_string(),
+            }))),
+            "denied" => {
+                let reason = row.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+                let by = row.decided_by.as_deref().unwrap_or("a person");
+                Err(refused(format!("approval {} was denied by {by}{reason}", row.id)))
+            }
+            "used" => Err(refused(format!("approval {} was used already; each approval runs one call", row.id))),
+            _ => Err(refused(format!("approval {} expired; call again without the token to ask anew", row.id))),
+        }
+    }
+
+    /// Records a pending approval of this call: the error that says so.
+    fn ask(&self, tool: &str, canonical: &str, caller: &str, via: &str) -> Result<CallError, String> {
+        let token = random_hex(32);
+        let now = store::now_ms();
+        let row = store::Row {
+            id: format!("ap-{}", random_hex(6)),
+            token_hash: hash(&token),
+            tool: tool.to_string(),
+            params: canonical.to_string(),
+            caller: caller.to_string(),
+            via: via.to_string(),
+            state: "pending".into(),
+            created_ms: now,
+            expires_ms: now + self.ttl.as_millis() as i64,
+            decided_ms: None,
+            decided_by: None,
+            reason: None,
+        };
+        match self.store.ask(&row, MAX_PENDING)? {
+            Ok(id) => {
+                let row = self.store.by_id(&id)?.ok_or("the approval vanished")?;
+                Ok(CallError::ApprovalRequired(Box::new(Pending { approval: row.approval(), token })))
+            }
+            Err(pending) => Ok(CallError::ApprovalRefused(format!(
+                "tool '{tool}' did not run: this caller already has {pending} calls waiting for approval; wait until a person decides some"
+            ))),
+        }
+    }
+}
+
+/// A call that waits for approval: the record and the token its caller presents later.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    pub approval: Approval,
+    pub token: String,
+}
+
+impl Pending {
+    /// What to do next, in words, for the caller (and the person it shows this to).
+    pub fn message(&self) -> String {
+        let a = &self.approval;
+        format!(
+            "tool '{}' needs approval before it runs; nothing ran. Approval {} is pending until {}: a person approves it with `ctx approvals approve {}` (or POST /approvals/{}/approve, or denies it), then the same call runs once when sent again with the token {} (REST: header Ctx-Approval; MCP and scripts: \"{PARAM}\" beside the arguments)",
+            a.tool,
+            a.id,
+            a.expires_at.format("%Y-%m-%d %H:%M:%S UTC"),
+            a.id,
+            a.id,
+            self.token
+        )
+    }
+
+    /// The wire form with the token and the message.
+    pub fn body(&self) -> Approval {
+        Approval { token: Some(self.token.clone()), message: Some(self.message()), ..self.approval.clone() }
+    }
+}
+
+/// Where the approvals of `config` are kept.
+pub fn store_path(config: &Config) -> PathBuf {
+    config.db_path().with_file_name("approvals.sqlite")
+}
+
+/// Parameters as one canonical text: keys sorted at every depth, so the same call matches
+/// whatever order its keys came in.
+pub fn canonical(value: &Json) -> String {
+    fn sorted(value: &Json) -> Json {
+        match value {
+            Json::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                Json::Object(keys.into_iter().map(|k| (k.clone(), sorted(&map[k]))).collect())
+            }
+            Json::Array(items) => Json::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(value).to_string()
+}
+
+fn hash(token: &str) -> String {
+    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `n` random bytes as hex, from the operating system's generator.
+fn random_hex(n: usize) -> String {
+    let mut bytes = Vec::with_capacity(n);
+    while bytes.len() < n {
+        bytes.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    }
+    bytes[..n].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_parameters_ignore_key_order() {
+        assert_eq!(
+            canonical(&json!({"b": 1, "a": {"d": 2, "c": [3]}})),
+            canonical(&json!({"a": {"c": [3], "d": 2}, "b": 1}))
+        );
+        assert_ne!(canonical(&json!({"a": 1})), canonical(&json!({"a": 2})));
+    }
+
+    #[test]
+    fn tokens_are_long_random_hex() {
+        let (a, b) = (random_hex(32), random_hex(32));
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,102 @@
+//! `ctx approvals`: list the calls waiting for a person, and approve or deny them.
+
+use super::{CliError, Globals};
+use crate::approval::{store_path, Store};
+use crate::types::{Approval, ApprovalsList};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ApprovalsCommand {
+    /// Calls waiting for approval (and approved ones not yet run), newest first.
+    List {
+        /// Also decided, used and expired approvals.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a pending call: its caller may then send it again with its token, once.
+    Approve {
+        /// The approval's id (ap-...), as listed.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deny a pending call: it will not run.
+    Deny {
+        /// The approval's id (ap-...), as listed.
+        id: String,
+        /// Why, shown to the caller when it sends the call again.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(command: ApprovalsCommand, globals: &Globals) -> Result<(), CliError> {
+    let config = globals.load_config()?;
+    let store = Store::new(store_path(&config));
+    let failed = |e: String| CliError::Failed(anyhow::anyhow!("the approvals store: {e}"));
+    match command {
+        ApprovalsCommand::List { all, json } => {
+            let rows = if store.path().exists() { store.list(all, 1000).map_err(failed)? } else { Vec::new() };
+            let approvals: Vec<Approval> = rows.iter().map(|r| r.approval()).collect();
+            if json {
+                println!("{}", serde_json::to_string(&ApprovalsList { approvals }).unwrap_or_default());
+                return Ok(());
+            }
+            if approvals.is_empty() {
+                println!("{}", if all { "no approvals" } else { "no call is waiting for approval" });
+                return Ok(());
+            }
+            for a in &approvals {
+                print(a);
+            }
+            Ok(())
+        }
+        ApprovalsCommand::Approve { id, json } => decide(&store, &id, true, None, json),
+        ApprovalsCommand::Deny { id, reason, json } => decide(&store, &id, false, reason.as_deref(), json),
+    }
+}
+
+fn decide(store: &Store, id: &str, approve: bool, reason: Option<&str>, json: bool) -> Result<(), CliError> {
+    match crate::server::decide_approval(store, id, approve, "cli", reason) {
+        Ok(approval) if json => {
+            println!("{}", serde_json::to_string(&approval).unwrap_or_default());
+            Ok(())
+        }
+        Ok(approval) => {
+            let verb = if approve { "approved" } else { "denied" };
+            println!("{verb} {}: {} {}", approval.id, approval.tool, approval.params);
+            if approve {
+                println!(
+                    "its caller runs it by sending the same call again with its token, before {}",
+                    approval.expires_at.format("%Y-%m-%d %H:%M:%S UTC")
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(CliError::Usage(e.message)),
+    }
+}
+
+fn print(a: &Approval) {
+    let who = a.caller.as_deref().map(|c| format!("{}/{c}", a.via)).unwrap_or_else(|| a.via.clone());
+    let state = serde_json::to_value(a.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    println!(
+        "{}  {state:<8}  {}  {who}  asked {}  expires {}",
+        a.id,
+        a.tool,
+        a.created_at.format("%Y-%m-%d %H:%M:%S"),
+        a.expires_at.format("%H:%M:%S")
+    );
+    let params = a.params.to_string();
+    let shown: String = params.chars().take(300).collect();
+    println!("    {shown}{}", if shown.len() < params.len() { "…" } else { "" });
+    if let Some(reason) = &a.reason {
+        println!("    reason: {reason}");
+    }
+}
