@@ -24,6 +24,7 @@ mod limits;
 mod link_order;
 mod mcp;
 mod ops_21;
+mod ops_21_ops;
 mod proof;
 mod real_upstreams;
 mod review_16;

@@ -7,19 +7,38 @@ use serde_json::{json, Value};
 
 use crate::common::{repo, ServeChild, Workspace, BIN};
 
-const ADMIN: &str = "admin-token-0123456789";
-const CI: &str = "ci-token-0123456789abc";
-const READER: &str = "reader-token-0123456789";
+pub const ADMIN: &str = "admin-token-0123456789";
+pub const CI: &str = "ci-token-0123456789abc";
+pub const READER: &str = "reader-token-0123456789";
 
 /// A served workspace with the sample docs, the echo tool and three tokens.
-struct Server {
-    _ws: Workspace,
-    serve: ServeChild,
+pub struct Server {
+    pub ws: Workspace,
+    pub serve: ServeChild,
     runtime: tokio::runtime::Runtime,
     client: reqwest::Client,
 }
 
-fn serve(extra: &str) -> Server {
+/// The `ctx` command of a workspace, with the tokens' variables set.
+pub fn ctx_in(ws: &Workspace, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .current_dir(ws.path())
+        .args(args)
+        .env("ADMIN_TOKEN", ADMIN)
+        .env("CI_TOKEN", CI)
+        .env("READER_TOKEN", READER)
+        .env("CTX_MODEL_DIR", "/nonexistent")
+        .env_remove("CTX_LOG");
+    command
+}
+
+pub fn serve(extra: &str) -> Server {
+    serve_with(extra, &[])
+}
+
+/// [`serve`] with more files in the workspace, written before the server starts.
+pub fn serve_with(extra: &str, files: &[(&str, &str)]) -> Server {
     let ws = Workspace::new(&format!(
         "[server]\nauth_token = \"${{ADMIN_TOKEN}}\"\n\n\
          [[server.tokens]]\nname = \"ci\"\ntoken = \"${{CI_TOKEN}}\"\ntools = [\"search\", \"echo\", \"execute\", \"*_tool*\"]\n\n\
@@ -29,28 +48,58 @@ fn serve(extra: &str) -> Server {
     ));
     ws.write("docs/deploy.md", "# Deploy\n\nThe deploy runbook.\n");
     std::fs::copy(repo().join("tools/echo.lua"), ws.path().join("echo.lua")).unwrap();
-    let ctx = |args: &[&str]| {
-        let mut command = Command::new(BIN);
-        command
-            .current_dir(ws.path())
-            .args(args)
-            .env("ADMIN_TOKEN", ADMIN)
-            .env("CI_TOKEN", CI)
-            .env("READER_TOKEN", READER)
-            .env("CTX_MODEL_DIR", "/nonexistent")
-            .env_remove("CTX_LOG");
-        command
-    };
+    for (path, text) in files {
+        ws.write(path, text);
+    }
+    let ctx = |args: &[&str]| ctx_in(&ws, args);
     let synced = ctx(&["sync"]).output().unwrap();
     assert!(synced.status.success(), "{}", String::from_utf8_lossy(&synced.stderr));
     let serve = ServeChild::spawn(&mut ctx(&["serve", "--bind", "127.0.0.1:0", "-v"]));
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    Server { _ws: ws, serve, runtime, client: reqwest::Client::new() }
+    Server { ws, serve, runtime, client: reqwest::Client::new() }
 }
 
 impl Server {
-    fn send(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> (u16, Value, Option<String>) {
+    /// Runs `ctx` in the served workspace, as a person beside the server would.
+    pub fn cli(&self, args: &[&str]) -> crate::common::Run {
+        crate::common::Run(ctx_in(&self.ws, args).output().unwrap())
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.serve.addr)
+    }
+
+    /// A REST request with extra headers: status, body, and the `Retry-After` header.
+    pub fn send_with(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Value,
+    ) -> (u16, Value, Option<String>) {
+        self.runtime.block_on(async {
+            let mut request = self.client.post(self.url(path)).json(&body);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            for (k, v) in headers {
+                request = request.header(*k, *v);
+            }
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let retry = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+            (status, response.json().await.unwrap_or(Value::Null), retry)
+        })
+    }
+
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value, Option<String>) {
         let url = format!("http://{}{path}", self.serve.addr);
         self.runtime.block_on(async {
             let mut request = match method {
@@ -70,18 +119,18 @@ impl Server {
         })
     }
 
-    fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+    pub fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
         let (status, body, _) = self.send("GET", path, token, None);
         (status, body)
     }
 
-    fn post(&self, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+    pub fn post(&self, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
         let (status, body, _) = self.send("POST", path, token, Some(body));
         (status, body)
     }
 
     /// A stateless (2026-07-28) MCP request.
-    fn mcp(&self, token: &str, method: &str, name: Option<&str>, params: Value) -> Value {
+    pub fn mcp(&self, token: &str, method: &str, name: Option<&str>, params: Value) -> Value {
         let mut params = params;
         params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {}});
