@@ -88,7 +88,7 @@ impl Policy {
             sections,
             servers,
             destructive_globs: config.code_mode.destructive_set(),
-            ttl: std::time::Duration::from_secs(spec.ttl_secs as u64),
+            ttl: std::time::Duration::from_secs(spec.ttl_secs),
             wait_in_scripts: spec.in_scripts == crate::types::ApprovalConfigInScripts::Wait,
             store: Store::new(store_path(config)),
         }
