@@ -34,15 +34,21 @@
 //! stdio (`ctx serve mcp --stdio`) >= 5,000 sequential echo calls/s. The 2025-11-25 session rate
 //! has no target; it is printed next to the stateless one.
 
+#[path = "support/bin.rs"]
+mod bin;
 #[path = "support/corpus.rs"]
 mod corpus;
+#[path = "support/wrk.rs"]
+mod wrk;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bin::ctx_bin;
 use corpus::{load_average, verdict, Corpus, QueryClass, QUERIES};
+use wrk::{checked, find_wrk, millis, wrk_run, Load};
 
 const CHUNKS: usize = 10_000;
 const ECHO_RATE: f64 = 20_000.0;
@@ -52,33 +58,6 @@ const IDLE_RSS_MB: f64 = 15.0;
 const RSS_GROWTH: f64 = 0.10;
 const MCP_RATIO: f64 = 0.70;
 const STDIO_RATE: f64 = 5_000.0;
-
-/// The `ctx` binary under test: by default the one `cargo build --release` makes, which is what
-/// the quickstart runs, or `CTX_BENCH_BIN` (to measure another build of the same code).
-///
-/// Not the copy cargo builds for this bench: the bench profile changes the symbol hashes of ctx's
-/// own functions, so part of `link/startup.syms` misses there and the idle RSS reads 2 MB high.
-fn ctx_bin() -> PathBuf {
-    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| match std::env::var_os("CTX_BENCH_BIN") {
-        Some(bin) => PathBuf::from(bin),
-        None => release_bin(),
-    })
-    .clone()
-}
-
-fn release_bin() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--locked", "--bin", "ctx"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("run cargo build --release");
-    assert!(status.success(), "cargo build --release failed");
-    // The bench profile writes its copy to the same place; the build above has just put the
-    // release one back.
-    PathBuf::from(env!("CARGO_BIN_EXE_ctx"))
-}
 
 /// The sizes of the sections build.rs makes from `link/*.syms` (by `readelf`). When the lists are
 /// stale, the first two shrink, the last grows and the idle RSS rises.
@@ -105,15 +84,6 @@ fn startup_layout(bin: &Path) -> String {
         ),
         _ => "startup order: not in this binary (not a release build for Linux, or CTX_STARTUP_ORDER=off)".to_string(),
     }
-}
-
-/// One wrk run's numbers.
-struct Load {
-    rate: f64,
-    p50: Duration,
-    p99: Duration,
-    requests: u64,
-    errors: u64,
 }
 
 fn main() {
@@ -432,26 +402,6 @@ struct Scripts {
     mcp: PathBuf,
 }
 
-/// What every wrk script shares: each response is checked (status 200, the body holds `need`,
-/// no `"isError":true`), and `done` prints the failed count, which [`parse_wrk`] reads.
-fn checked(need: &str, rest: &str) -> String {
-    format!(
-        "local threads = {{}}\n\
-         function setup(thread) table.insert(threads, thread) end\n\
-         function init(args) failed = 0 end\n\
-         function response(status, headers, body)\n\
-         \x20 if status ~= 200 or not body:find({need:?}, 1, true) or body:find('\"isError\":true', 1, true) then\n\
-         \x20   failed = failed + 1\n\
-         \x20 end\n\
-         end\n\
-         function done(summary, latency, requests)\n\
-         \x20 local total = 0\n\
-         \x20 for _, t in ipairs(threads) do total = total + t:get(\"failed\") end\n\
-         \x20 io.write(string.format(\"Failed calls: %d\\n\", total))\n\
-         end\n{rest}"
-    )
-}
-
 /// wrk Lua scripts: a JSON POST for echo, a round-robin over the kb bench's queries (all, and
 /// each query class), and a stateless MCP call.
 fn write_wrk_scripts(dir: &Path) -> Scripts {
@@ -592,82 +542,4 @@ fn stdio_rate(config: &Path, calls: u64) -> f64 {
     let _ = child.kill();
     let _ = child.wait();
     rate
-}
-
-fn find_wrk() -> PathBuf {
-    let found = || {
-        std::env::var_os("PATH")
-            .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join("wrk")).find(|p| p.is_file()))
-    };
-    if let Some(wrk) = found() {
-        return wrk;
-    }
-    let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
-    if root {
-        println!("wrk not found: installing it from Debian (apt-get install -y wrk)");
-        let installed = Command::new("apt-get")
-            .args(["install", "-y", "-q", "wrk"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !installed {
-            let _ = Command::new("apt-get").args(["update", "-q"]).status();
-            let _ = Command::new("apt-get").args(["install", "-y", "-q", "wrk"]).status();
-        }
-    }
-    found().unwrap_or_else(|| {
-        eprintln!("this benchmark needs wrk: sudo apt-get install wrk");
-        std::process::exit(2)
-    })
-}
-
-fn wrk_run(wrk: &Path, base: &str, path: &str, script: Option<&Path>, secs: u64) -> Load {
-    let mut command = Command::new(wrk);
-    command.args(["-t2", "-c8", "--latency", &format!("-d{secs}s")]);
-    if let Some(script) = script {
-        command.arg("-s").arg(script);
-    }
-    let output = command.arg(format!("{base}{path}")).output().expect("run wrk");
-    let text = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(output.status.success(), "wrk failed: {text}{}", String::from_utf8_lossy(&output.stderr));
-    parse_wrk(&text).unwrap_or_else(|| panic!("cannot read wrk's output:\n{text}"))
-}
-
-/// Reads requests/s, the 50% and 99% latencies, the request count and the errors from wrk's
-/// `--latency` report; errors are socket errors, non-2xx answers and the failed calls the
-/// script's `done` printed (see [`checked`]).
-fn parse_wrk(text: &str) -> Option<Load> {
-    let field = |prefix: &str| {
-        text.lines().find_map(|l| l.trim_start().strip_prefix(prefix).map(|rest| rest.trim().to_string()))
-    };
-    let rate = field("Requests/sec:")?.parse().ok()?;
-    let p50 = duration(&field("50%")?)?;
-    let p99 = duration(&field("99%")?)?;
-    let requests = text.lines().find(|l| l.contains("requests in"))?.split_whitespace().next()?.parse().ok()?;
-    let non_2xx: u64 = field("Non-2xx or 3xx responses:").and_then(|v| v.parse().ok()).unwrap_or(0);
-    let failed: u64 = field("Failed calls:").and_then(|v| v.parse().ok()).unwrap_or(0);
-    let socket: u64 = field("Socket errors:")
-        .map(|v| v.split(',').filter_map(|p| p.split_whitespace().last()?.parse::<u64>().ok()).sum())
-        .unwrap_or(0);
-    Some(Load { rate, p50, p99, requests, errors: non_2xx + socket + failed })
-}
-
-/// wrk's latency units: us, ms, s.
-fn duration(text: &str) -> Option<Duration> {
-    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.trim().parse().ok()?;
-    let seconds = match unit.trim() {
-        "us" => value / 1e6,
-        "ms" => value / 1e3,
-        "s" => value,
-        "m" => value * 60.0,
-        _ => return None,
-    };
-    Some(Duration::from_secs_f64(seconds))
-}
-
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }

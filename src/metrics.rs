@@ -58,6 +58,14 @@ impl ToolStats {
     }
 }
 
+/// Whether calls are counted (`server.metrics`): off, the call path skips even the atomics.
+static ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Turns counting on or off (the server, from `server.metrics`, at start and on reload).
+pub fn set_enabled(on: bool) {
+    ON.store(on, Ordering::Relaxed);
+}
+
 fn tools() -> &'static RwLock<HashMap<String, Arc<ToolStats>>> {
     static TOOLS: OnceLock<RwLock<HashMap<String, Arc<ToolStats>>>> = OnceLock::new();
     TOOLS.get_or_init(Default::default)
@@ -66,6 +74,9 @@ fn tools() -> &'static RwLock<HashMap<String, Arc<ToolStats>>> {
 /// Counts one finished call. `tool` must be a registered name (an unknown name is counted as
 /// `(unknown)`, so a client cannot grow the label set).
 pub fn call(tool: &str, known: bool, outcome: &str, micros: u64) {
+    if !ON.load(Ordering::Relaxed) {
+        return;
+    }
     let tool = if known { tool } else { "(unknown)" };
     let stats = {
         let map = tools().read().unwrap_or_else(|p| p.into_inner());

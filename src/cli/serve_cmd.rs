@@ -52,6 +52,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     if let Err(e) = crate::calllog::install(&config) {
         tracing::error!("{e}");
     }
+    crate::metrics::set_enabled(config.spec.server.metrics);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = Registry::build(kb.clone(), None);
     let runtime =

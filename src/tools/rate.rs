@@ -180,8 +180,8 @@ fn take_all(rules: &[&Rule], tool: &str, caller: &str, now: Instant) -> Result<(
     Ok(())
 }
 
-/// The problems of the rates in a config's JSON form, each with its key path: what
-/// `Config::from_text` reports with the key's line.
+/// The problems of the rates in a config's JSON form (and of `approve` where it means nothing),
+/// each with its key path: what `Config::from_text` reports with the key's line.
 pub fn config_problems(value: &Json) -> Vec<(Vec<String>, String)> {
     let mut problems = Vec::new();
     let limits = value.pointer("/server/rate_limits").and_then(Json::as_array);
@@ -202,7 +202,7 @@ pub fn config_problems(value: &Json) -> Vec<(Vec<String>, String)> {
     for (table, tools_only) in [("tools", false), ("connectors", true), ("agents", true)] {
         let sections = value.get(table).and_then(|t| t.get("script")).and_then(Json::as_object);
         for (name, section) in sections.into_iter().flatten() {
-            for key in ["rate", "burst"] {
+            for key in ["rate", "burst", "approve"] {
                 let Some(given) = section.get(key) else { continue };
                 let at = vec![table.to_string(), "script".to_string(), name.clone(), key.to_string()];
                 if tools_only {
@@ -212,7 +212,7 @@ pub fn config_problems(value: &Json) -> Vec<(Vec<String>, String)> {
                     if let Some(Err(e)) = given.as_str().map(|r| Rate::parse(r, burst)) {
                         problems.push((at, e));
                     }
-                } else if section.get("rate").is_none() {
+                } else if key == "burst" && section.get("rate").is_none() {
                     problems.push((at, "burst needs a rate beside it, for example rate = \"10/min\"".to_string()));
                 }
             }

@@ -79,6 +79,7 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
     if let Err(e) = crate::calllog::install(&config) {
         tracing::error!("{e}");
     }
+    crate::metrics::set_enabled(config.spec.server.metrics);
     let next = if config.db_path() == kb.config().db_path() {
         kb.with_config(config)
     } else {

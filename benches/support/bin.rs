@@ -1,0 +1,31 @@
+//! The release `ctx` binary the benches run: what the quickstart builds and users run.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The `ctx` binary under test: by default the one `cargo build --release` makes, which is what
+/// the quickstart runs, or `CTX_BENCH_BIN` (to measure another build of the same code).
+///
+/// Not the copy cargo builds for this bench: the bench profile changes the symbol hashes of ctx's
+/// own functions, so part of `link/startup.syms` misses there and the idle RSS reads 2 MB high.
+pub fn ctx_bin() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| match std::env::var_os("CTX_BENCH_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        None => release_bin(),
+    })
+    .clone()
+}
+
+fn release_bin() -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--locked", "--bin", "ctx"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build --release");
+    assert!(status.success(), "cargo build --release failed");
+    // The bench profile writes its copy to the same place; the build above has just put the
+    // release one back.
+    PathBuf::from(env!("CARGO_BIN_EXE_ctx"))
+}
