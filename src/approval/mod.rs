@@ -24,6 +24,16 @@ pub use store::Store;
 /// Pending approvals one caller may hold at once: a client cannot fill the store.
 const MAX_PENDING: i64 = 100;
 
+/// The largest parameters (canonical JSON) a call that needs approval may have: a person reads
+/// them whole before deciding.
+pub const MAX_PARAMS_BYTES: usize = 16 * 1024;
+
+/// The key of the questions' MACs: random, for this process only.
+fn question_key() -> &'static [u8] {
+    static KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| random_hex(32).into_bytes())
+}
+
 /// The parameter name a caller may put beside the arguments to present a token (REST also
 /// takes the `Ctx-Approval` header).
 pub const PARAM: &str = "_approval";
@@ -41,6 +51,10 @@ pub struct Policy {
     pub ttl: std::time::Duration,
     /// An inner call of a script waits for the decision instead of failing.
     pub wait_in_scripts: bool,
+    /// MCP clients that can ask their user (elicitation) are asked.
+    pub ask_clients: bool,
+    /// What a REST request must show (`Ctx-Approver`) to approve or deny; none: only the CLI.
+    pub approver_token: Option<String>,
     pub store: Store,
 }
 
@@ -90,6 +104,8 @@ impl Policy {
             destructive_globs: config.code_mode.destructive_set(),
             ttl: std::time::Duration::from_secs(spec.ttl_secs),
             wait_in_scripts: spec.in_scripts == crate::types::ApprovalConfigInScripts::Wait,
+            ask_clients: spec.ask_clients,
+            approver_token: spec.approver_token.as_ref().map(|t| t.to_string()),
             store: Store::new(store_path(config)),
         }
     }
@@ -113,8 +129,9 @@ impl Policy {
     }
 
     /// The check before a call of `tool` with `params` (after defaults) for `caller` runs:
-    /// `Ok` with a token that is approved, fresh, unused and bound to exactly this call (it is
-    /// used up now); else the call does not run.
+    /// `Ok` with the id of the approval its token holds when that is approved, fresh, unused
+    /// and bound to exactly this call ([`Policy::consume`] uses it up when the call runs); else
+    /// the call does not run.
     pub fn check(
         &self,
         tool: &str,
@@ -122,8 +139,14 @@ impl Policy {
         caller: &str,
         via: &str,
         token: Option<&str>,
-    ) -> Result<(), CallError> {
+    ) -> Result<String, CallError> {
         let canonical = canonical(params);
+        if canonical.len() > MAX_PARAMS_BYTES {
+            return Err(CallError::ApprovalRefused(format!(
+                "tool '{tool}' did not run: it needs approval, and its parameters are {} bytes, more than the {MAX_PARAMS_BYTES} a person can be asked to read; send less",
+                canonical.len()
+            )));
+        }
         let unavailable = |e: String| {
             tracing::error!("approvals: {e}");
             CallError::Unavailable(format!(
@@ -158,12 +181,7 @@ impl Policy {
             )));
         }
         match row.state.as_str() {
-            "approved" => {
-                if self.store.consume(&row.id).map_err(unavailable)? {
-                    return Ok(());
-                }
-                Err(refused(format!("approval {} was used already; each approval runs one call", row.id)))
-            }
+            "approved" => Ok(row.id),
             "pending" => Err(CallError::ApprovalRequired(Box::new(Pending {
                 approval: row.approval(),
                 token: token.to_string(),
@@ -176,6 +194,70 @@ impl Policy {
             "used" => Err(refused(format!("approval {} was used already; each approval runs one call", row.id))),
             _ => Err(refused(format!("approval {} expired; call again without the token to ask anew", row.id))),
         }
+    }
+
+    /// Uses up approval `id` as its call runs: once only, also against a call running at the
+    /// same moment with the same token.
+    pub fn consume(&self, tool: &str, id: &str) -> Result<(), CallError> {
+        match self.store.consume(id) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(CallError::ApprovalRefused(format!(
+                "tool '{tool}' did not run: approval {id} was used already (or expired); each approval runs one call"
+            ))),
+            Err(e) => {
+                tracing::error!("approvals: {e}");
+                Err(CallError::Unavailable(format!(
+                    "tool '{tool}' needs approval, and the approvals store cannot be used right now; nothing ran"
+                )))
+            }
+        }
+    }
+
+    /// The request state of the 2026-era question about `pending`: its token and a MAC that
+    /// only this process can make, so an answer is accepted only from a client that was asked
+    /// (holding the token is not enough: a REST caller has it too).
+    pub fn question_state(&self, pending: &Pending) -> String {
+        format!("{}.{}", pending.token, self.mac(&pending.token))
+    }
+
+    /// The token of a question's request state, when this process asked it.
+    pub fn asked(&self, state: &str) -> Option<String> {
+        let (token, mac) = state.rsplit_once('.')?;
+        let expected = self.mac(token);
+        let same = mac.len() == expected.len()
+            && mac.bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        same.then(|| token.to_string())
+    }
+
+    fn mac(&self, token: &str) -> String {
+        use hmac::{KeyInit, Mac};
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(question_key()).expect("any key length");
+        mac.update(b"ctx approval question\0");
+        mac.update(token.as_bytes());
+        mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Records the answer of the user whom a call's own client asked (MCP elicitation) for
+    /// the approval of `token`; only that approval's caller can answer for it. Returns the
+    /// approval. A decision made meanwhile elsewhere stands: the token check of the call that
+    /// follows says what holds.
+    pub fn decide_for(&self, token: &str, caller: &str, approve: bool, by: &str) -> Result<Pending, CallError> {
+        let unavailable = |e: String| {
+            tracing::error!("approvals: {e}");
+            CallError::Unavailable("the approvals store cannot be used right now; nothing ran".into())
+        };
+        let refused = |why: &str| CallError::ApprovalRefused(format!("the call did not run: {why}"));
+        let Some(row) = self.store.by_token(&hash(token)).map_err(unavailable)? else {
+            return Err(refused("the approval it answers is not known (a newer call replaced it, or it expired)"));
+        };
+        if row.caller != caller {
+            return Err(refused("the approval it answers belongs to another caller"));
+        }
+        let reason = (!approve).then_some("declined when asked");
+        if let Err(state) = self.store.decide(&row.id, approve, by, reason).map_err(unavailable)? {
+            tracing::info!("approval {}: the answer over MCP came when it was {state:?}; that stands", row.id);
+        }
+        Ok(Pending { approval: row.approval(), token: token.to_string() })
     }
 
     /// Records a pending approval of this call: the error that says so.
@@ -216,6 +298,19 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// What the call's log line and a script's error say: which call waits, and who decides.
+    /// Not the token, which runs the call once approved: only its caller's answer holds it.
+    pub fn summary(&self) -> String {
+        let a = &self.approval;
+        format!(
+            "tool '{}' needs approval before it runs; nothing ran. Approval {} is pending until {}: a person approves it with `ctx approvals approve {}`",
+            a.tool,
+            a.id,
+            a.expires_at.format("%Y-%m-%d %H:%M:%S UTC"),
+            a.id
+        )
+    }
+
     /// What to do next, in words, for the caller (and the person it shows this to).
     pub fn message(&self) -> String {
         let a = &self.approval;

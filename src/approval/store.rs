@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS approvals (
 );
 CREATE INDEX IF NOT EXISTS approvals_token ON approvals(token_hash);
 CREATE INDEX IF NOT EXISTS approvals_pending ON approvals(state, caller);
+CREATE INDEX IF NOT EXISTS approvals_created ON approvals(created_ms);
 ";
 
 /// Approvals kept at most; the oldest decided ones go first.

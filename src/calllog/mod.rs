@@ -45,7 +45,7 @@ pub struct Entry {
 }
 
 /// What the log's settings say, resolved against the config file.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     pub path: std::path::PathBuf,
     pub max_age: Duration,
@@ -125,11 +125,11 @@ pub fn install(config: &Config) -> Result<(), String> {
         shutdown();
         return Ok(());
     };
-    let mut current = slot().write().unwrap_or_else(|p| p.into_inner());
-    if current.as_ref().is_some_and(|log| log.settings.path == settings.path && log.settings.redact == settings.redact)
-    {
+    let running = slot().read().unwrap_or_else(|p| p.into_inner()).clone();
+    if running.as_ref().is_some_and(|log| log.settings == settings) {
         return Ok(());
     }
+    // Opened before the swap, so calls keep logging to the old writer meanwhile.
     let store = Store::open(&settings.path).map_err(|e| {
         format!(
             "the tool-call log {} cannot be opened: {e}; set log.path to a writable file or log.enabled = false",
@@ -142,10 +142,12 @@ pub fn install(config: &Config) -> Result<(), String> {
         .name("ctx-call-log".into())
         .spawn(move || write_loop(store, rx, writer_settings))
         .map_err(|e| format!("the tool-call log's writer thread did not start: {e}"))?;
-    if let Some(old) = current.replace(Arc::new(Log { tx, settings })) {
+    let old = slot().write().unwrap_or_else(|p| p.into_inner()).replace(Arc::new(Log { tx, settings }));
+    ON.store(true, Ordering::Relaxed);
+    // The old writer finishes its queue; no lock is held meanwhile.
+    if let Some(old) = old {
         flush_log(&old);
     }
-    ON.store(true, Ordering::Relaxed);
     Ok(())
 }
 
@@ -270,6 +272,57 @@ pub fn parse_since(text: &str, now: SystemTime) -> Result<SystemTime, String> {
         return Ok(SystemTime::from(at));
     }
     Err(wrong())
+}
+
+/// A value as the call path hands it over: itself when its JSON text fits the log's
+/// `max_value_bytes` (the writer redacts it), else already redacted and cut, so the queue holds
+/// at most about that much per value whatever a client sends.
+pub fn bounded(value: &Json) -> Json {
+    match fits(value) {
+        Ok(()) => value.clone(),
+        Err(Some(settings)) => kept(value, &settings).0,
+        Err(None) => Json::Null,
+    }
+}
+
+/// [`bounded`] for a value the caller owns: no copy when it fits.
+pub fn bounded_owned(value: Json) -> Json {
+    match fits(&value) {
+        Ok(()) => value,
+        Err(Some(settings)) => kept(&value, &settings).0,
+        Err(None) => Json::Null,
+    }
+}
+
+/// `Ok` when the value's JSON text fits the running log's `max_value_bytes`; else its
+/// settings (`None`: no log runs).
+fn fits(value: &Json) -> Result<(), Option<Settings>> {
+    let log = slot().read().unwrap_or_else(|p| p.into_inner()).clone();
+    let Some(log) = log else { return Err(None) };
+    let mut counter = Capped { left: log.settings.max_value_bytes };
+    match serde_json::to_writer(&mut counter, value) {
+        Ok(()) => Ok(()),
+        Err(_) => Err(Some(log.settings.clone())),
+    }
+}
+
+/// A writer that fails once more than `left` bytes come: measures JSON text up to a cap.
+struct Capped {
+    left: usize,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if buf.len() > self.left {
+            return Err(std::io::Error::other("over the cap"));
+        }
+        self.left -= buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The value as the log keeps it: redacted names and config secrets out, cut to `max` bytes of

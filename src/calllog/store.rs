@@ -49,12 +49,23 @@ impl Row {
         let (params, cut_params) = kept(&entry.params, settings);
         let result = entry.result.as_ref().map(|r| kept(r, settings));
         let cut_result = result.as_ref().is_some_and(|(_, cut)| *cut);
-        let message = entry.message.map(crate::config::redact::string);
+        let cut = |text: String, max: usize| match text.len() <= max {
+            true => text,
+            false => {
+                let mut end = max;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!("{}… [cut: {} bytes in all]", &text[..end], text.len())
+            }
+        };
+        let message = entry.message.map(|m| cut(crate::config::redact::string(m), settings.max_value_bytes));
+        let tool = cut(entry.tool, crate::tools::MAX_NAME_BYTES);
         Row {
             id: entry.id,
             parent: entry.parent,
             at_ms: entry.at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0),
-            tool: entry.tool,
+            tool,
             caller: entry.caller,
             via: entry.via,
             micros: entry.micros,

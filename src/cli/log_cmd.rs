@@ -89,13 +89,21 @@ pub fn run(args: LogArgs, globals: &Globals) -> Result<(), CliError> {
     filter.limit = 1000;
     loop {
         std::thread::sleep(POLL);
-        filter.after = Some(last);
-        let fresh = store.query(&filter).map_err(failed)?;
-        for record in &fresh {
-            print(record, args.json);
+        // Up to the newest entry as of now, in pages: nothing committed meanwhile is skipped.
+        let newest = store.newest().map_err(failed)?.unwrap_or(last);
+        while last < newest {
+            filter.after = Some(last);
+            filter.before = Some(newest + 1);
+            let fresh = store.query(&filter).map_err(failed)?;
+            for record in &fresh {
+                print(record, args.json);
+            }
+            // A short page is the end; entries that did not match move the cursor too.
+            last = match fresh.last() {
+                Some(record) if fresh.len() == filter.limit => record.seq,
+                _ => newest,
+            };
         }
-        // Entries that did not match the filter move the cursor too.
-        last = store.newest().map_err(failed)?.unwrap_or(last).max(last);
     }
 }
 
@@ -112,16 +120,27 @@ fn print(record: &CallRecord, json: bool) {
     let params = record.params.as_ref().map(|p| p.to_string()).unwrap_or_default();
     let params = cut(&params, 100);
     let parent = record.parent.map(|p| format!("  (inside call {p})")).unwrap_or_default();
-    println!("{at}  {:<12} {:>9.1} ms  {:<20} {who:<10} {params}{parent}", record.outcome, record.ms, record.tool);
+    let (tool, who) = (cut(&record.tool, 60), cut(&who, 60));
+    println!("{at}  {:<12} {:>9.1} ms  {tool:<20} {who:<10} {params}{parent}", record.outcome, record.ms);
     if let Some(message) = &record.message {
         println!("    {}", cut(message, 300));
     }
 }
 
+/// At most `max` characters, control characters escaped: what a client sent never drives the
+/// operator's terminal.
 fn cut(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
     }
-    let head: String = text.chars().take(max).collect();
-    format!("{head}…")
+    out
 }

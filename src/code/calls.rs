@@ -197,7 +197,7 @@ impl Calls {
         slots.push(Arc::clone(&slot));
         drop(slots);
         if self.registry.is_async(tool) {
-            self.dispatch(&slot, params);
+            self.dispatch(&slot, Args::Fresh(params));
         } else {
             // Put off until the script awaits it (then it may run right here, with no thread
             // hand-off) or does anything else: another call, a blocking host call, or a few
@@ -211,7 +211,7 @@ impl Calls {
     }
 
     /// Starts `slot`'s call on the runtime, behind its group's gate.
-    fn dispatch(&self, slot: &Arc<Slot>, params: Json) {
+    fn dispatch(&self, slot: &Arc<Slot>, args: Args) {
         let gate = self.gate(&slot.group);
         let registry = Arc::clone(&self.registry);
         let options = self.options_for(slot);
@@ -221,7 +221,10 @@ impl Calls {
             // Queued time is not the call's: its own timeout starts inside `call_async`.
             let _permit = gate.acquire_owned().await;
             let started = Instant::now();
-            let result = Arc::clone(&registry).call_async(name, params, options.clone()).await;
+            let result = match args {
+                Args::Fresh(params) => Arc::clone(&registry).call_async(name, params, options.clone()).await,
+                Args::Deferred(deferred) => Arc::clone(&registry).call_deferred(name, deferred, options.clone()).await,
+            };
             let result = match result {
                 Err(CallError::ApprovalRequired(pending)) if registry.approvals().wait_in_scripts => {
                     wait_for_approval(&registry, *pending, options).await
@@ -239,7 +242,7 @@ impl Calls {
         let Some(slot) = lock(&self.waiting).take() else { return };
         let params = lock(&slot.deferred).take();
         if let Some(params) = params {
-            self.dispatch(&slot, params);
+            self.dispatch(&slot, Args::Fresh(params));
         }
     }
 
@@ -360,7 +363,7 @@ impl Calls {
                 self.held.fetch_sub(slot.args_bytes, Ordering::Relaxed);
                 (self.concluder())(slot, result, started.elapsed());
             }
-            Err(params) => self.dispatch(slot, params),
+            Err(deferred) => self.dispatch(slot, Args::Deferred(deferred)),
         }
     }
 
@@ -465,6 +468,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What a dispatched call starts from.
+enum Args {
+    /// Parameters not yet through the call path.
+    Fresh(Json),
+    /// A call `try_inline` admitted but could not run inline.
+    Deferred(crate::tools::NotInline),
+}
+
 /// How often a script's call that waits for approval looks at its decision.
 const APPROVAL_POLL: Duration = Duration::from_millis(250);
 
@@ -484,11 +495,12 @@ async fn wait_for_approval(
         }
         let (store, id) = (Arc::clone(&policy), pending.approval.id.clone());
         let state = tokio::task::spawn_blocking(move || store.store.by_id(&id)).await;
-        let state = match state {
-            Ok(Ok(Some(row))) => row.state,
+        let row = match state {
+            Ok(Ok(Some(row))) => row,
             _ => return Err(CallError::ApprovalRequired(Box::new(pending))),
         };
-        if state != "pending" {
+        // Expired without a decision counts as decided: the token check says so.
+        if row.state != "pending" || row.expires_ms <= crate::approval::store::now_ms() {
             break;
         }
     }

@@ -413,6 +413,7 @@ fn secrets_of(expansion: &expand::Expansion, value: &Value) -> redact::Redactor 
         literal(format!("server.tokens[{i}].token"), entry.get("token"));
     }
     literal("embedding.api_key".into(), value.pointer("/embedding/api_key"));
+    literal("approval.approver_token".into(), value.pointer("/approval/approver_token"));
     for (name, server) in value.pointer("/mcp/servers").and_then(Value::as_object).into_iter().flatten() {
         for (table, secret) in
             [("env", redact::is_secret_key as fn(&str) -> bool), ("headers", upstream::is_secret_header)]

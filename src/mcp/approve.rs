@@ -1,10 +1,11 @@
 //! Approval over MCP: when a call needs a person's approval and the client can ask its user
-//! (elicitation, in the session eras and over stdio), ctx asks right away and runs the call on
-//! "approve". A client that cannot ask gets the pending approval as the result instead.
+//! (form elicitation), ctx asks right away and runs the call on "approve": with a request of
+//! its own in the session eras and over stdio, with an input-required result in the stateless
+//! 2026-07-28 era. A client that cannot ask gets the pending approval as the result instead.
 
 use rmcp::model::{
-    ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ProtocolVersion,
-    ServerRequest,
+    ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, InputRequest,
+    InputRequests, InputRequiredResult, ProtocolVersion, ServerRequest,
 };
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
@@ -17,38 +18,89 @@ use crate::tools::CallError;
 pub enum Answer {
     Approved,
     Declined,
-    /// The client could not ask (no capability, an error, the era): the approval stays pending.
+    /// The client could not ask (an error, a cancelled request): the approval stays pending.
     NotAsked,
 }
 
-/// Whether this request's client can be asked: it declared form elicitation, and the request
-/// is not of the stateless 2026 era (where the server cannot send requests of its own).
-pub fn can_ask(cx: &RequestContext<RoleServer>) -> bool {
+/// The key of ctx's question among an input-required result's requests (2026 era).
+pub const INPUT_KEY: &str = "ctx_approval";
+
+/// How this request's client can be asked, if at all.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Asking {
+    /// It cannot: it declared no form elicitation.
+    No,
+    /// A request of ctx's own on the session (2025 era, stdio).
+    Request,
+    /// An input-required result that the client answers by calling again (2026-07-28).
+    InputRequired,
+}
+
+/// Whether and how this request's client can be asked: it declared form elicitation.
+pub fn asking(cx: &RequestContext<RoleServer>) -> Asking {
     let modern = cx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
     let form =
         cx.client_capabilities().and_then(|c| c.elicitation).is_some_and(|e| e.form.is_some() || e.url.is_none());
-    form && !modern
+    match (form, modern) {
+        (false, _) => Asking::No,
+        (true, false) => Asking::Request,
+        (true, true) => Asking::InputRequired,
+    }
 }
 
-/// Asks the client's user to approve `pending`; waits until they answer, the request is
-/// cancelled, or the approval would expire.
-pub async fn ask(cx: &RequestContext<RoleServer>, pending: &Pending) -> Answer {
+/// The question for `pending`: one `approve` checkbox.
+fn question(pending: &Pending) -> Option<ElicitRequest> {
     let a = &pending.approval;
-    let params = serde_json::to_string_pretty(&a.params).unwrap_or_default();
-    let shown: String = params.chars().take(2000).collect();
+    // Whole: parameters that need approval are capped (approval::MAX_PARAMS_BYTES), and a
+    // person must see everything that would run.
+    let shown = serde_json::to_string_pretty(&a.params).unwrap_or_default();
     let message = format!(
         "Allow the tool '{}' to run with these parameters?\n\n{shown}\n\n(ctx approval {}; declining means it does not run)",
         a.tool, a.id
     );
     let schema = ElicitationSchema::builder()
         .required_bool_with("approve", |b| b.title("Approve").description("Run this tool call now"))
-        .build();
-    let Ok(schema) = schema else { return Answer::NotAsked };
-    let request = ServerRequest::ElicitRequest(ElicitRequest::new(ElicitRequestParams::FormElicitationParams {
+        .build()
+        .ok()?;
+    Some(ElicitRequest::new(ElicitRequestParams::FormElicitationParams {
         meta: None,
         message,
         requested_schema: schema,
-    }));
+    }))
+}
+
+/// The 2026-era question: an input-required result whose `state` (the call's token with this
+/// server's MAC, see `Policy::question_state`) the client sends back with its answer.
+pub fn input_required(pending: &Pending, state: String) -> Option<InputRequiredResult> {
+    let mut requests = InputRequests::new();
+    requests.insert(INPUT_KEY.to_string(), InputRequest::Elicitation(question(pending)?));
+    Some(InputRequiredResult::new(Some(requests), Some(state)))
+}
+
+/// What a 2026-era client answered (the value under [`INPUT_KEY`]); anything unreadable is a
+/// "no".
+pub fn answered(value: &Json) -> Answer {
+    match serde_json::from_value::<ElicitResult>(value.clone()) {
+        Ok(result) => decision(&result),
+        Err(_) => Answer::Declined,
+    }
+}
+
+/// Approved only on "accept" with the box ticked.
+fn decision(result: &ElicitResult) -> Answer {
+    let yes = result.content.as_ref().and_then(|c| c.get("approve")).and_then(Json::as_bool);
+    match result.action {
+        ElicitationAction::Accept if yes == Some(true) => Answer::Approved,
+        _ => Answer::Declined,
+    }
+}
+
+/// Asks the client's user to approve `pending`; waits until they answer, the request is
+/// cancelled, or the approval would expire.
+pub async fn ask(cx: &RequestContext<RoleServer>, pending: &Pending) -> Answer {
+    let a = &pending.approval;
+    let Some(question) = question(pending) else { return Answer::NotAsked };
+    let request = ServerRequest::ElicitRequest(question);
     let left = (a.expires_at - chrono::Utc::now()).to_std().unwrap_or_default();
     let sent = cx.peer.send_request(request);
     let answer = tokio::select! {
@@ -57,17 +109,7 @@ pub async fn ask(cx: &RequestContext<RoleServer>, pending: &Pending) -> Answer {
         _ = tokio::time::sleep(left) => return Answer::NotAsked,
     };
     match answer {
-        Ok(ClientResult::ElicitResult(result)) => match result.action {
-            ElicitationAction::Accept => {
-                let yes = result.content.as_ref().and_then(|c| c.get("approve")).and_then(Json::as_bool);
-                if yes == Some(true) {
-                    Answer::Approved
-                } else {
-                    Answer::Declined
-                }
-            }
-            _ => Answer::Declined,
-        },
+        Ok(ClientResult::ElicitResult(result)) => decision(&result),
         Ok(_) => Answer::NotAsked,
         Err(e) => {
             tracing::info!("approval {}: the client could not ask its user ({e}); it stays pending", a.id);

@@ -92,7 +92,9 @@ impl DirectRoute {
         let options = CallOptions { caller: "mcp", principal, ..Default::default() };
         let outcome = self.mcp.tools().call(name, Json::Object(arguments), options).await;
         let result = match &outcome {
-            Err(e) if e.is_protocol_error() => {
+            // rmcp's handler answers both: a protocol error in its own words, and a call that
+            // waits for approval with the question when the client can be asked. Nothing ran.
+            Err(e) if e.is_protocol_error() || (needs_asking(e) && declares_elicitation(&bytes)) => {
                 return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
             }
             Ok(output) => convert::output(output),
@@ -286,4 +288,16 @@ fn plain_call(body: &Bytes, headers: &HeaderMap) -> Option<(Json, String, Map<St
         && meta.get(META_KEYS[1]).is_some_and(Json::is_object)
         && meta.get(META_KEYS[2]).is_none_or(Json::is_object);
     (plain_meta && params.is_empty()).then_some((id, name, arguments))
+}
+
+/// A call that waits for approval, which a client that can ask its user is asked about.
+fn needs_asking(error: &crate::tools::CallError) -> bool {
+    matches!(error, crate::tools::CallError::ApprovalRequired(_))
+}
+
+/// Whether a 2026-era request declares elicitation among its client capabilities (`_meta`).
+fn declares_elicitation(bytes: &[u8]) -> bool {
+    let Ok(request) = serde_json::from_slice::<Json>(bytes) else { return false };
+    let caps = request.pointer("/params/_meta/io.modelcontextprotocol~1clientCapabilities/elicitation");
+    caps.is_some_and(|c| !c.is_null())
 }

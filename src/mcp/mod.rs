@@ -166,7 +166,23 @@ impl Mcp {
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
+        // A 2026-era retry that answers ctx's approval question.
+        let answer = request.input_responses.as_ref().and_then(|r| r.get(approve::INPUT_KEY)).map(approve::answered);
+        let answered_token = request.request_state.clone();
         let params = Json::Object(request.arguments.unwrap_or_default());
+        if let (Some(answer), Some(state)) = (answer, answered_token) {
+            let result = match self.inner.tools.current().approvals().asked(&state) {
+                Some(token) => self.decide_and_run(&cx, &name, params, &token, answer, principal(&cx)).await,
+                None => Err(CallError::ApprovalRefused(format!(
+                    "tool '{name}' did not run: the answer does not come from a question this server asked (it restarted, or the state was changed); call again without it"
+                ))),
+            };
+            return match result {
+                Ok(output) => Ok(convert::output(&output)?.into()),
+                Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
+                Err(e) => Ok(convert::result(&e.mcp())?.into()),
+            };
+        }
         let token = cx.meta.get_progress_token();
         let (sink, mut progress_rx) = progress::queue();
         // Without a token the sink is dropped here, and the queue ends at once.
@@ -219,11 +235,22 @@ impl Mcp {
                 progress::QUEUE_LEN
             );
         }
-        let result = match result {
-            Err(CallError::ApprovalRequired(pending)) if approve::can_ask(&cx) => {
+        let asking = match self.inner.tools.current().approvals().ask_clients {
+            true => approve::asking(&cx),
+            false => approve::Asking::No,
+        };
+        let result = match (result, asking) {
+            (Err(CallError::ApprovalRequired(pending)), approve::Asking::Request) => {
                 self.approve_and_run(&cx, &pending, principal).await
             }
-            other => other,
+            (Err(CallError::ApprovalRequired(pending)), approve::Asking::InputRequired) => {
+                let state = self.inner.tools.current().approvals().question_state(&pending);
+                match approve::input_required(&pending, state) {
+                    Some(question) => return Ok(CallToolResponse::InputRequired(question)),
+                    None => Err(CallError::ApprovalRequired(pending)),
+                }
+            }
+            (other, _) => other,
         };
         match result {
             Ok(output) => Ok(convert::output(&output)?.into()),
@@ -242,36 +269,50 @@ impl Mcp {
         principal: Option<Arc<crate::tools::Principal>>,
     ) -> Result<crate::tools::Output, CallError> {
         let answer = approve::ask(cx, pending).await;
-        let approved = match answer {
-            approve::Answer::NotAsked => return Err(CallError::ApprovalRequired(Box::new(pending.clone()))),
-            approve::Answer::Approved => true,
-            approve::Answer::Declined => false,
-        };
-        let policy = std::sync::Arc::clone(self.inner.tools.current().approvals());
-        let id = pending.approval.id.clone();
-        let reason = (!approved).then(|| "declined when asked".to_string());
-        let decided = tokio::task::spawn_blocking(move || {
-            policy.store.decide(&id, approved, "mcp elicitation", reason.as_deref())
-        })
-        .await;
-        if !matches!(decided, Ok(Ok(Ok(_)))) {
-            // Decided elsewhere meanwhile, or the store failed: the token says what holds.
-            tracing::info!("approval {}: the answer over MCP was not recorded", pending.approval.id);
+        if matches!(answer, approve::Answer::NotAsked) {
+            return Err(CallError::ApprovalRequired(Box::new(pending.clone())));
         }
+        let (tool, params) = (pending.approval.tool.clone(), pending.approval.params.clone());
+        self.decide_and_run(cx, &tool, params, &pending.token, answer, principal).await
+    }
+
+    /// Records the user's answer for the approval of `token`, like a decision made with `ctx
+    /// approvals` (so the log and `/approvals` show who decided), then makes the call with the
+    /// token: the one call path checks that it is this call, this caller, and approved.
+    async fn decide_and_run(
+        &self,
+        cx: &RequestContext<RoleServer>,
+        tool: &str,
+        params: Json,
+        token: &str,
+        answer: approve::Answer,
+        principal: Option<Arc<crate::tools::Principal>>,
+    ) -> Result<crate::tools::Output, CallError> {
+        let approved = matches!(answer, approve::Answer::Approved);
+        let policy = Arc::clone(self.inner.tools.current().approvals());
+        let caller = principal.as_ref().map(|p| p.name().to_string()).unwrap_or_default();
+        let owned = token.to_string();
+        let decided =
+            tokio::task::spawn_blocking(move || policy.decide_for(&owned, &caller, approved, "mcp elicitation")).await;
+        let pending = match decided {
+            Ok(Ok(pending)) => pending,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(CallError::Internal("recording the approval failed".into())),
+        };
         if !approved {
-            return Err(approve::declined(pending));
+            return Err(approve::declined(&pending));
         }
         let options = CallOptions {
             cancel: CancelHandle::new(),
             caller: "mcp",
             principal,
-            approval: Some(pending.token.clone()),
+            approval: Some(token.to_string()),
             ..Default::default()
         };
-        let call = self.inner.tools.call(pending.approval.tool.clone(), pending.approval.params.clone(), options);
+        let call = self.inner.tools.call(tool.to_string(), params, options);
         tokio::select! {
             result = call => result,
-            _ = cx.ct.cancelled() => Err(CallError::cancelled(&pending.approval.tool)),
+            _ = cx.ct.cancelled() => Err(CallError::cancelled(tool)),
         }
     }
 }

@@ -94,7 +94,13 @@ impl Security {
             CorsLayer::new()
                 .allow_origin(AllowOrigin::list(origins))
                 .allow_methods([Method::GET, Method::POST])
-                .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION, header::ACCEPT]),
+                .allow_headers([
+                    header::CONTENT_TYPE,
+                    header::AUTHORIZATION,
+                    header::ACCEPT,
+                    header::HeaderName::from_static("ctx-approval"),
+                    header::HeaderName::from_static("ctx-approver"),
+                ]),
         )
     }
 }

@@ -213,6 +213,9 @@ fn store_failed(e: &str) -> Response {
 }
 
 /// Approve a pending call: its caller may then send it again with its token, and it runs once.
+///
+/// Needs `[approval] approver_token`, sent as the `Ctx-Approver` header beside the bearer token:
+/// the token a client calls with is not enough to approve its own calls.
 #[utoipa::path(post, path = "/approvals/{id}/approve", operation_id = "approve", tag = "operations",
     params(("id" = String, Path, description = "The approval's id (ap-...).")),
     responses((status = 200, description = "Approved.", body = super::openapi::schemas::Approval),
@@ -224,11 +227,14 @@ pub async fn approve(
     State(app): State<Arc<App>>,
     caller: Option<Extension<guard::Caller>>,
     axum::extract::Path(id): axum::extract::Path<String>,
+    headers: axum::http::HeaderMap,
 ) -> Response {
-    decide(&app, &caller, id, true, None).await
+    decide(&app, &caller, &headers, id, true, None).await
 }
 
 /// Deny a pending call: it will not run. The body may give a reason: `{"reason": "..."}`.
+///
+/// Needs `[approval] approver_token`, sent as the `Ctx-Approver` header.
 #[utoipa::path(post, path = "/approvals/{id}/deny", operation_id = "deny", tag = "operations",
     params(("id" = String, Path, description = "The approval's id (ap-...).")),
     responses((status = 200, description = "Denied.", body = super::openapi::schemas::Approval),
@@ -252,12 +258,14 @@ pub async fn deny(
         Some(serde_json::Value::String(r)) => Some(r.chars().take(1000).collect::<String>()),
         Some(_) => return ApiError::new(ErrorCode::BadRequest, "reason must be a string").into_response(),
     };
-    decide(&app, &caller, id, false, reason).await
+    let headers = headers.clone();
+    decide(&app, &caller, &headers, id, false, reason).await
 }
 
 async fn decide(
     app: &App,
     caller: &Option<Extension<guard::Caller>>,
+    headers: &axum::http::HeaderMap,
     id: String,
     approve: bool,
     reason: Option<String>,
@@ -266,6 +274,24 @@ async fn decide(
         return refused.into_response();
     }
     let policy = Arc::clone(app.tools.current().approvals());
+    // The token a client calls with must not be enough to approve its own calls.
+    let Some(expected) = policy.approver_token.as_deref() else {
+        return ApiError::new(
+            ErrorCode::Forbidden,
+            "deciding approvals over REST needs [approval] approver_token in ctx.toml (sent as the Ctx-Approver header); without it, people decide with ctx approvals approve|deny on the server's machine",
+        )
+        .into_response();
+    };
+    let given = headers.get("ctx-approver").map(|v| v.as_bytes()).unwrap_or_default();
+    let same = given.len() == expected.len()
+        && given.iter().zip(expected.as_bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    if !same {
+        return ApiError::new(
+            ErrorCode::Forbidden,
+            "missing or wrong Ctx-Approver header: approving or denying over REST needs [approval] approver_token",
+        )
+        .into_response();
+    }
     let decided =
         tokio::task::spawn_blocking(move || decide_in(&policy.store, &id, approve, "rest", reason.as_deref())).await;
     match decided {

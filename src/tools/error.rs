@@ -53,7 +53,7 @@ pub enum CallError {
     #[error("tool '{tool}' is over its rate limit of {rate} per caller; retry in {}", retry_in(retry_after))]
     RateLimited { tool: String, rate: String, retry_after: Duration },
     /// The call needs a person's approval: nothing ran, and a pending approval records it.
-    #[error("{}", .0.message())]
+    #[error("{}", .0.summary())]
     ApprovalRequired(Box<crate::approval::Pending>),
     /// The call needed approval and its token does not allow it (denied, used, expired, or
     /// bound to another call or caller): nothing ran.
@@ -183,9 +183,7 @@ impl CallError {
     /// is left out (the caller got it in the answer).
     pub fn log_text(&self) -> String {
         match self {
-            CallError::ApprovalRequired(pending) => {
-                format!("tool '{}' waits for approval {}", pending.approval.tool, pending.approval.id)
-            }
+            CallError::ApprovalRequired(pending) => pending.summary(),
             other => other.to_string(),
         }
     }

@@ -23,7 +23,7 @@ pub use error::{http_status, retry_secs, CallError};
 pub use output::Output;
 pub use params::Params;
 pub use principal::Principal;
-pub use registry::{check, CallOptions, Checked, Registry, Tools, MAX_CHAIN, MAX_REENTRY};
+pub use registry::{check, CallOptions, Checked, NotInline, Registry, Tools, MAX_CHAIN, MAX_NAME_BYTES, MAX_REENTRY};
 
 use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};

@@ -105,7 +105,12 @@ impl CallError {
             }
             _ => Default::default(),
         };
-        McpCallResult { content: vec![text(self.to_string())], structured_content, is_error: true }
+        // The caller's own answer carries the token it runs the approved call with.
+        let message = match self {
+            CallError::ApprovalRequired(pending) => pending.message(),
+            other => other.to_string(),
+        };
+        McpCallResult { content: vec![text(message)], structured_content, is_error: true }
     }
 }
 

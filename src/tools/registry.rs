@@ -54,6 +54,9 @@ fn next_call_id() -> u64 {
     next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The longest tool name a call may give.
+pub const MAX_NAME_BYTES: usize = 256;
+
 /// How deep a chain of tool calls may go (a tool calling a tool calling a tool...).
 pub const MAX_CHAIN: usize = 16;
 
@@ -356,12 +359,20 @@ impl Registry {
         let result = self
             .prepare(name, params, options)
             .and_then(|(tool, params)| tool.run(params, &self.env(name, options, started.id)));
-        log_call(name, options, started, &result);
+        self.log_call(name, options, started, &result);
         result
     }
 
     /// Looks the tool up and checks the parameters (filling in defaults).
     fn prepare(&self, name: &str, mut params: Json, options: &CallOptions) -> Result<(ToolRef, Json), CallError> {
+        // No tool has a longer name (upstream ones are capped too): refused before anything
+        // quotes it in a message, a log line or the call log.
+        if name.len() > MAX_NAME_BYTES {
+            let shown: String = name.chars().take(40).collect();
+            return Err(CallError::UnknownTool(format!(
+                "unknown tool '{shown}…': tool names are at most {MAX_NAME_BYTES} bytes; GET /tools/list has them"
+            )));
+        }
         // A token beside the arguments is the caller's, not the tool's.
         let beside = match &mut params {
             Json::Object(map) => map.remove(crate::approval::PARAM),
@@ -392,18 +403,25 @@ impl Registry {
         if options.cancel.is_cancelled() {
             return Err(CallError::cancelled(name));
         }
+        let caller = principal.map(super::Principal::name).unwrap_or("");
+        // Approval first: a call that only asks for approval costs no rate.
+        let approved = match self.approvals.needs(tool.spec()) {
+            true => {
+                let token = options.approval.as_deref().or(beside.as_ref().and_then(Json::as_str));
+                Some(self.approvals.check(name, &params, caller, options.caller, token)?)
+            }
+            false => None,
+        };
         if !self.rates.is_empty() {
-            let caller = principal.map(super::Principal::name).unwrap_or("");
             self.rates.take(name, caller).map_err(|refused| CallError::RateLimited {
                 tool: name.to_string(),
                 rate: refused.rate,
                 retry_after: refused.retry_after,
             })?;
         }
-        if self.approvals.needs(tool.spec()) {
-            let token = options.approval.as_deref().or(beside.as_ref().and_then(Json::as_str));
-            let caller = principal.map(super::Principal::name).unwrap_or("");
-            self.approvals.check(name, &params, caller, options.caller, token)?;
+        // Used up only now that the call runs (a rate refusal keeps it for the next try).
+        if let Some(approval) = approved {
+            self.approvals.consume(name, &approval)?;
         }
         Ok((Arc::clone(tool), params))
     }
@@ -445,34 +463,53 @@ impl Registry {
     }
 
     /// A call run right here if the tool can finish it without blocking ([`Tool::run_inline`]):
-    /// its result, logged like any call. `Err` gives the parameters back when it cannot, and
-    /// the caller makes the call through [`Registry::call_async`] instead (code mode's inner
-    /// calls, awaited as soon as they are made, skip two thread hand-offs this way).
+    /// its result, logged like any call. `Err` when it cannot: the caller makes the call with
+    /// [`Registry::call_deferred`] instead (code mode's inner calls, awaited as soon as they are
+    /// made, skip two thread hand-offs this way). A call that was already admitted (its rate
+    /// taken, its approval used) is not admitted again there.
     pub fn try_inline(
         self: &Arc<Self>,
         name: &str,
         params: Json,
         options: &CallOptions,
-    ) -> Result<Result<Output, CallError>, Json> {
+    ) -> Result<Result<Output, CallError>, NotInline> {
         // A call that may wait for a person runs as a task, where waiting blocks nothing.
         if self.approvals.wait_in_scripts && self.spec(name).is_some_and(|s| self.approvals.needs(s)) {
-            return Err(params);
+            return Err(NotInline(Deferred::Fresh(params)));
         }
         let started = Started::now(options, &params);
         let (tool, params) = match self.prepare(name, params, options) {
             Ok(prepared) => prepared,
             Err(e) => {
                 let result = Err(e);
-                log_call(name, options, started, &result);
+                self.log_call(name, options, started, &result);
                 return Ok(result);
             }
         };
         if tool.as_async().is_some() || stuck::quarantined(stuck::identity(&tool)).is_some() {
-            return Err(params);
+            return Err(NotInline(Deferred::Admitted { tool, params, started: Box::new(started) }));
         }
-        let Some(result) = self.inline(&tool, name, &params, options, started.id) else { return Err(params) };
-        log_call(name, options, started, &result);
+        let Some(result) = self.inline(&tool, name, &params, options, started.id) else {
+            return Err(NotInline(Deferred::Admitted { tool, params, started: Box::new(started) }));
+        };
+        self.log_call(name, options, started, &result);
         Ok(result)
+    }
+
+    /// Makes a call [`Registry::try_inline`] could not run inline, as [`Registry::call_async`]
+    /// would, without admitting it twice.
+    pub async fn call_deferred(
+        self: Arc<Self>,
+        name: String,
+        deferred: NotInline,
+        options: CallOptions,
+    ) -> Result<Output, CallError> {
+        match deferred.0 {
+            Deferred::Fresh(params) => self.call_async(name, params, options).await,
+            Deferred::Admitted { tool, params, started } => {
+                self.run_admitted(name, tool, params, options, *started).await
+            }
+        }
     }
 
     /// The tool's inline attempt ([`Tool::run_inline`]); a panic in it is an `internal` error.
@@ -511,23 +548,35 @@ impl Registry {
             Ok(prepared) => prepared,
             Err(e) => {
                 let result = Err(e);
-                log_call(&name, &options, started, &result);
+                self.log_call(&name, &options, started, &result);
                 return result;
             }
         };
+        self.run_admitted(name, tool, params, options, started).await
+    }
+
+    /// Runs a call that passed [`Registry::prepare`], and logs it.
+    async fn run_admitted(
+        self: Arc<Self>,
+        name: String,
+        tool: ToolRef,
+        params: Json,
+        options: CallOptions,
+        started: Started,
+    ) -> Result<Output, CallError> {
         if let Some(run) = stuck::quarantined(stuck::identity(&tool)) {
             let result = Err(CallError::Unavailable(format!(
                 "tool '{name}' is quarantined: a call {:.0} s ago overran its deadline inside a library call and is still running; ctx refuses new calls of this tool until that call ends or its script is edited (the server log has the details)",
                 run.since.elapsed().as_secs_f64()
             )));
-            log_call(&name, &options, started, &result);
+            self.log_call(&name, &options, started, &result);
             return result;
         }
         // A tool that waits on another process runs as a future right here: no thread, and
         // dropping this future (the client went away or cancelled) cancels it upstream too.
         if let Some(async_tool) = tool.as_async() {
             let result = async_tool.call(params, options.progress.clone()).await;
-            log_call(&name, &options, started, &result);
+            self.log_call(&name, &options, started, &result);
             return result;
         }
         let id = started.id;
@@ -547,9 +596,25 @@ impl Registry {
                 })
             }
         };
-        log_call(&name, &options, started, &result);
+        self.log_call(&name, &options, started, &result);
         result
     }
+
+    /// The end of every call: [`log_call`], with whether the name is a registered tool (only
+    /// those become metrics labels).
+    fn log_call(&self, name: &str, options: &CallOptions, started: Started, result: &Result<Output, CallError>) {
+        log_call(name, self.index.contains_key(name), options, started, result);
+    }
+}
+
+/// A call [`Registry::try_inline`] could not run inline; [`Registry::call_deferred`] makes it.
+pub struct NotInline(Deferred);
+
+enum Deferred {
+    /// Not admitted yet (it may wait for a person: it runs the whole call path as a task).
+    Fresh(Json),
+    /// Admitted (looked up, checked, its rate taken and its approval used): it only runs.
+    Admitted { tool: ToolRef, params: Json, started: Box<Started> },
 }
 
 /// A call as it starts: its id, its time, and its parameters when the call log wants them.
@@ -566,20 +631,19 @@ impl Started {
             id: next_call_id(),
             at: Instant::now(),
             wall: std::time::SystemTime::now(),
-            params: crate::calllog::enabled().then(|| params.clone()),
+            params: crate::calllog::enabled().then(|| crate::calllog::bounded(params)),
         }
     }
 }
 
 /// The end of every call: its log line, its metrics, and its entry in the call log.
-fn log_call(name: &str, options: &CallOptions, started: Started, result: &Result<Output, CallError>) {
+fn log_call(name: &str, known: bool, options: &CallOptions, started: Started, result: &Result<Output, CallError>) {
     let micros = started.at.elapsed().as_micros() as u64;
     let outcome = match result {
         Ok(output) if output.is_error() => "tool_error",
         Ok(_) => "ok",
         Err(e) => super::error::code_name(e.code()),
     };
-    let known = !matches!(result, Err(CallError::UnknownTool(_)));
     crate::metrics::call(name, known, outcome, micros);
     match result {
         Ok(_) => tracing::debug!(tool = name, caller = options.caller, micros, "tool call ok"),
@@ -590,7 +654,7 @@ fn log_call(name: &str, options: &CallOptions, started: Started, result: &Result
     }
     let Some(params) = started.params else { return };
     let (message, result) = match result {
-        Ok(output) => (None, Some(output.value())),
+        Ok(output) => (None, Some(crate::calllog::bounded_owned(output.value()))),
         Err(e) => (Some(e.log_text()), None),
     };
     crate::calllog::record(crate::calllog::Entry {

@@ -46,6 +46,7 @@ import urllib.request
 from typing import Any
 
 import anyio
+import mcp
 import httpx2
 from mcp import ClientSession, types
 from mcp.client.session import ClientRequestContext
@@ -111,6 +112,29 @@ async def call(args: argparse.Namespace) -> None:
     inbox = Inbox()
     headers = {"Authorization": f"Bearer {args.token}"}
     timeout = httpx2.Timeout(REQUEST_TIMEOUT)
+    callback = elicitations.handle if args.answer != "none" else None
+    if args.era == "2026":
+        # mcp.Client negotiates 2026-07-28 (stateless) and answers an input-required result
+        # itself: it runs the callback and calls again with the answer.
+        with anyio.fail_after(RUN_TIMEOUT):
+            async with create_mcp_http_client(headers=headers, timeout=timeout) as http_client:
+                transport = streamable_http_client(args.url, http_client=http_client)
+                async with mcp.Client(transport, mode="auto", read_timeout_seconds=REQUEST_TIMEOUT,
+                                      elicitation_callback=callback) as client:
+                    if client.protocol_version != "2026-07-28":
+                        raise CheckFailed(f"mode='auto' negotiated {client.protocol_version}, expected 2026-07-28")
+                    try:
+                        result = await client.call_tool(args.tool, arguments)
+                    except MCPError as e:
+                        raise CheckFailed(f"tools/call {args.tool}: JSON-RPC error {e.code}: {e.message} "
+                                          f"(data {e.data!r})") from e
+        emit({
+            "isError": bool(result.is_error),
+            "text": "\n".join(block.text for block in result.content if isinstance(block, types.TextContent)),
+            "structured": result.structured_content,
+            "elicited": elicitations.seen,
+        })
+        return
     with anyio.fail_after(RUN_TIMEOUT):
         async with create_mcp_http_client(headers=headers, timeout=timeout) as http_client:
             async with streamable_http_client(args.url, http_client=http_client) as (read, write):
@@ -120,7 +144,7 @@ async def call(args: argparse.Namespace) -> None:
                     read_timeout_seconds=REQUEST_TIMEOUT,
                     # With --answer none the session gets no callback, so initialize does not
                     # declare the elicitation capability.
-                    elicitation_callback=elicitations.handle if args.answer != "none" else None,
+                    elicitation_callback=callback,
                     message_handler=inbox.handle,
                 ) as session:
                     try:
@@ -214,6 +238,9 @@ def main() -> None:
     call_parser.add_argument("--answer", required=True, choices=["approve", "decline", "none"],
                              help="how to answer an elicitation: accept {approve: true}, decline, "
                                   "or none (no elicitation capability)")
+    call_parser.add_argument("--era", default="2025", choices=["2025", "2026"],
+                             help="2025: a 2025-11-25 session (ClientSession); 2026: mcp.Client negotiating "
+                                  "2026-07-28 (stateless, input-required results)")
 
     metrics_parser = commands.add_parser("metrics", help="GET and parse Prometheus metrics")
     metrics_parser.add_argument("--url", required=True, help="e.g. http://127.0.0.1:PORT/metrics")

@@ -9,6 +9,8 @@ use serde_json::{json, Value};
 use crate::common::{repo, test_python, ServeChild};
 use crate::ops_21::{ctx_in, serve, Server, ADMIN, CI};
 
+const APPROVER: &str = "approver-token-0123456789";
+
 /// A Lua tool that calls `echo` through `context.call`, and takes a secret-looking parameter.
 const RELAY: &str = r#"
 tool = {
@@ -94,6 +96,16 @@ fn ops_21_rate_limits_answer_429_with_retry_after_per_caller_and_count_inner_cal
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["result"]["ok"], false, "{out}");
     assert!(out["result"]["err"].as_str().unwrap().contains("rate limit"), "{out}");
+    // A script's call of a tool that cannot finish inline is charged once, not twice.
+    let r = crate::ops_21::serve_with(
+        "\n[tools.script.relay]\npath = \"relay.lua\"\nrate = \"2/min\"\n",
+        &[("relay.lua", RELAY)],
+    );
+    let (status, out) =
+        r.post("/tools/execute", Some(ADMIN), json!({"script": "return ctx.relay({message = 'x'}):await()"}));
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(r.post("/tools/relay", Some(ADMIN), json!({"message": "y"})).0, 200, "the script used one call of two");
+    assert_eq!(r.post("/tools/relay", Some(ADMIN), json!({"message": "z"})).0, 429);
     // A rate that is not one is a config error with its key.
     let ws = crate::common::Workspace::new("[[server.rate_limits]]\ntools = [\"echo\"]\nrate = \"10 per minute\"\n");
     let check = ws.ctx(&["schema", "check"]);
@@ -104,7 +116,7 @@ fn ops_21_rate_limits_answer_429_with_retry_after_per_caller_and_count_inner_cal
 
 #[test]
 fn ops_21_approval_over_rest_runs_once_with_the_token_and_refuses_everything_else() {
-    let s = serve("\n[approval]\ntools = [\"echo\"]\n");
+    let s = serve(&format!("\n[approval]\ntools = [\"echo\"]\napprover_token = \"{APPROVER}\"\n"));
     let ask = |token: &str, message: &str| s.send_with("/tools/echo", Some(token), &[], json!({"message": message}));
     let (status, pending, _) = ask(CI, "deploy");
     assert_eq!(status, 202, "{pending}");
@@ -143,7 +155,15 @@ fn ops_21_approval_over_rest_runs_once_with_the_token_and_refuses_everything_els
     // `_approval` beside the arguments works as the header does; deny over REST with a reason.
     let (_, second, _) = ask(CI, "rollback");
     let second_id = second["id"].as_str().unwrap();
-    let (status, denied) = s.post(&format!("/approvals/{second_id}/deny"), Some(ADMIN), json!({"reason": "not today"}));
+    // The token a client calls with cannot decide: REST needs the approver token beside it.
+    let deny = |headers: &[(&str, &str)]| {
+        s.send_with(&format!("/approvals/{second_id}/deny"), Some(ADMIN), headers, json!({"reason": "not today"}))
+    };
+    let (status, body, _) = deny(&[]);
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("Ctx-Approver"), "{body}");
+    assert_eq!(deny(&[("ctx-approver", "wrong-approver-token-000")]).0, 403);
+    let (status, denied, _) = deny(&[("ctx-approver", APPROVER)]);
     assert_eq!(status, 200, "{denied}");
     assert_eq!(denied["state"], "denied");
     let (status, body, _) =
@@ -151,8 +171,11 @@ fn ops_21_approval_over_rest_runs_once_with_the_token_and_refuses_everything_els
     assert_eq!(status, 403, "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("denied by rest: not today"), "{body}");
     // Deciding twice is a conflict; an unknown id is 404.
-    assert_eq!(s.post(&format!("/approvals/{second_id}/approve"), Some(ADMIN), json!({})).0, 409);
-    assert_eq!(s.post("/approvals/ap-nope/approve", Some(ADMIN), json!({})).0, 404);
+    let approve = |id: &str| {
+        s.send_with(&format!("/approvals/{id}/approve"), Some(ADMIN), &[("ctx-approver", APPROVER)], json!({})).0
+    };
+    assert_eq!(approve(second_id), 409);
+    assert_eq!(approve("ap-nope"), 404);
     let (_, all) = s.get("/approvals?all=true", Some(ADMIN));
     let states: Vec<&str> = all["approvals"].as_array().unwrap().iter().map(|a| a["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["denied", "used"], "{all}");
@@ -218,12 +241,18 @@ fn ops_21_approval_in_code_mode_fails_with_the_waiting_call_or_waits_for_a_perso
     assert_eq!(out["result"]["message"], "ship it", "{out}");
 }
 
-/// Runs tests/clients/ops_client.py `call` against the server.
+/// Runs tests/clients/ops_client.py `call` against the server (a 2025-11-25 session).
 fn mcp_client_call(s: &Server, token: &str, answer: &str, args: Value) -> Option<Value> {
+    mcp_client_call_in(s, token, answer, "2025", args)
+}
+
+/// [`mcp_client_call`] in a protocol era: `2025` (a session) or `2026` (stateless).
+fn mcp_client_call_in(s: &Server, token: &str, answer: &str, era: &str, args: Value) -> Option<Value> {
     let python = test_python()?;
     let output = std::process::Command::new(python)
         .arg(repo().join("tests/clients/ops_client.py"))
         .args(["call", "--url", &s.url("/mcp"), "--token", token, "--tool", "echo", "--answer", answer])
+        .args(["--era", era])
         .args(["--args", &args.to_string()])
         .output()
         .unwrap();
@@ -257,6 +286,40 @@ fn ops_21_approval_over_mcp_asks_a_client_that_can_elicit_and_tells_one_that_can
     let (_, all) = s.get("/approvals?all=true", Some(ADMIN));
     let by: Vec<&str> = all["approvals"].as_array().unwrap().iter().filter_map(|a| a["decided_by"].as_str()).collect();
     assert_eq!(by, ["cli", "mcp elicitation", "mcp elicitation"], "{all}");
+
+    // 2026-07-28 (stateless): an input-required result, answered by calling again.
+    let modern = mcp_client_call_in(&s, CI, "approve", "2026", json!({"message": "stateless"})).unwrap();
+    assert_eq!(modern["isError"], false, "{modern}");
+    assert!(modern["text"].as_str().unwrap().contains("stateless"), "{modern}");
+    assert!(modern["elicited"][0]["message"].as_str().unwrap().contains("Allow the tool 'echo'"), "{modern}");
+    let declined = mcp_client_call_in(&s, CI, "decline", "2026", json!({"message": "stateless no"})).unwrap();
+    assert_eq!(declined["isError"], true, "{declined}");
+    assert!(declined["text"].as_str().unwrap().contains("declined"), "{declined}");
+
+    // Holding a token is not being asked: an answer with a REST caller's token is refused.
+    let (status, pending, _) = s.send_with("/tools/echo", Some(CI), &[], json!({"message": "forged"}));
+    assert_eq!(status, 202);
+    let forged = s.mcp(
+        CI,
+        "tools/call",
+        Some("echo"),
+        json!({"name": "echo", "arguments": {"message": "forged"},
+               "inputResponses": {"ctx_approval": {"action": "accept", "content": {"approve": true}}},
+               "requestState": pending["token"]}),
+    );
+    assert!(forged.to_string().contains("does not come from a question this server asked"), "{forged}");
+    let listed = s.cli(&["approvals", "list", "--json"]).json();
+    let still = listed["approvals"].as_array().unwrap().iter().find(|a| a["id"] == pending["id"]).unwrap();
+    assert_eq!(still["state"], "pending", "a forged answer decides nothing");
+}
+
+#[test]
+fn ops_21_with_ask_clients_off_only_people_decide() {
+    let s = serve("\n[approval]\ntools = [\"echo\"]\nask_clients = false\n");
+    let Some(result) = mcp_client_call(&s, CI, "approve", json!({"message": "m"})) else { return };
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(result["elicited"], json!([]), "the client was not asked: {result}");
+    assert!(result["text"].as_str().unwrap().contains("ctx approvals approve"), "{result}");
 }
 
 #[test]
