@@ -1,7 +1,7 @@
 //! Operations benchmark (issue 21): what the tool-call log and the metrics cost the call path.
 //!
 //! ```text
-//! cargo bench --bench ops                  # 3 rounds of 10 s each way
+//! cargo bench --bench ops                  # 5 rounds of 8 s each way
 //! cargo bench --bench ops -- --quick       # 2 rounds of 4 s
 //! ```
 //!
@@ -34,7 +34,7 @@ const RATIO: f64 = 0.95;
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (rounds, secs) = if quick { (2, 4) } else { (3, 10) };
+    let (rounds, secs) = if quick { (2, 4) } else { (5, 8) };
     let wrk = find_wrk();
     let dir = tempfile::tempdir().expect("temp dir");
     let ws = dir.path().join("ws");

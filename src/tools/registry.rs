@@ -617,12 +617,21 @@ enum Deferred {
     Admitted { tool: ToolRef, params: Json, started: Box<Started> },
 }
 
+/// A result as the call log keeps it, rendered from the output itself where it holds a value.
+fn render_output(output: &Output) -> crate::calllog::Rendered {
+    match output {
+        Output::Value(v) | Output::HandledError(v) => crate::calllog::render(v),
+        Output::Traced { output, .. } => render_output(output),
+        other => crate::calllog::render(&other.value()),
+    }
+}
+
 /// A call as it starts: its id, its time, and its parameters when the call log wants them.
 struct Started {
     id: u64,
     at: Instant,
     wall: std::time::SystemTime,
-    params: Option<Json>,
+    params: Option<crate::calllog::Rendered>,
 }
 
 impl Started {
@@ -631,7 +640,7 @@ impl Started {
             id: next_call_id(),
             at: Instant::now(),
             wall: std::time::SystemTime::now(),
-            params: crate::calllog::enabled().then(|| crate::calllog::bounded(params)),
+            params: crate::calllog::enabled().then(|| crate::calllog::render(params)),
         }
     }
 }
@@ -654,7 +663,7 @@ fn log_call(name: &str, known: bool, options: &CallOptions, started: Started, re
     }
     let Some(params) = started.params else { return };
     let (message, result) = match result {
-        Ok(output) => (None, Some(crate::calllog::bounded_owned(output.value()))),
+        Ok(output) => (None, Some(render_output(output))),
         Err(e) => (Some(e.log_text()), None),
     };
     crate::calllog::record(crate::calllog::Entry {
