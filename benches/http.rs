@@ -357,21 +357,8 @@ struct Server {
 
 impl Server {
     fn start(config: &Path) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-        let bind = format!("127.0.0.1:{port}");
-        let child = Command::new(ctx_bin())
-            .arg("--config")
-            .arg(config)
-            .args(["-q", "serve", "--bind", &bind])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start ctx serve");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(&bind).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(20), "ctx serve did not start listening on {bind}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Server { child, base: format!("http://{bind}") }
+        let (child, base) = bin::serve(config, |_| {});
+        Server { child, base }
     }
 
     /// Resident set size from /proc, in MB (10^6 bytes).

@@ -23,7 +23,7 @@ mod corpus;
 mod wrk;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use bin::ctx_bin;
@@ -105,23 +105,10 @@ struct Server {
 
 impl Server {
     fn start(config: &Path, dir: &Path) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-        let bind = format!("127.0.0.1:{port}");
-        let child = Command::new(ctx_bin())
-            .arg("--config")
-            .arg(config)
-            .args(["-q", "serve", "--no-reload", "--bind", &bind])
-            .current_dir(dir)
-            .env("CTX_MODEL_DIR", "/nonexistent")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start ctx serve");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(&bind).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(20), "ctx serve did not start listening on {bind}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Server { child, base: format!("http://{bind}") }
+        let (child, base) = bin::serve(config, |command| {
+            command.arg("--no-reload").current_dir(dir).env("CTX_MODEL_DIR", "/nonexistent");
+        });
+        Server { child, base }
     }
 
     /// The log's written and dropped counts once the writer has caught up with `calls` (or

@@ -313,14 +313,10 @@ impl Pending {
 
     /// What to do next, in words, for the caller (and the person it shows this to).
     pub fn message(&self) -> String {
-        let a = &self.approval;
+        let id = &self.approval.id;
         format!(
-            "tool '{}' needs approval before it runs; nothing ran. Approval {} is pending until {}: a person approves it with `ctx approvals approve {}` (or POST /approvals/{}/approve, or denies it), then the same call runs once when sent again with the token {} (REST: header Ctx-Approval; MCP and scripts: \"{PARAM}\" beside the arguments)",
-            a.tool,
-            a.id,
-            a.expires_at.format("%Y-%m-%d %H:%M:%S UTC"),
-            a.id,
-            a.id,
+            "{} (or POST /approvals/{id}/approve, or denies it), then the same call runs once when sent again with the token {} (REST: header Ctx-Approval; MCP and scripts: \"{PARAM}\" beside the arguments)",
+            self.summary(),
             self.token
         )
     }

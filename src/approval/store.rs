@@ -84,10 +84,7 @@ impl Store {
     pub fn ask(&self, row: &Row, max_pending: i64) -> Result<Result<String, i64>, String> {
         self.with(|conn| {
             let now = now_ms();
-            conn.execute(
-                "UPDATE approvals SET state = 'expired' WHERE state IN ('pending', 'approved') AND expires_ms <= ?1",
-                [now],
-            )?;
+            expire(conn, now)?;
             let same: Option<String> = conn
                 .query_row(
                     "SELECT id FROM approvals WHERE state = 'pending' AND tool = ?1 AND params = ?2 AND caller = ?3",
@@ -163,10 +160,7 @@ impl Store {
     ) -> Result<Result<Row, Option<String>>, String> {
         self.with(|conn| {
             let now = now_ms();
-            conn.execute(
-                "UPDATE approvals SET state = 'expired' WHERE state IN ('pending', 'approved') AND expires_ms <= ?1",
-                [now],
-            )?;
+            expire(conn, now)?;
             let state = if approve { "approved" } else { "denied" };
             let changed = conn.execute(
                 "UPDATE approvals SET state = ?1, decided_ms = ?2, decided_by = ?3, reason = ?4
@@ -184,10 +178,7 @@ impl Store {
     /// Approvals newest first: pending (and approved, not yet used) ones only unless `all`.
     pub fn list(&self, all: bool, limit: usize) -> Result<Vec<Row>, String> {
         self.with(|conn| {
-            conn.execute(
-                "UPDATE approvals SET state = 'expired' WHERE state IN ('pending', 'approved') AND expires_ms <= ?1",
-                [now_ms()],
-            )?;
+            expire(conn, now_ms())?;
             let filter = if all { "" } else { " WHERE state IN ('pending', 'approved')" };
             let mut statement = conn.prepare(&format!("{SELECT}{filter} ORDER BY created_ms DESC LIMIT ?1"))?;
             let rows = statement.query_map([limit as i64], row)?;
@@ -209,6 +200,14 @@ impl Store {
             .map(|n| n as u64)
         })
     }
+}
+
+/// Marks what passed its time undecided or unused as expired.
+fn expire(conn: &Connection, now: i64) -> rusqlite::Result<usize> {
+    conn.execute(
+        "UPDATE approvals SET state = 'expired' WHERE state IN ('pending', 'approved') AND expires_ms <= ?1",
+        [now],
+    )
 }
 
 const SELECT: &str = "SELECT id, token_hash, tool, params, caller, via, state, created_ms, expires_ms, decided_ms, decided_by, reason FROM approvals";
