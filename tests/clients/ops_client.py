@@ -128,12 +128,7 @@ async def call(args: argparse.Namespace) -> None:
                     except MCPError as e:
                         raise CheckFailed(f"tools/call {args.tool}: JSON-RPC error {e.code}: {e.message} "
                                           f"(data {e.data!r})") from e
-        emit({
-            "isError": bool(result.is_error),
-            "text": "\n".join(block.text for block in result.content if isinstance(block, types.TextContent)),
-            "structured": result.structured_content,
-            "elicited": elicitations.seen,
-        })
+        emit_result(result, elicitations)
         return
     with anyio.fail_after(RUN_TIMEOUT):
         async with create_mcp_http_client(headers=headers, timeout=timeout) as http_client:
@@ -158,6 +153,11 @@ async def call(args: argparse.Namespace) -> None:
                         raise CheckFailed(f"tools/call {args.tool}: JSON-RPC error {e.code}: {e.message} "
                                           f"(data {e.data!r}; transport errors: {inbox.errors})") from e
 
+    emit_result(result, elicitations)
+
+
+def emit_result(result: types.CallToolResult, elicitations: Elicitations) -> None:
+    """The call's outcome as the one JSON object on stdout."""
     emit({
         "isError": bool(result.is_error),
         "text": "\n".join(block.text for block in result.content if isinstance(block, types.TextContent)),
