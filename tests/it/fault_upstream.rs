@@ -372,19 +372,23 @@ async fn fault_upstream_17_grandchild_outlives_a_plain_kill() {
     let starts = dir.path().join("starts");
     let mut s = connect(command(&["--grandchild", "--starts", starts.to_str().unwrap()])).await;
     let pid = s.child.id().unwrap();
-    let line = std::fs::read_to_string(&starts).unwrap();
-    let (first, grandchild) = line.trim_end().split_once(' ').expect("<pid> <grandchild-pid>");
+    let stderr = || s.stderr.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let line = std::fs::read_to_string(&starts).unwrap_or_else(|e| panic!("--starts file: {e}; stderr:\n{}", stderr()));
+    let (first, grandchild) =
+        line.trim_end().split_once(' ').unwrap_or_else(|| panic!("<pid> <grandchild-pid>, not {line:?}"));
     let grandchild: u32 = grandchild.parse().unwrap();
     let _cleanup = KillOnDrop(grandchild);
     assert_eq!(first, pid.to_string());
-    let cmdline = std::fs::read(format!("/proc/{grandchild}/cmdline")).expect("the grandchild runs");
-    assert_eq!(cmdline, b"sleep\x003600\x00");
+    let cmdline = std::fs::read(format!("/proc/{grandchild}/cmdline"))
+        .unwrap_or_else(|e| panic!("the grandchild {grandchild} runs: {e}; stderr:\n{}", stderr()));
+    assert_eq!(String::from_utf8_lossy(&cmdline), "sleep\x003600\x00", "/proc/{grandchild}/cmdline");
 
     // Killing only the child leaves the grandchild running: what the gateway's process-group
     // kill must handle.
     s.child.start_kill().unwrap();
-    exit_status(&mut s.child).await;
-    assert!(Path::new(&format!("/proc/{grandchild}")).exists(), "the grandchild survives its parent");
+    let status = exit_status(&mut s.child).await;
+    let stat = std::fs::read_to_string(format!("/proc/{grandchild}/stat"));
+    assert!(stat.is_ok(), "the grandchild {grandchild} survives its parent (which ended with {status}): {stat:?}");
 }
 
 #[tokio::test]
