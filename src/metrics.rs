@@ -78,6 +78,36 @@ pub fn call(tool: &str, known: bool, outcome: &str, micros: u64) {
         return;
     }
     let tool = if known { tool } else { "(unknown)" };
+    // An outcome this list lacks would be a bug: counted as internal rather than lost.
+    let index = OUTCOMES.iter().position(|o| *o == outcome).or_else(|| OUTCOMES.iter().position(|o| *o == "internal"));
+    let Some(index) = index else { return };
+    with_stats(tool, |stats| {
+        stats.outcomes[index].fetch_add(1, Ordering::Relaxed);
+        let seconds = micros as f64 / 1e6;
+        if let Some(bucket) = BUCKETS.iter().position(|b| seconds <= *b) {
+            stats.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        }
+        stats.count.fetch_add(1, Ordering::Relaxed);
+        stats.micros.fetch_add(micros, Ordering::Relaxed);
+    });
+}
+
+/// Runs `count` on the counters of `tool`, made on its first call. Each thread keeps the ones
+/// it has used, so a call touches no shared lock or reference count, only the counters
+/// themselves (entries are never removed from the map, so a kept one is the one scrapes read).
+fn with_stats(tool: &str, count: impl FnOnce(&ToolStats)) {
+    thread_local! {
+        static SEEN: std::cell::RefCell<HashMap<String, Arc<ToolStats>>> = Default::default();
+    }
+    let mut count = Some(count);
+    SEEN.with_borrow(|seen| {
+        if let Some(stats) = seen.get(tool) {
+            if let Some(count) = count.take() {
+                count(stats);
+            }
+        }
+    });
+    let Some(count) = count else { return };
     let stats = {
         let map = tools().read().unwrap_or_else(|p| p.into_inner());
         map.get(tool).cloned()
@@ -87,16 +117,13 @@ pub fn call(tool: &str, known: bool, outcome: &str, micros: u64) {
         let key = if map.len() >= MAX_TOOLS && !map.contains_key(tool) { "(other)" } else { tool };
         Arc::clone(map.entry(key.to_string()).or_insert_with(|| Arc::new(ToolStats::new())))
     });
-    // An outcome this list lacks would be a bug: counted as internal rather than lost.
-    let index = OUTCOMES.iter().position(|o| *o == outcome).or_else(|| OUTCOMES.iter().position(|o| *o == "internal"));
-    let Some(index) = index else { return };
-    stats.outcomes[index].fetch_add(1, Ordering::Relaxed);
-    let seconds = micros as f64 / 1e6;
-    if let Some(bucket) = BUCKETS.iter().position(|b| seconds <= *b) {
-        stats.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-    }
-    stats.count.fetch_add(1, Ordering::Relaxed);
-    stats.micros.fetch_add(micros, Ordering::Relaxed);
+    count(&stats);
+    SEEN.with_borrow_mut(|seen| {
+        // Bounded like the map: past it, a thread looks the rest up each time.
+        if seen.len() < MAX_TOOLS {
+            seen.insert(tool.to_string(), stats);
+        }
+    });
 }
 
 /// What the scrape reads from elsewhere.

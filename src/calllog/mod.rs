@@ -5,8 +5,8 @@
 //! transaction each (WAL, so a `kill -9` loses nothing committed), and applies retention. When
 //! the queue is full the entry is dropped and counted; `/metrics` shows the count.
 //!
-//! Redaction and cutting happen on the writer thread, so the call path pays for one copy of
-//! the parameters and the result and nothing else.
+//! The call path renders the parameters and the result once, redacted and cut, straight into
+//! the text the log keeps ([`render`]); the writer only binds them.
 
 mod store;
 
@@ -117,6 +117,32 @@ fn slot() -> &'static RwLock<Option<Arc<Log>>> {
     LOG.get_or_init(Default::default)
 }
 
+/// Bumped after each change of [`slot`], so threads know when to read it again.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Replaces the running log, and tells the call path's threads.
+fn swap(log: Option<Arc<Log>>) -> Option<Arc<Log>> {
+    let old = std::mem::replace(&mut *slot().write().unwrap_or_else(|p| p.into_inner()), log);
+    GENERATION.fetch_add(1, Ordering::Release);
+    old
+}
+
+/// Runs `f` with the running log as this thread last read it. The call path reads only the
+/// generation (a line no call writes): neither a lock nor a reference count is shared by two
+/// calls, which on a busy server cost more than the rest of the log's work on the call path.
+fn with_log<R>(f: impl FnOnce(Option<&Log>) -> R) -> R {
+    thread_local! {
+        static SEEN: std::cell::RefCell<(u64, Option<Arc<Log>>)> = const { std::cell::RefCell::new((u64::MAX, None)) };
+    }
+    let generation = GENERATION.load(Ordering::Acquire);
+    SEEN.with_borrow_mut(|seen| {
+        if seen.0 != generation {
+            *seen = (generation, slot().read().unwrap_or_else(|p| p.into_inner()).clone());
+        }
+        f(seen.1.as_deref())
+    })
+}
+
 /// The counters, whether or not a log is running.
 pub fn counters() -> &'static Counters {
     static COUNTERS: OnceLock<Counters> = OnceLock::new();
@@ -144,10 +170,7 @@ pub fn install(config: &Config) -> Result<(), String> {
         // Same log; a reload may have changed the config's secrets, which render uses.
         let secrets = crate::config::redact::current();
         if !Arc::ptr_eq(&log.secrets, &secrets) {
-            let mut slot = slot().write().unwrap_or_else(|p| p.into_inner());
-            if let Some(current) = slot.as_mut() {
-                *current = Arc::new(Log { tx: current.tx.clone(), settings: current.settings.clone(), secrets });
-            }
+            swap(Some(Arc::new(Log { tx: log.tx.clone(), settings: log.settings.clone(), secrets })));
         }
         return Ok(());
     }
@@ -167,11 +190,7 @@ pub fn install(config: &Config) -> Result<(), String> {
             write_loop(store, rx, writer_settings)
         })
         .map_err(|e| format!("the tool-call log's writer thread did not start: {e}"))?;
-    let old = slot().write().unwrap_or_else(|p| p.into_inner()).replace(Arc::new(Log {
-        tx,
-        settings,
-        secrets: crate::config::redact::current(),
-    }));
+    let old = swap(Some(Arc::new(Log { tx, settings, secrets: crate::config::redact::current() })));
     ON.store(true, Ordering::Relaxed);
     // The old writer finishes its queue; no lock is held meanwhile.
     if let Some(old) = old {
@@ -183,7 +202,7 @@ pub fn install(config: &Config) -> Result<(), String> {
 /// Writes what is queued and stops logging (the CLI before it exits, a reload that turns the
 /// log off).
 pub fn shutdown() {
-    let old = slot().write().unwrap_or_else(|p| p.into_inner()).take();
+    let old = swap(None);
     ON.store(false, Ordering::Relaxed);
     if let Some(old) = old {
         flush_log(&old);
@@ -208,10 +227,9 @@ fn flush_log(log: &Log) {
 /// Hands a finished call to the writer. Never blocks: with the queue full the entry is dropped
 /// and counted.
 pub fn record(entry: Entry) {
-    let log = slot().read().unwrap_or_else(|p| p.into_inner());
-    let Some(log) = log.as_ref() else { return };
-    // try_send never blocks, so the read guard is held only for the push.
-    match log.tx.try_send(Message::Entry(Box::new(entry))) {
+    let sent = with_log(|log| log.map(|log| log.tx.try_send(Message::Entry(Box::new(entry)))));
+    let Some(sent) = sent else { return };
+    match sent {
         Ok(()) => {
             counters().queued.fetch_add(1, Ordering::Relaxed);
         }
@@ -335,11 +353,10 @@ pub fn parse_since(text: &str, now: SystemTime) -> Result<SystemTime, String> {
 /// `"[redacted]"`, config secrets are replaced in every string, and the text stops at
 /// `max_value_bytes`. Empty when no log runs.
 pub fn render(value: &Json) -> Rendered {
-    let log = slot().read().unwrap_or_else(|p| p.into_inner());
-    match log.as_ref() {
+    with_log(|log| match log {
         Some(log) => render_with(value, &log.settings, &log.secrets),
         None => Rendered::default(),
-    }
+    })
 }
 
 fn render_with(value: &Json, settings: &Settings, secrets: &crate::config::redact::Redactor) -> Rendered {

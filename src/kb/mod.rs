@@ -16,6 +16,7 @@ mod snippet;
 pub mod store;
 pub mod sync;
 mod term_rank;
+mod topk;
 pub mod vectors;
 
 use std::sync::{Arc, Mutex};

@@ -11,7 +11,8 @@ use serde_json::Value;
 
 use super::chunk::Chunk;
 use super::pool::{self, Pool, Pooled};
-use super::term_rank::{self, TermRanker};
+use super::term_rank::{self, IndexPhrase, TermRanker};
+use super::topk;
 use super::vectors::{self, VectorIndex};
 use super::KbError;
 use crate::types;
@@ -138,8 +139,18 @@ pub trait Store: Send + Sync {
     /// What a prefix query for `prefix` (lower-case) searches: its longest start the index's
     /// stemmer keeps as it is, so that every stem of every word starting with `prefix` matches.
     fn prefix_root(&self, prefix: &str) -> Result<String, KbError>;
-    /// Top `limit` chunks for an FTS5 MATCH expression, filters applied before the cut.
+    /// Top `limit` chunks for an FTS5 MATCH expression, filters applied before the cut, best
+    /// score first and ties by lower chunk id. Expressions of plain ASCII terms and term starts
+    /// are ranked from cached posting lists (`term_rank`), anything else by FTS5's `bm25()`.
     fn keyword_candidates(
+        &self,
+        fts_query: &str,
+        filter: &SearchFilter,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, KbError>;
+    /// [`Store::keyword_candidates`] with every match scored by FTS5's `bm25()`: the reference
+    /// the posting lists must equal (tests and benches compare the two).
+    fn keyword_candidates_by_fts5(
         &self,
         fts_query: &str,
         filter: &SearchFilter,
@@ -497,17 +508,32 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> Result<Vec<Candidate>, KbError> {
         let conn = self.pool.get()?;
-        if filter.sources.is_none() && filter.since.is_none() {
-            if let Some(term) = term_rank::single_term(fts_query) {
-                // The vocabulary holds what the tokenizer made of the text: look up that form.
+        if let Some((phrases, join)) = topk::parse(fts_query) {
+            // The index holds what the tokenizer made of the text: look up that form.
+            let mut indexed = Vec::with_capacity(phrases.len());
+            for phrase in phrases {
                 let term = match self.stemming {
-                    Stemming::None => term,
-                    Stemming::English => self.stems.of(&conn, &term)?,
+                    Stemming::None => phrase.text,
+                    Stemming::English => self.stems.of(&conn, &phrase.text)?,
                 };
-                let top = self.terms.top(&conn, &term, limit)?;
+                indexed.push(IndexPhrase { term, prefix: phrase.prefix });
+            }
+            let only = term_rank::Filter { sources: filter.sources.as_deref(), since: filter.since.as_deref() };
+            if let Some(top) = self.terms.top(&conn, &indexed, join, only, limit)? {
                 return candidates_by_id(&conn, &top);
             }
         }
+        drop(conn);
+        self.keyword_candidates_by_fts5(fts_query, filter, limit)
+    }
+
+    fn keyword_candidates_by_fts5(
+        &self,
+        fts_query: &str,
+        filter: &SearchFilter,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, KbError> {
+        let conn = self.pool.get()?;
         // Without filters the ranked query reads the FTS index alone; with filters they sit in
         // the WHERE clause of the ranked query, so they apply before LIMIT. Either way chunk and
         // document rows are read for the top `limit` only.
@@ -518,21 +544,21 @@ impl Store for SqliteStore {
         let ranked = if filter.sources.is_none() && filter.since.is_none() {
             "SELECT rowid AS id, bm25(chunks_fts, 1.0, 1.5) AS rank FROM chunks_fts
              WHERE chunks_fts MATCH ?1 AND ?2 IS NULL AND ?3 IS NULL
-             ORDER BY rank LIMIT ?4"
+             ORDER BY rank, id LIMIT ?4"
         } else {
             "SELECT chunks_fts.rowid AS id, bm25(chunks_fts, 1.0, 1.5) AS rank
              FROM chunks_fts JOIN chunks ch ON ch.id = chunks_fts.rowid
              WHERE chunks_fts MATCH ?1
                AND (?2 IS NULL OR ch.source IN (SELECT value FROM json_each(?2)))
                AND (?3 IS NULL OR ch.updated_at >= ?3)
-             ORDER BY rank LIMIT ?4"
+             ORDER BY rank, id LIMIT ?4"
         };
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT {CANDIDATE_COLUMNS}, -f.rank
              FROM ({ranked}) AS f
              JOIN chunks c ON c.id = f.id
              JOIN documents d ON d.id = c.document_id
-             ORDER BY f.rank"
+             ORDER BY f.rank, f.id"
         ))?;
         let sources = filter.sources.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
         let rows =

@@ -33,6 +33,7 @@ mod sandbox;
 mod schemas;
 mod scripting;
 mod search_20;
+mod search_22;
 mod semantic;
 mod tools;
 mod wire;
