@@ -47,7 +47,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bin::ctx_bin;
-use corpus::{load_average, verdict, Corpus, QueryClass, QUERIES};
+use corpus::{frequent_mix, load_average, verdict, Corpus, QueryClass, QUERIES};
 use wrk::{checked, find_wrk, millis, wrk_run, Load};
 
 const CHUNKS: usize = 10_000;
@@ -138,6 +138,8 @@ fn main() {
         let label = format!("POST /tools/search (10k, {})", class.label());
         search_by_class.push((class.label(), run(&label, "/tools/search", Some(script), span)));
     }
+    let frequent =
+        run("POST /tools/search (10k, frequent-term mix)", "/tools/search", Some(&scripts.search_frequent), span);
     let mcp = run("MCP tools/call echo, 2026-07-28 stateless", "/mcp", Some(&scripts.mcp), span);
     let mcp_session =
         run("MCP tools/call echo, 2025-11-25 session", "/mcp", Some(&corpus.dir.path().join("wrk-session.lua")), span);
@@ -192,6 +194,14 @@ fn main() {
             .map(|(label, load)| format!("{label} {:.0}/s p50 {:.3} ms", load.rate, millis(load.p50)))
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    println!(
+        "{} search (10k chunks, issue 22's frequent-term mix: {}) {:.0}/s (target >= {:.0}/s), p50 {:.3} ms",
+        verdict(frequent.rate >= SEARCH_RATE),
+        frequent_mix().join(", "),
+        frequent.rate,
+        SEARCH_RATE,
+        millis(frequent.p50)
     );
     println!(
         "{} MCP echo over HTTP, 2026-07-28 stateless {:.0}/s = {:.0}% of REST echo (target >= {:.0}%); \
@@ -386,6 +396,8 @@ struct Scripts {
     search: PathBuf,
     /// One per [`QueryClass::ALL`], in that order.
     search_by_class: Vec<PathBuf>,
+    /// Issue 22's frequent-term mix: words in most chunks, alone and in pairs.
+    search_frequent: PathBuf,
     mcp: PathBuf,
 }
 
@@ -442,7 +454,8 @@ fn write_wrk_scripts(dir: &Path) -> Scripts {
             ),
         ),
     );
-    Scripts { echo, search, search_by_class, mcp }
+    let search_frequent = write("wrk-search-frequent.lua", round_robin(&frequent_mix()));
+    Scripts { echo, search, search_by_class, search_frequent, mcp }
 }
 
 /// `wrk-session.lua`: 2025-11-25 `tools/call` echo in the session `id`, shared by every

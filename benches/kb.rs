@@ -65,6 +65,15 @@ fn main() {
     }
 }
 
+/// Issue 22's targets per query class: (p50, p99).
+fn scale_targets(chunks: usize) -> Option<(Duration, Duration)> {
+    match chunks {
+        10_000 => Some((Duration::from_millis(1), Duration::from_millis(5))),
+        FULL_SIZE => Some((Duration::from_millis(10), Duration::from_millis(50))),
+        _ => None,
+    }
+}
+
 fn request(query: &str, source: Option<&str>) -> SearchRequest {
     let mut value = json!({ "query": query, "limit": LIMIT });
     if let Some(source) = source {
@@ -260,15 +269,14 @@ fn bench_search(full: bool, verdicts: &mut Vec<String>) {
             .collect();
         let snippets =
             sorted(&sample(fts.len(), short, 5, max_rounds, |q| store.chunk_texts(&ids[q]).expect("chunk texts")));
-        // One-word queries: scored in Rust (no filter) against FTS5's bm25() (a filter that keeps
-        // every chunk sends the same query through SQL); the results are the same (tests/it/kb.rs).
+        // One-word queries: ranked from posting lists against FTS5's bm25() over every match
+        // (the results are the same: tests/it/search_22.rs, and the classes below).
         let words: Vec<String> = ["\"deploy\"", "\"service\"", "\"rollback\""].map(String::from).to_vec();
-        let everything = SearchFilter { sources: None, since: Some("1970-01-01T00:00:00Z".into()) };
         let in_rust = sorted(&sample(words.len(), short, 5, max_rounds, |q| {
             store.keyword_candidates(&words[q], &SearchFilter::default(), window).expect("candidates")
         }));
         let in_fts5 = sorted(&sample(words.len(), short, 5, max_rounds, |q| {
-            store.keyword_candidates(&words[q], &everything, window).expect("candidates")
+            store.keyword_candidates_by_fts5(&words[q], &SearchFilter::default(), window).expect("candidates")
         }));
         println!(
             "breakdown, p50 per call: Store::source_names() (only when a source filter is given) {}, \
@@ -278,11 +286,12 @@ fn bench_search(full: bool, verdicts: &mut Vec<String>) {
             ms(pct(&snippets, 50.0))
         );
         println!(
-            "one-word queries (deploy, service, rollback), keyword_candidates p50: scored in Rust {}, \
-             through FTS5 bm25() with a filter that keeps every chunk (it adds a join) {}",
+            "one-word queries (deploy, service, rollback), keyword_candidates p50: from posting lists {}, \
+             FTS5 bm25() over every match {}",
             ms(pct(&in_rust, 50.0)),
             ms(pct(&in_fts5, 50.0))
         );
+        bench_scale_classes(&corpus, size, budget, max_rounds, verdicts);
         if size >= 100_000 {
             // [retrieval] stemming changed: the next open rebuilds the keyword index. Twice, to
             // leave the corpus as it was.
@@ -303,6 +312,112 @@ fn bench_search(full: bool, verdicts: &mut Vec<String>) {
                 stemmed.as_secs_f64(),
             );
         }
+    }
+}
+
+/// Issue 22: `Kb::search` per query class (words in most chunks, alone and together, three
+/// terms, rare words, and the frequent ones under a source and a date filter), p50/p95/p99 next
+/// to the targets; what FTS5 scoring every match costs for the same expressions; the top 30 of
+/// both compared (the bench stops on a difference); and the first queries after the store is
+/// opened, which read the posting lists.
+fn bench_scale_classes(corpus: &Corpus, size: usize, budget: Duration, max_rounds: usize, verdicts: &mut Vec<String>) {
+    let kb = &corpus.kb;
+    let store = kb.store();
+    let chunks = kb.stats().expect("stats").chunks as f64;
+    let db = rusqlite::Connection::open_with_flags(corpus.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .expect("open db read-only");
+    let frequent = frequent_mix();
+    let mut classes: Vec<(String, Vec<&str>, SearchFilter)> = SCALE_CLASSES
+        .iter()
+        .map(|(name, queries)| (name.to_string(), queries.to_vec(), SearchFilter::default()))
+        .collect();
+    let wiki = SearchFilter { sources: Some(vec!["filesystem:wiki".into()]), since: None };
+    classes.push(("frequent, source = wiki".into(), frequent.clone(), wiki));
+    let recent = SearchFilter { sources: None, since: Some(SINCE.into()) };
+    classes.push((format!("frequent, since {}", &SINCE[..10]), frequent.clone(), recent));
+    let targets = scale_targets(size);
+    println!(
+        "\nissue 22 query classes at {size} chunks (Kb::search, limit {LIMIT}; \"matching\": chunks the query \
+         matches, mean share; \"every match\": keyword_candidates through FTS5 bm25(), p50):"
+    );
+    println!(
+        "  {:<28} {:>9} {:>11} {:>11} {:>11} {:>13}  verdict",
+        "class", "matching", "p50", "p95", "p99", "every match"
+    );
+    let mut passed = true;
+    let mut summary = Vec::new();
+    for (name, queries, filter) in &classes {
+        let requests: Vec<SearchRequest> = queries
+            .iter()
+            .map(|q| {
+                let mut value = json!({ "query": q, "limit": LIMIT });
+                if let Some(sources) = &filter.sources {
+                    value["source"] = json!(sources[0].trim_start_matches("filesystem:"));
+                }
+                if let Some(since) = &filter.since {
+                    value["since"] = json!(since);
+                }
+                serde_json::from_value(value).expect("valid SearchRequest")
+            })
+            .collect();
+        let samples =
+            sorted(&sample(requests.len(), budget / 4, 5, max_rounds, |q| kb.search(&requests[q]).expect("search")));
+        let fts: Vec<String> = queries.iter().map(|q| fts_query(q).expect("query has terms").all).collect();
+        let mut matching = 0.0;
+        for expression in &fts {
+            let ours = store.keyword_candidates(expression, filter, 30).expect("candidates");
+            let theirs = store.keyword_candidates_by_fts5(expression, filter, 30).expect("candidates");
+            let pairs =
+                |list: &[ctx::kb::store::Candidate]| list.iter().map(|c| (c.chunk_id, c.score)).collect::<Vec<_>>();
+            assert_eq!(pairs(&ours), pairs(&theirs), "{name}: {expression}: the top 30 differ from bm25()");
+            let n: i64 = db
+                .query_row("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?1", [expression], |r| r.get(0))
+                .expect("count matches");
+            matching += n as f64 / chunks / fts.len() as f64;
+        }
+        let every_match = sorted(&sample(fts.len(), budget / 20, 3, 50, |q| {
+            store.keyword_candidates_by_fts5(&fts[q], filter, 30).expect("candidates")
+        }));
+        let (p50, p95, p99) = (pct(&samples, 50.0), pct(&samples, 95.0), pct(&samples, 99.0));
+        let ok = targets.is_none_or(|(t50, t99)| p50 <= t50 && p99 <= t99);
+        passed &= ok;
+        println!(
+            "  {:<28} {:>8.0}% {:>11} {:>11} {:>11} {:>13}  {}",
+            name,
+            matching * 100.0,
+            ms(p50),
+            ms(p95),
+            ms(p99),
+            ms(pct(&every_match, 50.0)),
+            if targets.is_some() { verdict(ok) } else { "no target" }
+        );
+        summary.push(format!("{name} {}/{}", ms(p50), ms(p99)));
+    }
+    // Cold: a store just opened has no posting lists; its first query of each word reads them.
+    let (cold, _) = corpus.reopen_with("");
+    let mut first: Vec<Duration> = frequent
+        .iter()
+        .map(|q| {
+            let started = Instant::now();
+            cold.search(&request(q, None)).expect("search");
+            started.elapsed()
+        })
+        .collect();
+    first.sort();
+    println!(
+        "  first queries after opening the store (they read the posting lists; a write makes the next \
+         ones read them again): the frequent mix, p50 {}, max {}",
+        ms(pct(&first, 50.0)),
+        ms(*first.last().expect("queries"))
+    );
+    if let Some((t50, t99)) = targets {
+        verdicts.push(format!(
+            "issue 22 classes at {size} chunks, p50/p99 (targets <= {}/{}): {} {}",
+            ms(t50),
+            ms(t99),
+            summary.join(", "),
+            verdict(passed)
+        ));
     }
 }
 

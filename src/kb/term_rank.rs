@@ -32,6 +32,10 @@ const B: f64 = 0.75;
 /// takes about 8 MB).
 pub const CACHE_BYTES: usize = 256 << 20;
 
+/// Posting lists one query may read at most (beyond those cached); past it, FTS5 ranks the
+/// query. A query of 64 words each in every chunk of a 1M-chunk index would otherwise hold 1 GB.
+pub const QUERY_BYTES: usize = 128 << 20;
+
 /// The fts5vocab table each connection creates for itself (a temp table: no migration).
 pub const VOCAB_DDL: &str =
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab USING fts5vocab(main, 'chunks_fts', 'instance')";
@@ -135,10 +139,13 @@ impl TermRanker {
             .optional()?
             .unwrap_or(0);
         let Some((rows, tokens)) = averages(conn)? else { return Ok(Some(Vec::new())) };
-        let lengths = self.cached(generation, |c| c.lengths.clone(), || lengths(conn), |c, v| c.lengths = Some(v))?;
+        let lengths =
+            self.cached(generation, |c| c.lengths.clone(), || lengths(conn, rows), |c, v| c.lengths = Some(v))?;
         let Some(lengths) = lengths else { return Ok(None) };
         let avgdl = tokens as f64 / rows as f64;
         let mut lists = Vec::with_capacity(phrases.len());
+        // Bytes of the lists this query has read (cached ones are already counted in the cache).
+        let mut held = 0usize;
         for phrase in phrases {
             let cached = {
                 let mut cache = self.current(generation);
@@ -153,12 +160,18 @@ impl TermRanker {
                 Some(postings) => postings,
                 None => {
                     let Some(loaded) = load(conn, phrase, rows, avgdl, &lengths)? else { return Ok(None) };
+                    held += loaded.bytes();
                     let loaded = Arc::new(loaded);
                     self.keep(generation, phrase, &loaded);
                     loaded
                 }
             };
             lists.push(postings);
+            // Many common words in one query: FTS5 streams them, where lists would all be held
+            // at once.
+            if held > QUERY_BYTES {
+                return Ok(None);
+            }
         }
         let refs: Vec<&Postings> = lists.iter().map(Arc::as_ref).collect();
         let top = if filter.sources.is_none() && filter.since.is_none() {
@@ -258,7 +271,9 @@ fn load(
         })
     };
     if phrase.prefix {
-        // Every term that starts with the phrase, in term order: gathered, then put in id order.
+        // Every term that starts with the phrase, in term order, summed per chunk in an array by
+        // chunk id: memory follows the number of chunks, not of occurrences (`"a"*` can match a
+        // good part of the index). The sums are of 1.0 and 1.5, exact in any order.
         // The terms are ASCII, so the next string past every one starting with it ends in the
         // last byte plus one (text compares bytewise).
         let mut end = phrase.term.clone().into_bytes();
@@ -266,22 +281,16 @@ fn load(
             *last += 1;
         }
         let end = String::from_utf8(end).unwrap_or_default();
+        let mut freq = vec![0.0f64; lengths.len()];
         let mut stmt = conn.prepare_cached("SELECT doc, col FROM temp.chunks_vocab WHERE term >= ?1 AND term < ?2")?;
         let mut cursor = stmt.query([&phrase.term, &end])?;
         while let Some(row) = cursor.next()? {
-            hits.push((row.get(0)?, weight(row.get_ref(1)?)?));
+            let doc: i64 = row.get(0)?;
+            // Every indexed chunk has a size row, so its id is within `lengths`.
+            let Some(slot) = usize::try_from(doc).ok().and_then(|at| freq.get_mut(at)) else { return Ok(None) };
+            *slot += weight(row.get_ref(1)?)?;
         }
-        // Stable: each chunk's occurrences keep their order; the sums below are of 1.0 and 1.5,
-        // exact in any order.
-        hits.sort_by_key(|(doc, _)| *doc);
-        let mut merged: Vec<(i64, f64)> = Vec::with_capacity(hits.len());
-        for (doc, w) in hits {
-            match merged.last_mut() {
-                Some((last, freq)) if *last == doc => *freq += w,
-                _ => merged.push((doc, w)),
-            }
-        }
-        hits = merged;
+        hits = freq.iter().enumerate().filter(|(_, f)| **f > 0.0).map(|(doc, f)| (doc as i64, *f)).collect();
     } else {
         // Rows come ordered by chunk id.
         let mut stmt = conn.prepare_cached("SELECT doc, col FROM temp.chunks_vocab WHERE term = ?1")?;
@@ -312,14 +321,17 @@ fn load(
     Ok(Some(Postings::new(ids, shares)))
 }
 
-/// Token counts of every indexed chunk by id; `None` when an id does not fit a `u32`.
-fn lengths(conn: &Connection) -> rusqlite::Result<Option<Arc<Vec<u32>>>> {
+/// Token counts of every indexed chunk by id, for an index of `rows` chunks. `None` when the ids
+/// are too sparse for arrays by id (far past the number of chunks, after years of churn, or an id
+/// past `u32`): FTS5 then ranks every query.
+fn lengths(conn: &Connection, rows: u64) -> rusqlite::Result<Option<Arc<Vec<u32>>>> {
+    let most = rows.saturating_mul(4).saturating_add(1 << 16).min(u32::MAX as u64) as usize;
     let mut by_id: Vec<u32> = Vec::new();
     let mut stmt = conn.prepare_cached("SELECT id, sz FROM chunks_fts_docsize")?;
     let mut cursor = stmt.query([])?;
     while let Some(row) = cursor.next()? {
         let id: i64 = row.get(0)?;
-        let Some(at) = u32::try_from(id).ok().map(|id| id as usize) else { return Ok(None) };
+        let Some(at) = usize::try_from(id).ok().filter(|at| *at < most) else { return Ok(None) };
         let size = varints(row.get_ref(1)?.as_blob()?).iter().sum::<u64>().min(u32::MAX as u64) as u32;
         if at >= by_id.len() {
             by_id.resize(at + 1, 0);

@@ -13,7 +13,7 @@
 //! first and ties by lower id.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::BinaryHeap;
 
 /// How the phrases of a query combine: every one must match, or any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +62,15 @@ pub struct Postings {
     shares: Vec<f64>,
     /// Positions in `ids`, best share first, ties by lower id.
     best_first: Vec<u32>,
+    /// For lists of more than one chunk id in 64: a chunk's position in `ids` in constant time
+    /// (the lookups of the other phrases are most of the work of a query).
+    dense: Option<Dense>,
+}
+
+/// The ids of a list as a bitset, with the number of ids before each word of it.
+struct Dense {
+    bits: Vec<u64>,
+    before: Vec<u32>,
 }
 
 impl Postings {
@@ -71,20 +80,50 @@ impl Postings {
         let mut best_first: Vec<u32> = (0..ids.len() as u32).collect();
         // Ties keep the id order (a stable sort of positions that ascend with the ids).
         best_first.sort_by(|a, b| shares[*b as usize].total_cmp(&shares[*a as usize]));
-        Postings { ids, shares, best_first }
+        let span = ids.last().map_or(0, |last| *last as usize + 1);
+        let dense = (ids.len() * 64 >= span && !ids.is_empty()).then(|| {
+            let mut bits = vec![0u64; span.div_ceil(64)];
+            for id in &ids {
+                bits[*id as usize >> 6] |= 1 << (id & 63);
+            }
+            let mut before = Vec::with_capacity(bits.len());
+            let mut count = 0u32;
+            for word in &bits {
+                before.push(count);
+                count += word.count_ones();
+            }
+            Dense { bits, before }
+        });
+        Postings { ids, shares, best_first, dense }
     }
 
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }
 
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+
     /// Bytes held, for the cache's bound.
     pub fn bytes(&self) -> usize {
-        self.ids.len() * (4 + 8 + 4)
+        let dense = self.dense.as_ref().map_or(0, |d| d.bits.len() * 8 + d.before.len() * 4);
+        self.ids.len() * (4 + 8 + 4) + dense
     }
 
     fn share_of(&self, id: u32) -> Option<f64> {
-        self.ids.binary_search(&id).ok().map(|at| self.shares[at])
+        let at = match &self.dense {
+            Some(dense) => {
+                let word = *dense.bits.get(id as usize >> 6)?;
+                let bit = 1u64 << (id & 63);
+                if word & bit == 0 {
+                    return None;
+                }
+                dense.before[id as usize >> 6] as usize + (word & (bit - 1)).count_ones() as usize
+            }
+            None => self.ids.binary_search(&id).ok()?,
+        };
+        Some(self.shares[at])
     }
 
     /// The entry `depth` places down the best-first order: `(id, share)`.
@@ -123,7 +162,12 @@ pub fn top(lists: &[&Postings], join: Join, k: usize, keep: &dyn Fn(u32) -> bool
     }
     // The k best so far; the top of this heap is the worst of them (`Scored` orders better first).
     let mut held: BinaryHeap<Scored> = BinaryHeap::with_capacity(k + 1);
-    let mut met: HashSet<u32> = HashSet::new();
+    // Chunks already scored (or turned away), as a bitset over the ids of the lists.
+    let span = lists.iter().filter_map(|l| l.ids.last()).max().map_or(0, |last| *last as usize + 1);
+    let mut met = vec![0u64; span.div_ceil(64)];
+    // For AND, the shortest lists are asked first: they turn a chunk away soonest.
+    let mut shortest_first: Vec<usize> = (0..lists.len()).collect();
+    shortest_first.sort_by_key(|&i| lists[i].len());
     let mut depth = vec![0usize; lists.len()];
     loop {
         // The best share not walked yet in each list: the bound of every chunk not met.
@@ -147,7 +191,14 @@ pub fn top(lists: &[&Postings], join: Join, k: usize, keep: &dyn Fn(u32) -> bool
         }
         let (next, id, _) = best.expect("a list with entries left");
         depth[next] += 1;
-        if !met.insert(id) || !keep(id) {
+        let (word, bit) = (id as usize >> 6, 1u64 << (id & 63));
+        if met[word] & bit != 0 {
+            continue;
+        }
+        met[word] |= bit;
+        if !keep(id)
+            || (join == Join::All && shortest_first.iter().any(|&i| i != next && lists[i].share_of(id).is_none()))
+        {
             continue;
         }
         let Some(score) = score(lists, join, id) else { continue };
@@ -261,7 +312,7 @@ mod tests {
             let levels = [1, 2, 3, 50, 100_000][rng.below(5) as usize];
             let lists: Vec<Postings> = (0..phrases)
                 .map(|_| {
-                    let every = 1 + rng.below(20);
+                    let every = 1 + rng.below(150);
                     list(&mut rng, universe, every, levels)
                 })
                 .collect();

@@ -379,8 +379,17 @@ async fn fault_upstream_17_grandchild_outlives_a_plain_kill() {
     let grandchild: u32 = grandchild.parse().unwrap();
     let _cleanup = KillOnDrop(grandchild);
     assert_eq!(first, pid.to_string());
-    let cmdline = std::fs::read(format!("/proc/{grandchild}/cmdline"))
-        .unwrap_or_else(|e| panic!("the grandchild {grandchild} runs: {e}; stderr:\n{}", stderr()));
+    // Read until it shows `sleep 3600` (a second at most): under a loaded test run the exec may
+    // not show in /proc at once.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let cmdline = loop {
+        let cmdline = std::fs::read(format!("/proc/{grandchild}/cmdline"))
+            .unwrap_or_else(|e| panic!("the grandchild {grandchild} runs: {e}; stderr:\n{}", stderr()));
+        if cmdline == b"sleep\x003600\x00" || std::time::Instant::now() > deadline {
+            break cmdline;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
     assert_eq!(String::from_utf8_lossy(&cmdline), "sleep\x003600\x00", "/proc/{grandchild}/cmdline");
 
     // Killing only the child leaves the grandchild running: what the gateway's process-group
