@@ -106,8 +106,9 @@ impl Default for TermRanker {
 impl TermRanker {
     /// The `limit` best chunks for `phrases` (in the index's form, in query order) joined by
     /// `join` among chunks `filter` keeps, as `(chunk id, score)`, best first, ties by lower id.
-    /// `None` when this index cannot be ranked here (a chunk id past `u32`): the caller asks
-    /// FTS5. Runs in one read transaction on `conn`.
+    /// `None` when the lists cannot rank it (chunk ids too sparse for arrays by id, or over
+    /// [`QUERY_BYTES`] of lists for this one query): the caller asks FTS5. Runs in one read
+    /// transaction on `conn`.
     pub fn top(
         &self,
         conn: &Connection,
