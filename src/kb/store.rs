@@ -273,6 +273,10 @@ INSERT INTO store_meta (key, value) VALUES ('generation', abs(random() % 1000000
     "ALTER TABLE sync_state ADD COLUMN syncs INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE sync_state ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE sync_state ADD COLUMN last_duration_ms INTEGER;",
+    // A counter of writes that add vectors and nothing else (an embedding backfill): the vector
+    // index reloads on it, the keyword posting lists do not (`generation` counts every other
+    // write, which both follow).
+    "INSERT INTO store_meta (key, value) VALUES ('vector_generation', 0);",
 ];
 
 /// How the keyword index tokenizes text: `[retrieval] stemming`.
@@ -630,7 +634,8 @@ impl Store for SqliteStore {
         for (chunk, vector) in rows {
             vectors::put(&tx, *chunk, id, vector)?;
         }
-        tx.prepare_cached("UPDATE store_meta SET value = value + 1 WHERE key = 'generation'")?.execute([])?;
+        // Only vectors changed: the keyword lists cached on `generation` stay valid.
+        tx.prepare_cached("UPDATE store_meta SET value = value + 1 WHERE key = 'vector_generation'")?.execute([])?;
         tx.commit()?;
         Ok(())
     }

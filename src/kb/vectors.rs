@@ -9,11 +9,11 @@
 //! ranks those again by their exact `f32` vectors from SQLite: the top k and its scores are
 //! the exact ones unless the 8-bit error reorders rows across that margin. Filters apply
 //! before the cut. Large indexes are scanned on every core. The array is rebuilt when the
-//! store's generation changes (every write bumps it), as the token counts of `term_rank` are:
-//! at once while it is small, and beside the queries once it is large (a million vectors take
-//! seconds to read), which keep using the last copy meanwhile. A stale copy never returns a
-//! deleted chunk (candidates and their exact vectors are read from the database); it can miss
-//! the chunks of the last few seconds' writes.
+//! store's generation or its vector-only counter changes (every write bumps one; the keyword
+//! lists of `term_rank` follow the first only): at once while it is small, and beside the
+//! queries once it is large (a million vectors take seconds to read), which keep using the last
+//! copy meanwhile. A stale copy never returns a deleted chunk (candidates and their exact
+//! vectors are read from the database); it can miss the chunks of the last few seconds' writes.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::path::{Path, PathBuf};
@@ -267,10 +267,13 @@ impl VectorIndex {
     }
 }
 
-/// The store's write counter.
+/// What the vectors depend on: the store's write counter plus its vector-only one (both only
+/// grow, so their sum changes with either and never repeats).
 fn generation(conn: &Connection) -> rusqlite::Result<i64> {
     Ok(conn
-        .prepare_cached("SELECT value FROM store_meta WHERE key = 'generation'")?
+        .prepare_cached(
+            "SELECT COALESCE(SUM(value), 0) FROM store_meta WHERE key IN ('generation', 'vector_generation')",
+        )?
         .query_row([], |r| r.get(0))
         .optional()?
         .unwrap_or(0))

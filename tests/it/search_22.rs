@@ -173,3 +173,27 @@ fn search_22_ties_are_broken_by_the_lower_chunk_id() {
         }
     }
 }
+
+/// An embedding backfill writes vectors only: it moves the vector counter, which the vector index
+/// reloads on, and leaves the generation the keyword posting lists are cached on alone (a backfill
+/// of a large folder would otherwise make every keyword query read its lists again).
+#[test]
+fn search_22_writing_vectors_leaves_the_keyword_generation_alone() {
+    let ws = Workspace::new("[connectors.filesystem.docs]\nroot = \"docs\"\n");
+    ws.write("docs/a.md", "alpha beta\n");
+    ws.ctx(&["sync"]).ok();
+    let config = ctx::config::Config::load(&ctx::config::locate(Some(&ws.path().join("ctx.toml")))).unwrap();
+    let db = rusqlite::Connection::open(config.db_path()).unwrap();
+    let kb = ctx::kb::Kb::open(std::sync::Arc::new(config)).unwrap();
+    let counters = || -> (i64, i64) {
+        let read =
+            |key: &str| db.query_row("SELECT value FROM store_meta WHERE key = ?1", [key], |r| r.get(0)).unwrap();
+        (read("generation"), read("vector_generation"))
+    };
+    let chunk = kb.store().keyword_candidates("\"alpha\"", &SearchFilter::default(), 1).unwrap()[0].chunk_id;
+    let before = counters();
+    kb.store().put_vectors("test-model", 2, &[(chunk, vec![0.6, 0.8])]).unwrap();
+    let after = counters();
+    assert_eq!(after.0, before.0, "the keyword generation is unchanged");
+    assert_eq!(after.1, before.1 + 1, "the vector counter moved");
+}
