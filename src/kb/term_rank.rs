@@ -32,9 +32,18 @@ const B: f64 = 0.75;
 /// takes about 8 MB).
 pub const CACHE_BYTES: usize = 256 << 20;
 
-/// Posting lists one query may read at most (beyond those cached); past it, FTS5 ranks the
-/// query. A query of 64 words each in every chunk of a 1M-chunk index would otherwise hold 1 GB.
-pub const QUERY_BYTES: usize = 128 << 20;
+/// Posting lists one query may hold at most, cached or not; past it, FTS5 ranks the query. Eight
+/// queries at once may each hold this much beside the cache.
+pub const QUERY_BYTES: usize = 64 << 20;
+
+/// Phrases one query may have; more go to FTS5.
+pub const MAX_PHRASES: usize = 12;
+
+/// Lists kept at most, whatever their bytes.
+const MAX_LISTS: usize = 4096;
+
+/// What a kept list costs beside its postings: its key and the map's entry.
+const ENTRY_BYTES: usize = 128;
 
 /// The fts5vocab table each connection creates for itself (a temp table: no migration).
 pub const VOCAB_DDL: &str =
@@ -134,6 +143,11 @@ impl TermRanker {
         filter: Filter,
         limit: usize,
     ) -> rusqlite::Result<Option<Vec<(i64, f64)>>> {
+        // The walk checks every list for each chunk it meets: past a dozen words (a pasted
+        // paragraph), FTS5's merge is the cheaper way.
+        if phrases.len() > MAX_PHRASES {
+            return Ok(None);
+        }
         let generation: i64 = conn
             .prepare_cached("SELECT value FROM store_meta WHERE key = 'generation'")?
             .query_row([], |r| r.get(0))
@@ -145,7 +159,7 @@ impl TermRanker {
         let Some(lengths) = lengths else { return Ok(None) };
         let avgdl = tokens as f64 / rows as f64;
         let mut lists = Vec::with_capacity(phrases.len());
-        // Bytes of the lists this query has read (cached ones are already counted in the cache).
+        // Bytes of the lists this query holds, cached or read now.
         let mut held = 0usize;
         for phrase in phrases {
             let cached = {
@@ -161,12 +175,19 @@ impl TermRanker {
                 Some(postings) => postings,
                 None => {
                     let Some(loaded) = load(conn, phrase, rows, avgdl, &lengths)? else { return Ok(None) };
-                    held += loaded.bytes();
                     let loaded = Arc::new(loaded);
-                    self.keep(generation, phrase, &loaded);
+                    // An empty list costs a lookup to read again: keeping it would let queries
+                    // of made-up words fill the cache with entries that weigh nothing.
+                    if !loaded.is_empty() {
+                        self.keep(generation, phrase, &loaded);
+                    }
                     loaded
                 }
             };
+            held += postings.bytes();
+            if join == Join::All && postings.is_empty() {
+                return Ok(Some(Vec::new()));
+            }
             lists.push(postings);
             // Many common words in one query: FTS5 streams them, where lists would all be held
             // at once.
@@ -183,6 +204,11 @@ impl TermRanker {
             let keep = attributes.keeper(filter);
             topk::top(&refs, join, limit, &keep)
         };
+        // Out of time: reported as SQLite reports an interrupted query, which `kb::budget`
+        // callers know to run again where they may block.
+        let top = top.ok_or_else(|| {
+            rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_INTERRUPT), None)
+        })?;
         Ok(Some(top.into_iter().map(|(id, score)| (i64::from(id), score)).collect()))
     }
 
@@ -223,14 +249,15 @@ impl TermRanker {
         cache.clock += 1;
         let used = cache.clock;
         let fresh = Cached { postings: Arc::clone(postings), used };
-        cache.bytes += postings.bytes();
+        let weight = |phrase: &IndexPhrase, postings: &Postings| postings.bytes() + phrase.term.len() + ENTRY_BYTES;
+        cache.bytes += weight(phrase, postings);
         if let Some(old) = cache.lists.insert(phrase.clone(), fresh) {
-            cache.bytes -= old.postings.bytes();
+            cache.bytes -= weight(phrase, &old.postings);
         }
-        while cache.bytes > CACHE_BYTES && cache.lists.len() > 1 {
+        while (cache.bytes > CACHE_BYTES || cache.lists.len() > MAX_LISTS) && cache.lists.len() > 1 {
             let Some(oldest) = cache.lists.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| k.clone()) else { break };
             if let Some(gone) = cache.lists.remove(&oldest) {
-                cache.bytes -= gone.postings.bytes();
+                cache.bytes -= weight(&oldest, &gone.postings);
             }
         }
     }

@@ -30,6 +30,12 @@ pub struct Phrase {
     pub prefix: bool,
 }
 
+/// Longer terms are left to FTS5.
+const MAX_TERM_BYTES: usize = 256;
+
+/// How many steps of the walk run between two looks at the query's time budget.
+const STEPS_PER_CHECK: usize = 1024;
+
 /// The phrases and join of a MATCH expression made by `query::fts_query` (`"a" AND "b"*`, or
 /// with `OR`), or `None` for anything else (non-ASCII text, whose folding only FTS5 knows, and
 /// expressions mixing AND and OR).
@@ -46,7 +52,8 @@ pub fn parse(fts: &str) -> Option<(Vec<Phrase>, Join)> {
             None => (part, false),
         };
         let text = quoted.strip_prefix('"')?.strip_suffix('"')?;
-        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        // Long words go to FTS5, which cuts tokens its own way.
+        if text.is_empty() || text.len() > MAX_TERM_BYTES || !text.bytes().all(|b| b.is_ascii_alphanumeric()) {
             return None;
         }
         phrases.push(Phrase { text: text.to_ascii_lowercase(), prefix });
@@ -155,10 +162,12 @@ impl PartialOrd for Scored {
 }
 
 /// The `k` best chunks for `lists` (one per phrase, in the query's phrase order) joined by
-/// `join`, among chunks `keep` accepts: `(id, score)`, best first, ties by lower id.
-pub fn top(lists: &[&Postings], join: Join, k: usize, keep: &dyn Fn(u32) -> bool) -> Vec<(u32, f64)> {
+/// `join`, among chunks `keep` accepts: `(id, score)`, best first, ties by lower id. `None`
+/// when the query's time budget (`kb::budget`) ran out first: the walk is plain Rust, which
+/// SQLite's progress handler never sees, so it looks at the budget itself.
+pub fn top(lists: &[&Postings], join: Join, k: usize, keep: &dyn Fn(u32) -> bool) -> Option<Vec<(u32, f64)>> {
     if k == 0 || lists.is_empty() || (join == Join::All && lists.iter().any(|l| l.is_empty())) {
-        return Vec::new();
+        return Some(Vec::new());
     }
     // The k best so far; the top of this heap is the worst of them (`Scored` orders better first).
     let mut held: BinaryHeap<Scored> = BinaryHeap::with_capacity(k + 1);
@@ -169,7 +178,12 @@ pub fn top(lists: &[&Postings], join: Join, k: usize, keep: &dyn Fn(u32) -> bool
     let mut shortest_first: Vec<usize> = (0..lists.len()).collect();
     shortest_first.sort_by_key(|&i| lists[i].len());
     let mut depth = vec![0usize; lists.len()];
+    let mut steps = 0usize;
     loop {
+        steps += 1;
+        if steps.is_multiple_of(STEPS_PER_CHECK) && super::budget::exceeded() {
+            return None;
+        }
         // The best share not walked yet in each list: the bound of every chunk not met.
         let frontier: Vec<Option<(u32, f64)>> = lists.iter().zip(&depth).map(|(l, d)| l.at_depth(*d)).collect();
         if join == Join::All && frontier.iter().any(Option::is_none) {
@@ -210,27 +224,31 @@ pub fn top(lists: &[&Postings], join: Join, k: usize, keep: &dyn Fn(u32) -> bool
             held.push(candidate);
         }
     }
-    held.into_sorted_vec().into_iter().map(|s| (s.id, s.score)).collect()
+    Some(held.into_sorted_vec().into_iter().map(|s| (s.id, s.score)).collect())
 }
 
 /// Whether no chunk that has not been met can beat `worst`, the k-th held.
 ///
 /// A chunk not met sits at or below the frontier of every list that has it, so its score is at
 /// most the frontier's sum (made in phrase order, as its own score is: rounding is monotonic, so
-/// the bound holds in floating point too). On an equal bound it can only tie `worst`, and only
-/// with every share at the frontier: then it comes after each frontier entry in that list's
-/// order, so its id is at least the highest frontier id, and it beats `worst` only with a lower
-/// id (an equal id would be `worst` itself, which has been met).
+/// the bound holds in floating point too). An equal bound settles it only when one list is left:
+/// the chunk's score is then its share in that list, equal to the frontier's only with an id at
+/// or past the frontier's (ties are listed by id), so it beats `worst` only with a lower id than
+/// that. With more lists an equal sum can come from shares below the frontier (rounding makes
+/// `fl(a - ulp + b) == fl(a + b)`), so the walk goes on.
 fn cannot_beat(frontier: &[Option<(u32, f64)>], worst: &Scored) -> bool {
     let mut bound = 0.0f64;
-    let mut highest_id = 0u32;
+    let mut live = 0;
+    let mut last_id = 0u32;
     for (id, share) in frontier.iter().flatten() {
         bound += share;
-        highest_id = highest_id.max(*id);
+        live += 1;
+        last_id = *id;
     }
     match bound.total_cmp(&worst.score) {
         Ordering::Less => true,
-        Ordering::Equal => highest_id >= worst.id,
+        // An equal id would be `worst` itself, which has been met.
+        Ordering::Equal => live == 1 && last_id >= worst.id,
         Ordering::Greater => false,
     }
 }
@@ -322,16 +340,46 @@ mod tests {
             for join in [Join::All, Join::Any] {
                 for k in [1, 3, 10, 30, 200] {
                     let want = exhaustive(&refs, join, k, &keep);
-                    let got = top(&refs, join, k, &keep);
+                    let got = top(&refs, join, k, &keep).expect("no budget, no interruption");
                     assert_eq!(got, want, "round {round}: {join:?}, k {k}, {phrases} phrases, {levels} levels");
                 }
             }
         }
     }
 
+    /// The reviewer's case: shares one ulp apart whose sums round to the same score. The chunk
+    /// with the lower id has the lower share in one list; it must still win the tie.
+    #[test]
+    fn an_equal_sum_from_lower_shares_is_still_found() {
+        let ulp = f64::EPSILON * 2.0; // one ulp at 3.x
+        let a = 3.0 + 3.0 * 2f64.powi(-51);
+        let b = 1.0 + 2f64.powi(-51);
+        assert_eq!((a - ulp) + b, a + b, "the sums round together");
+        let first = Postings::new(vec![1, 5, 9], vec![a - ulp, a, a]);
+        let second = Postings::new(vec![0, 1, 5, 9], vec![b, b, b, b]);
+        let lists = [&first, &second];
+        let want = exhaustive(&lists, Join::All, 1, &|_| true);
+        assert_eq!(want[0].0, 1);
+        assert_eq!(top(&lists, Join::All, 1, &|_| true), Some(want));
+    }
+
+    /// A long walk (ties keep it going to the end of both lists) stops when the query's budget
+    /// is used up, and says so; without a budget it runs to the end.
+    #[test]
+    fn a_long_walk_stops_at_the_budget() {
+        let ids: Vec<u32> = (0..20_000).collect();
+        let first = Postings::new(ids.clone(), vec![1.0; ids.len()]);
+        let second = Postings::new(ids.clone(), vec![1.0; ids.len()]);
+        let lists = [&first, &second];
+        let zero = crate::kb::budget::within(std::time::Duration::ZERO, || top(&lists, Join::Any, 10, &|_| true));
+        assert_eq!(zero, None, "interrupted and reported so");
+        let unbounded = top(&lists, Join::Any, 10, &|_| true).expect("no budget");
+        assert_eq!(unbounded.iter().map(|p| p.0).collect::<Vec<_>>(), (0..10).collect::<Vec<u32>>());
+    }
+
     #[test]
     fn a_repeated_list_counts_twice_like_a_repeated_phrase() {
         let one = Postings::new(vec![1, 2, 3], vec![1.0, 3.0, 2.0]);
-        assert_eq!(top(&[&one, &one], Join::All, 2, &|_| true), vec![(2, 6.0), (3, 4.0)]);
+        assert_eq!(top(&[&one, &one], Join::All, 2, &|_| true), Some(vec![(2, 6.0), (3, 4.0)]));
     }
 }
