@@ -12,7 +12,7 @@
 //! `bm25(chunks_fts, 1.0, 1.5)` gives.
 //!
 //! Everything read is cached per store and dropped when the store's generation (bumped by every
-//! write, see `store_meta`) changes, checked inside the same read transaction as the query. The
+//! write to chunks, not by vectors written alone; see `store_meta`) changes, checked inside the same read transaction as the query. The
 //! posting lists are bounded by [`CACHE_BYTES`], least recently used first out.
 
 use std::collections::HashMap;
@@ -28,7 +28,7 @@ const TITLE_WEIGHT: f64 = 1.5;
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 
-/// Posting lists kept at most, in bytes (16 per match: a common word of a 1M-chunk index
+/// Posting lists kept at most, in bytes (16 per match: a word in half of a 1M-chunk index
 /// takes about 8 MB).
 pub const CACHE_BYTES: usize = 256 << 20;
 
@@ -67,7 +67,7 @@ pub struct Filter<'a> {
 struct Cache {
     generation: i64,
     /// Tokens per chunk (text and title together), indexed by chunk id; 0 for no chunk. Inner
-    /// `None`: an id does not fit a `u32`, and FTS5 ranks this index.
+    /// `None`: the ids are too sparse for arrays by id, and FTS5 ranks this index.
     #[allow(clippy::option_option)]
     lengths: Option<Option<Arc<Vec<u32>>>>,
     /// Each chunk's source and date, read for the first filtered query.
