@@ -30,52 +30,61 @@ CREATE TABLE IF NOT EXISTS calls (
 DROP INDEX IF EXISTS calls_at;
 ";
 
-/// An entry as it is written: redacted, cut, serialised.
-pub struct Row {
-    id: u64,
-    parent: Option<u64>,
-    at_ms: i64,
-    tool: String,
-    caller: Option<String>,
-    via: &'static str,
-    micros: u64,
-    outcome: &'static str,
-    message: Option<String>,
-    params: String,
-    result: Option<String>,
-    truncated: bool,
+/// Rows bound to one INSERT (12 values each, well under SQLite's 32,766 variables).
+const ROWS_PER_INSERT: usize = 64;
+
+fn insert_sql(rows: usize) -> String {
+    let values = vec!["(?,?,?,?,?,?,?,?,?,?,?,?)"; rows].join(",");
+    format!(
+        "INSERT INTO calls (id, parent, at_ms, tool, caller, via, micros, outcome, message, params, result, truncated) VALUES {values}"
+    )
 }
 
-impl Row {
-    pub fn from_entry(entry: Entry, settings: &Settings) -> Row {
-        let truncated = entry.params.cut || entry.result.as_ref().is_some_and(|r| r.cut);
-        let cut = |text: String, max: usize| match text.len() <= max {
-            true => text,
-            false => {
-                let mut end = max;
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                format!("{}… [cut: {} bytes in all]", &text[..end], text.len())
-            }
-        };
-        let message = entry.message.map(|m| cut(crate::config::redact::string(m), settings.max_value_bytes));
-        let tool = cut(entry.tool, crate::tools::MAX_NAME_BYTES);
-        Row {
-            id: entry.id,
-            parent: entry.parent,
-            at_ms: entry.at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0),
-            tool,
-            caller: entry.caller,
-            via: entry.via,
-            micros: entry.micros,
-            outcome: entry.outcome,
-            message,
-            params: entry.params.text,
-            result: entry.result.map(|r| r.text),
-            truncated,
-        }
+/// Binds `entries` to the parameters of an [`insert_sql`] statement made for that many rows:
+/// the tool name and the error message cut, the message redacted.
+fn bind(
+    statement: &mut rusqlite::CachedStatement<'_>,
+    entries: &[Box<Entry>],
+    settings: &Settings,
+) -> Result<(), rusqlite::Error> {
+    let mut at = 0;
+    let mut next = || {
+        at += 1;
+        at
+    };
+    for e in entries {
+        let truncated = e.params.cut || (e.has_result && e.result.cut);
+        let at_ms = e.at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let message = e
+            .message
+            .as_ref()
+            .map(|m| cut(&crate::config::redact::string(m.clone()), settings.max_value_bytes).into_owned());
+        statement.raw_bind_parameter(next(), e.id as i64)?;
+        statement.raw_bind_parameter(next(), e.parent.map(|p| p as i64))?;
+        statement.raw_bind_parameter(next(), at_ms)?;
+        statement.raw_bind_parameter(next(), cut(&e.tool, crate::tools::MAX_NAME_BYTES))?;
+        statement.raw_bind_parameter(next(), (!e.caller.is_empty()).then_some(e.caller.as_str()))?;
+        statement.raw_bind_parameter(next(), e.via)?;
+        statement.raw_bind_parameter(next(), e.micros as i64)?;
+        statement.raw_bind_parameter(next(), e.outcome)?;
+        statement.raw_bind_parameter(next(), message)?;
+        statement.raw_bind_parameter(next(), &e.params.text)?;
+        statement.raw_bind_parameter(next(), e.has_result.then_some(e.result.text.as_str()))?;
+        statement.raw_bind_parameter(next(), truncated)?;
     }
+    Ok(())
+}
+
+/// `text`, or its first `max` bytes (on a char boundary) with a note of its length.
+fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}… [cut: {} bytes in all]", &text[..end], text.len()))
 }
 
 /// What `ctx log` and `GET /calls` ask for.
@@ -129,29 +138,23 @@ impl Store {
         Ok(Store { conn })
     }
 
-    /// Writes `rows` in one transaction.
-    pub fn insert(&mut self, rows: &[Row]) -> Result<(), rusqlite::Error> {
+    /// Writes `rows` in one transaction, [`ROWS_PER_INSERT`] to a statement: one statement per
+    /// row cost the writer most of its time in statement setup and reset.
+    pub fn insert(&mut self, entries: &[Box<Entry>], settings: &Settings) -> Result<(), rusqlite::Error> {
         let tx = self.conn.transaction()?;
         {
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO calls (id, parent, at_ms, tool, caller, via, micros, outcome, message, params, result, truncated)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )?;
-            for r in rows {
-                insert.execute(params![
-                    r.id as i64,
-                    r.parent.map(|p| p as i64),
-                    r.at_ms,
-                    r.tool,
-                    r.caller,
-                    r.via,
-                    r.micros as i64,
-                    r.outcome,
-                    r.message,
-                    r.params,
-                    r.result,
-                    r.truncated
-                ])?;
+            let mut chunks = entries.chunks_exact(ROWS_PER_INSERT);
+            static MANY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+            let mut many = tx.prepare_cached(MANY.get_or_init(|| insert_sql(ROWS_PER_INSERT)))?;
+            for chunk in &mut chunks {
+                bind(&mut many, chunk, settings)?;
+                many.raw_execute()?;
+            }
+            static ONE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+            let mut one = tx.prepare_cached(ONE.get_or_init(|| insert_sql(1)))?;
+            for entry in chunks.remainder() {
+                bind(&mut one, std::slice::from_ref(entry), settings)?;
+                one.raw_execute()?;
             }
         }
         tx.commit()
@@ -244,20 +247,49 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn entry(id: u64, tool: &str, outcome: &'static str, at: SystemTime) -> Entry {
-        Entry {
+    fn entry(id: u64, tool: &str, outcome: &'static str, at: SystemTime) -> Box<Entry> {
+        Box::new(Entry {
             id,
             parent: None,
             at,
             tool: tool.into(),
-            caller: Some("ci".into()),
+            caller: "ci".into(),
             via: "rest",
             micros: 1500,
             outcome,
             message: None,
             params: super::super::Rendered { text: json!({"q": id}).to_string(), cut: false },
-            result: Some(super::super::Rendered { text: json!({"ok": true}).to_string(), cut: false }),
-        }
+            result: super::super::Rendered { text: json!({"ok": true}).to_string(), cut: false },
+            has_result: true,
+        })
+    }
+
+    #[test]
+    fn batches_of_many_statements_and_a_remainder_all_land_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("calls.sqlite");
+        let mut store = Store::open(&path).unwrap();
+        let settings = Settings {
+            path,
+            max_age: Duration::from_secs(3600),
+            max_entries: 1000,
+            max_value_bytes: 16,
+            redact: Vec::new(),
+        };
+        let now = SystemTime::now();
+        let mut rows: Vec<Box<Entry>> =
+            (1..=ROWS_PER_INSERT as u64 * 2 + 5).map(|id| entry(id, "echo", "ok", now)).collect();
+        rows[70].message = Some("a message longer than sixteen bytes".into());
+        rows[70].has_result = false;
+        rows[70].caller.clear();
+        store.insert(&rows, &settings).unwrap();
+        let all = store.query(&Filter { after: Some(0), limit: 1000, ..Default::default() }).unwrap();
+        assert_eq!(all.len(), rows.len());
+        assert!(all.iter().zip(1..).all(|(r, id)| r.id == id), "ids out of order");
+        let cut = &all[70];
+        assert_eq!(cut.message.as_deref(), Some("a message longer… [cut: 35 bytes in all]"));
+        assert_eq!((cut.result.clone(), cut.caller.clone()), (None, None));
+        assert_eq!(all[71].caller.as_deref(), Some("ci"));
     }
 
     #[test]
@@ -273,17 +305,14 @@ mod tests {
         };
         let now = SystemTime::now();
         let old = now - Duration::from_secs(7200);
-        let rows: Vec<Row> = [
+        let rows = [
             entry(1, "search", "ok", old),
             entry(2, "search", "ok", now),
             entry(3, "echo", "bad_request", now),
             entry(4, "echo", "ok", now),
             entry(5, "search", "ok", now),
-        ]
-        .into_iter()
-        .map(|e| Row::from_entry(e, &settings))
-        .collect();
-        store.insert(&rows).unwrap();
+        ];
+        store.insert(&rows, &settings).unwrap();
         let all = store.query(&Filter { limit: 10, ..Default::default() }).unwrap();
         assert_eq!(all.iter().map(|r| r.id).collect::<Vec<_>>(), [5, 4, 3, 2, 1]);
         assert_eq!(all[0].params, Some(json!({"q": 5})));

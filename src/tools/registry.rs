@@ -617,21 +617,22 @@ enum Deferred {
     Admitted { tool: ToolRef, params: Json, started: Box<Started> },
 }
 
-/// A result as the call log keeps it, rendered from the output itself where it holds a value.
-fn render_output(output: &Output) -> crate::calllog::Rendered {
+/// The output's value, as the call log keeps it as the result.
+fn output_value(output: &Output) -> std::borrow::Cow<'_, Json> {
     match output {
-        Output::Value(v) | Output::HandledError(v) => crate::calllog::render(v),
-        Output::Traced { output, .. } => render_output(output),
-        other => crate::calllog::render(&other.value()),
+        Output::Value(v) | Output::HandledError(v) => std::borrow::Cow::Borrowed(v),
+        Output::Traced { output, .. } => output_value(output),
+        other => std::borrow::Cow::Owned(other.value()),
     }
 }
 
-/// A call as it starts: its id, its time, and its parameters when the call log wants them.
+/// A call as it starts: its id, its time, and its call-log entry (parameters rendered) when a
+/// log runs.
 struct Started {
     id: u64,
     at: Instant,
     wall: std::time::SystemTime,
-    params: Option<crate::calllog::Rendered>,
+    entry: Option<Box<crate::calllog::Entry>>,
 }
 
 impl Started {
@@ -640,7 +641,7 @@ impl Started {
             id: next_call_id(),
             at: Instant::now(),
             wall: std::time::SystemTime::now(),
-            params: crate::calllog::enabled().then(|| crate::calllog::render(params)),
+            entry: crate::calllog::begin(params),
         }
     }
 }
@@ -661,24 +662,30 @@ fn log_call(name: &str, known: bool, options: &CallOptions, started: Started, re
             tracing::info!(tool = name, caller = options.caller, micros, code = %e.code(), "tool call failed: {text}")
         }
     }
-    let Some(params) = started.params else { return };
-    let (message, result) = match result {
-        Ok(output) => (None, Some(render_output(output))),
-        Err(e) => (Some(e.log_text()), None),
-    };
-    crate::calllog::record(crate::calllog::Entry {
-        id: started.id,
-        parent: options.parent,
-        at: started.wall,
-        tool: name.to_string(),
-        caller: options.principal.as_ref().map(|p| p.name().to_string()),
-        via: options.caller,
-        micros,
-        outcome,
-        message,
-        params,
-        result,
-    });
+    let Some(mut entry) = started.entry else { return };
+    match result {
+        Ok(output) => {
+            entry.set_result(&output_value(output));
+            entry.message = None;
+        }
+        Err(e) => {
+            entry.has_result = false;
+            entry.message = Some(e.log_text());
+        }
+    }
+    entry.id = started.id;
+    entry.parent = options.parent;
+    entry.at = started.wall;
+    entry.tool.clear();
+    entry.tool.push_str(name);
+    entry.caller.clear();
+    if let Some(principal) = &options.principal {
+        entry.caller.push_str(principal.name());
+    }
+    entry.via = options.caller;
+    entry.micros = micros;
+    entry.outcome = outcome;
+    crate::calllog::record(entry);
 }
 
 /// What [`check`] found: problems make `ctx schema check` fail, warnings do not.

@@ -412,3 +412,49 @@ fn code_18_awaited_results_stop_counting_against_the_memory_cap() {
     assert_eq!(reply.ok()["ok"], false, "{}", reply.body);
     assert!(reply.ok()["message"].as_str().unwrap().contains("memory limit of 16 MiB"), "{}", reply.body);
 }
+
+/// Issue 21: a real upstream's tools reach the tool-call log like any other, called over REST
+/// and from a script (linked to the script's call), and a failed upstream call is logged with
+/// its error and no result.
+#[test]
+fn ops_21_upstream_calls_reach_the_call_log() {
+    let Some(everything) = test_command("CTX_TEST_EVERYTHING") else { return };
+    let served = serve(Workspace::new(&section("everything", &everything, &["stdio"])), &[]);
+    served.ready("everything");
+    let (status, direct) = served.post("/tools/everything__echo", json!({"message": "logged upstream"}));
+    assert_eq!(status, 200, "{direct}");
+    let reply = execute(&served, "return everything.get_sum({a = 2, b = 3}):await()");
+    reply.ok();
+    let (status, bad) = served.post("/tools/everything__get-sum", json!({"a": "two"}));
+    assert_eq!(status, 400, "a bad argument: {bad}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let calls = loop {
+        let run = served.ws.ctx(&["log", "--json", "--limit", "100"]);
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let calls = run.json()["calls"].as_array().unwrap().clone();
+        if calls.len() >= 4 || Instant::now() > deadline {
+            break calls;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let find = |tool: &str, via: &str| {
+        calls
+            .iter()
+            .find(|c| c["tool"] == tool && c["via"] == via && c["outcome"] == "ok")
+            .unwrap_or_else(|| panic!("no {tool} call via {via}: {calls:#?}"))
+    };
+    let echo = find("everything__echo", "rest");
+    assert_eq!(echo["params"]["message"], "logged upstream", "{echo}");
+    assert!(echo["result"].to_string().contains("Echo: logged upstream"), "{echo}");
+    let script = find("execute", "rest");
+    let inner = find("everything__get-sum", "code");
+    assert_eq!(inner["parent"], script["id"], "the upstream call is linked to its script: {inner}");
+    assert_eq!(inner["params"], json!({"a": 2, "b": 3}));
+    let failed = calls
+        .iter()
+        .find(|c| c["tool"] == "everything__get-sum" && c["via"] == "rest")
+        .unwrap_or_else(|| panic!("the failed call is not logged: {calls:#?}"));
+    assert_eq!(failed["outcome"], "bad_request", "{failed}");
+    assert!(failed["message"].as_str().unwrap().contains("/a: expected number"), "{failed}");
+    assert!(failed["result"].is_null(), "a failed call has no result (not one of an earlier call): {failed}");
+}
