@@ -363,6 +363,11 @@ impl Registry {
         result
     }
 
+    /// Whether `name` is a tool whose calls wait for a person's approval.
+    fn needs_approval(&self, name: &str) -> bool {
+        self.index.get(name).is_some_and(|&i| self.approvals.needs(self.tools[i].spec()))
+    }
+
     /// Looks the tool up and checks the parameters (filling in defaults).
     fn prepare(&self, name: &str, mut params: Json, options: &CallOptions) -> Result<(ToolRef, Json), CallError> {
         // No tool has a longer name (upstream ones are capped too): refused before anything
@@ -544,7 +549,18 @@ impl Registry {
         options: CallOptions,
     ) -> Result<Output, CallError> {
         let started = Started::now(&options, &params);
-        let (tool, params) = match self.prepare(&name, params, &options) {
+        // A call that needs approval reads and writes the approvals' SQLite file, which a
+        // person's `ctx approvals approve` may hold for a moment: not on an async worker.
+        let prepared = match self.needs_approval(&name) {
+            true => {
+                let (registry, owned, opts) = (Arc::clone(&self), name.clone(), options.clone());
+                tokio::task::spawn_blocking(move || registry.prepare(&owned, params, &opts))
+                    .await
+                    .unwrap_or_else(|e| Err(crashed(&name, &e.to_string())))
+            }
+            false => self.prepare(&name, params, &options),
+        };
+        let (tool, params) = match prepared {
             Ok(prepared) => prepared,
             Err(e) => {
                 let result = Err(e);
