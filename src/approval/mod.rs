@@ -160,7 +160,7 @@ impl Policy {
         let refused = |why: String| CallError::ApprovalRefused(format!("tool '{tool}' did not run: {why}"));
         let Some(row) = self.store.by_token(&hash(token)).map_err(unavailable)? else {
             return Err(refused(
-                "the approval token is not known (a newer call of the same tool replaced it, or it was never issued); call again without it to ask for approval".into(),
+                "the approval token is not known (it was never issued, or 16 newer ones were issued for the same call since); call again without it to ask for approval".into(),
             ));
         };
         if row.tool != tool {
@@ -249,7 +249,7 @@ impl Policy {
         };
         let refused = |why: &str| CallError::ApprovalRefused(format!("the call did not run: {why}"));
         let Some(row) = self.store.by_token(&hash(token)).map_err(unavailable)? else {
-            return Err(refused("the approval it answers is not known (a newer call replaced it, or it expired)"));
+            return Err(refused("the approval it answers is not known (it was never issued, or it was removed)"));
         };
         if row.caller != caller {
             return Err(refused("the approval it answers belongs to another caller"));
@@ -386,6 +386,62 @@ mod tests {
             canonical(&json!({"a": {"c": [3], "d": 2}, "b": 1}))
         );
         assert_ne!(canonical(&json!({"a": 1})), canonical(&json!({"a": 2})));
+    }
+
+    fn policy(dir: &std::path::Path) -> Policy {
+        Policy {
+            globs: globs(["deploy".to_string()]),
+            destructive: false,
+            sections: Vec::new(),
+            servers: Vec::new(),
+            destructive_globs: GlobSet::empty(),
+            ttl: std::time::Duration::from_secs(600),
+            wait_in_scripts: true,
+            ask_clients: false,
+            approver_token: None,
+            store: Store::new(dir.join("approvals.sqlite")),
+        }
+    }
+
+    fn pending(result: Result<String, CallError>) -> Pending {
+        match result {
+            Err(CallError::ApprovalRequired(pending)) => *pending,
+            other => panic!("expected a pending approval, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_same_call_asked_twice_shares_one_approval_and_both_tokens_work_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = policy(dir.path());
+        let params = json!({"env": "prod"});
+        // Two identical calls (two inner calls of scripts waiting for the decision) ask.
+        let first = pending(policy.check("deploy", &params, "ci", "code", None));
+        let second = pending(policy.check("deploy", &params, "ci", "code", None));
+        assert_eq!(first.approval.id, second.approval.id, "one approval for one call");
+        assert_ne!(first.token, second.token);
+        // Still pending: each token says so.
+        pending(policy.check("deploy", &params, "ci", "code", Some(&first.token)));
+        assert!(policy.store.decide(&first.approval.id, true, "a person", None).unwrap().is_ok());
+        // The earlier token was not replaced: it runs the call, once.
+        let id = policy.check("deploy", &params, "ci", "code", Some(&first.token)).unwrap();
+        policy.consume("deploy", &id).unwrap();
+        let again = policy.check("deploy", &params, "ci", "code", Some(&second.token)).unwrap_err();
+        assert!(again.to_string().contains("was used already"), "{again}");
+    }
+
+    #[test]
+    fn a_call_asked_again_and_again_keeps_only_its_newest_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = policy(dir.path());
+        let params = json!({"env": "prod"});
+        let tokens: Vec<String> = (0..=store::TOKENS_PER_APPROVAL)
+            .map(|_| pending(policy.check("deploy", &params, "ci", "rest", None)).token)
+            .collect();
+        let oldest = policy.check("deploy", &params, "ci", "rest", Some(&tokens[0])).unwrap_err();
+        assert!(oldest.to_string().contains("is not known"), "{oldest}");
+        pending(policy.check("deploy", &params, "ci", "rest", Some(&tokens[1])));
+        pending(policy.check("deploy", &params, "ci", "rest", Some(tokens.last().unwrap())));
     }
 
     #[test]

@@ -27,7 +27,18 @@ CREATE TABLE IF NOT EXISTS approvals (
 CREATE INDEX IF NOT EXISTS approvals_token ON approvals(token_hash);
 CREATE INDEX IF NOT EXISTS approvals_pending ON approvals(state, caller);
 CREATE INDEX IF NOT EXISTS approvals_created ON approvals(created_ms);
+-- Every token handed out for an approval: the same call asked again gets a token of its own,
+-- and the earlier ones keep working (two identical calls waiting in scripts both hold one).
+CREATE TABLE IF NOT EXISTS approval_tokens (
+    token_hash  TEXT PRIMARY KEY,
+    id          TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS approval_tokens_id ON approval_tokens(id);
 ";
+
+/// Tokens kept per approval: a caller asking again and again cannot grow the file; the oldest
+/// stop working first.
+pub(super) const TOKENS_PER_APPROVAL: i64 = 16;
 
 /// Approvals kept at most; the oldest decided ones go first.
 const KEEP: i64 = 10_000;
@@ -78,9 +89,10 @@ impl Store {
         f(conn).map_err(|e| format!("{}: {e}", self.path.display()))
     }
 
-    /// Records a pending approval, or refreshes the pending one of the same tool, parameters and
-    /// caller with a new token (the old one stops working). Returns its id. Refuses past
-    /// `max_pending` pending approvals of one caller.
+    /// Records a pending approval, or gives the pending one of the same tool, parameters and
+    /// caller another token and a new expiry (earlier tokens keep working, the last
+    /// [`TOKENS_PER_APPROVAL`] of them). Returns its id. Refuses past `max_pending` pending
+    /// approvals of one caller.
     pub fn ask(&self, row: &Row, max_pending: i64) -> Result<Result<String, i64>, String> {
         self.with(|conn| {
             let now = now_ms();
@@ -97,6 +109,7 @@ impl Store {
                     "UPDATE approvals SET token_hash = ?1, expires_ms = ?2 WHERE id = ?3",
                     params![row.token_hash, row.expires_ms, id],
                 )?;
+                add_token(conn, &row.token_hash, &id)?;
                 return Ok(Ok(id));
             }
             let pending: i64 = conn.query_row(
@@ -121,18 +134,27 @@ impl Store {
                     row.expires_ms
                 ],
             )?;
-            conn.execute(
+            add_token(conn, &row.token_hash, &row.id)?;
+            let trimmed = conn.execute(
                 "DELETE FROM approvals WHERE state NOT IN ('pending', 'approved')
                    AND id IN (SELECT id FROM approvals ORDER BY created_ms DESC LIMIT -1 OFFSET ?1)",
                 [KEEP],
             )?;
+            if trimmed > 0 {
+                conn.execute("DELETE FROM approval_tokens WHERE id NOT IN (SELECT id FROM approvals)", [])?;
+            }
             Ok(Ok(row.id.clone()))
         })
     }
 
     /// The approval a token was given for.
     pub fn by_token(&self, token_hash: &str) -> Result<Option<Row>, String> {
-        self.with(|conn| conn.query_row(&format!("{SELECT} WHERE token_hash = ?1"), [token_hash], row).optional())
+        self.with(|conn| {
+            let sql = format!(
+                "{SELECT} WHERE id = (SELECT id FROM approval_tokens WHERE token_hash = ?1) OR token_hash = ?1 LIMIT 1"
+            );
+            conn.query_row(&sql, [token_hash], row).optional()
+        })
     }
 
     pub fn by_id(&self, id: &str) -> Result<Option<Row>, String> {
@@ -227,6 +249,17 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         decided_by: r.get(10)?,
         reason: r.get(11)?,
     })
+}
+
+/// Records `token_hash` as a token of approval `id`, keeping its newest [`TOKENS_PER_APPROVAL`].
+fn add_token(conn: &Connection, token_hash: &str, id: &str) -> rusqlite::Result<()> {
+    conn.execute("INSERT OR REPLACE INTO approval_tokens (token_hash, id) VALUES (?1, ?2)", params![token_hash, id])?;
+    conn.execute(
+        "DELETE FROM approval_tokens WHERE id = ?1
+           AND rowid NOT IN (SELECT rowid FROM approval_tokens WHERE id = ?1 ORDER BY rowid DESC LIMIT ?2)",
+        params![id, TOKENS_PER_APPROVAL],
+    )?;
+    Ok(())
 }
 
 fn open(path: &Path) -> rusqlite::Result<Connection> {
