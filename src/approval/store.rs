@@ -95,64 +95,19 @@ impl Store {
     /// approvals of one caller.
     pub fn ask(&self, row: &Row, max_pending: i64) -> Result<Result<String, i64>, String> {
         self.with(|conn| {
-            let now = now_ms();
-            expire(conn, now)?;
-            let same: Option<String> = conn
-                .query_row(
-                    "SELECT id FROM approvals WHERE state = 'pending' AND tool = ?1 AND params = ?2 AND caller = ?3",
-                    params![row.tool, row.params, row.caller],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(id) = same {
-                conn.execute(
-                    "UPDATE approvals SET token_hash = ?1, expires_ms = ?2 WHERE id = ?3",
-                    params![row.token_hash, row.expires_ms, id],
-                )?;
-                add_token(conn, &row.token_hash, &id)?;
-                return Ok(Ok(id));
-            }
-            let pending: i64 = conn.query_row(
-                "SELECT COUNT(*) FROM approvals WHERE state = 'pending' AND caller = ?1",
-                [&row.caller],
-                |r| r.get(0),
-            )?;
-            if pending >= max_pending {
-                return Ok(Err(pending));
-            }
-            conn.execute(
-                "INSERT INTO approvals (id, token_hash, tool, params, caller, via, state, created_ms, expires_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8)",
-                params![
-                    row.id,
-                    row.token_hash,
-                    row.tool,
-                    row.params,
-                    row.caller,
-                    row.via,
-                    row.created_ms,
-                    row.expires_ms
-                ],
-            )?;
-            add_token(conn, &row.token_hash, &row.id)?;
-            let trimmed = conn.execute(
-                "DELETE FROM approvals WHERE state NOT IN ('pending', 'approved')
-                   AND id IN (SELECT id FROM approvals ORDER BY created_ms DESC LIMIT -1 OFFSET ?1)",
-                [KEEP],
-            )?;
-            if trimmed > 0 {
-                conn.execute("DELETE FROM approval_tokens WHERE id NOT IN (SELECT id FROM approvals)", [])?;
-            }
-            Ok(Ok(row.id.clone()))
+            // One write transaction: a person's decision cannot land between the look-up of
+            // the pending approval and its new token.
+            let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+            let asked = ask_in(&tx, row, max_pending)?;
+            tx.commit()?;
+            Ok(asked)
         })
     }
 
     /// The approval a token was given for.
     pub fn by_token(&self, token_hash: &str) -> Result<Option<Row>, String> {
         self.with(|conn| {
-            let sql = format!(
-                "{SELECT} WHERE id = (SELECT id FROM approval_tokens WHERE token_hash = ?1) OR token_hash = ?1 LIMIT 1"
-            );
+            let sql = format!("{SELECT} WHERE id = (SELECT id FROM approval_tokens WHERE token_hash = ?1)");
             conn.query_row(&sql, [token_hash], row).optional()
         })
     }
@@ -251,6 +206,45 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     })
 }
 
+/// [`Store::ask`] inside its transaction.
+fn ask_in(conn: &Connection, row: &Row, max_pending: i64) -> rusqlite::Result<Result<String, i64>> {
+    expire(conn, now_ms())?;
+    let same: Option<String> = conn
+        .query_row(
+            "SELECT id FROM approvals WHERE state = 'pending' AND tool = ?1 AND params = ?2 AND caller = ?3",
+            params![row.tool, row.params, row.caller],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(id) = same {
+        conn.execute(
+            "UPDATE approvals SET token_hash = ?1, expires_ms = ?2 WHERE id = ?3 AND state = 'pending'",
+            params![row.token_hash, row.expires_ms, id],
+        )?;
+        add_token(conn, &row.token_hash, &id)?;
+        return Ok(Ok(id));
+    }
+    let pending: i64 =
+        conn.query_row("SELECT COUNT(*) FROM approvals WHERE state = 'pending' AND caller = ?1", [&row.caller], |r| {
+            r.get(0)
+        })?;
+    if pending >= max_pending {
+        return Ok(Err(pending));
+    }
+    conn.execute(
+        "INSERT INTO approvals (id, token_hash, tool, params, caller, via, state, created_ms, expires_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8)",
+        params![row.id, row.token_hash, row.tool, row.params, row.caller, row.via, row.created_ms, row.expires_ms],
+    )?;
+    add_token(conn, &row.token_hash, &row.id)?;
+    // The oldest decided approvals beyond KEEP go, their tokens first.
+    let trim = "(SELECT id FROM approvals WHERE state NOT IN ('pending', 'approved')
+                 AND id IN (SELECT id FROM approvals ORDER BY created_ms DESC LIMIT -1 OFFSET ?1))";
+    conn.execute(&format!("DELETE FROM approval_tokens WHERE id IN {trim}"), [KEEP])?;
+    conn.execute(&format!("DELETE FROM approvals WHERE id IN {trim}"), [KEEP])?;
+    Ok(Ok(row.id.clone()))
+}
+
 /// Records `token_hash` as a token of approval `id`, keeping its newest [`TOKENS_PER_APPROVAL`].
 fn add_token(conn: &Connection, token_hash: &str, id: &str) -> rusqlite::Result<()> {
     conn.execute("INSERT OR REPLACE INTO approval_tokens (token_hash, id) VALUES (?1, ?2)", params![token_hash, id])?;
@@ -270,6 +264,8 @@ fn open(path: &Path) -> rusqlite::Result<Connection> {
     conn.busy_timeout(Duration::from_secs(5))?;
     conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")?;
     conn.execute_batch(SCHEMA)?;
+    // A file from before approval_tokens: its approvals' tokens are listed there too.
+    conn.execute("INSERT OR IGNORE INTO approval_tokens (token_hash, id) SELECT token_hash, id FROM approvals", [])?;
     Ok(conn)
 }
 
@@ -298,5 +294,42 @@ impl Row {
             token: None,
             message: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_from_before_approval_tokens_keeps_its_tokens_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("approvals.sqlite");
+        {
+            // The schema as it was: tokens only in approvals.token_hash.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE approvals (id TEXT PRIMARY KEY, token_hash TEXT NOT NULL, tool TEXT NOT NULL,
+                   params TEXT NOT NULL, caller TEXT NOT NULL, via TEXT NOT NULL, state TEXT NOT NULL,
+                   created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, decided_ms INTEGER,
+                   decided_by TEXT, reason TEXT);",
+            )
+            .unwrap();
+            let soon = now_ms() + 600_000;
+            conn.execute(
+                "INSERT INTO approvals VALUES ('ap-old', 'hash-old', 'deploy', '{}', 'ci', 'rest', 'pending', 1, ?1, NULL, NULL, NULL)",
+                [soon],
+            )
+            .unwrap();
+        }
+        let store = Store::new(path);
+        let row = store.by_token("hash-old").unwrap().expect("the old token still resolves");
+        assert_eq!((row.id.as_str(), row.state.as_str()), ("ap-old", "pending"));
+        // Asked again, the old approval gets a second token and the first keeps working.
+        let again = Row { id: "ap-new".into(), token_hash: "hash-new".into(), ..row.clone() };
+        assert_eq!(store.ask(&again, 100).unwrap(), Ok("ap-old".to_string()));
+        assert_eq!(store.by_token("hash-old").unwrap().map(|r| r.id), Some("ap-old".to_string()));
+        assert_eq!(store.by_token("hash-new").unwrap().map(|r| r.id), Some("ap-old".to_string()));
+        assert!(store.by_token("hash-unknown").unwrap().is_none());
     }
 }

@@ -88,7 +88,12 @@ impl Entry {
 
     /// The bytes its buffers hold.
     fn capacity(&self) -> usize {
-        self.tool.capacity() + self.caller.capacity() + self.params.text.capacity() + self.result.text.capacity()
+        let message = self.message.as_ref().map_or(0, String::capacity);
+        self.tool.capacity()
+            + self.caller.capacity()
+            + self.params.text.capacity()
+            + self.result.text.capacity()
+            + message
     }
 }
 
@@ -111,11 +116,8 @@ fn take_entry() -> Box<Entry> {
 fn give_back(batch: &mut Vec<Box<Entry>>) {
     let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
     let room = POOL_MAX.saturating_sub(pool.len());
-    let fits = batch.drain(..).filter(|e| e.capacity() <= POOL_ENTRY_BYTES).take(room);
-    pool.extend(fits.map(|mut e| {
-        e.message = None;
-        e
-    }));
+    // A kept entry's message is replaced by the call that fills it next (freed there).
+    pool.extend(batch.drain(..).filter(|e| e.capacity() <= POOL_ENTRY_BYTES).take(room));
 }
 
 /// Starts the log entry of a call with `params`: `None` when no log runs.

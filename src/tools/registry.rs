@@ -357,19 +357,29 @@ impl Registry {
     pub fn call(self: &Arc<Self>, name: &str, params: Json, options: &CallOptions) -> Result<Output, CallError> {
         let started = Started::now(options, &params);
         let result = self
-            .prepare(name, params, options)
+            .prepare(name, params, options, None)
             .and_then(|(tool, params)| tool.run(params, &self.env(name, options, started.id)));
         self.log_call(name, options, started, &result);
         result
     }
 
-    /// Whether `name` is a tool whose calls wait for a person's approval.
-    fn needs_approval(&self, name: &str) -> bool {
-        self.index.get(name).is_some_and(|&i| self.approvals.needs(self.tools[i].spec()))
+    /// Whether `name` is a tool that `options`' caller may call and whose calls wait for a
+    /// person's approval (out of scope, it is unknown, at once).
+    fn needs_approval(&self, name: &str, options: &CallOptions) -> bool {
+        super::principal::allows(options.principal.as_deref(), name)
+            && self.index.get(name).is_some_and(|&i| self.approvals.needs(self.tools[i].spec()))
     }
 
-    /// Looks the tool up and checks the parameters (filling in defaults).
-    fn prepare(&self, name: &str, mut params: Json, options: &CallOptions) -> Result<(ToolRef, Json), CallError> {
+    /// Looks the tool up and checks the parameters (filling in defaults). When `gone` is set
+    /// (the caller stopped waiting while this ran on the blocking pool), an approval is not
+    /// used up: the call stops as cancelled before it.
+    fn prepare(
+        &self,
+        name: &str,
+        mut params: Json,
+        options: &CallOptions,
+        gone: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<(ToolRef, Json), CallError> {
         // No tool has a longer name (upstream ones are capped too): refused before anything
         // quotes it in a message, a log line or the call log.
         if name.len() > MAX_NAME_BYTES {
@@ -426,6 +436,9 @@ impl Registry {
         }
         // Used up only now that the call runs (a rate refusal keeps it for the next try).
         if let Some(approval) = approved {
+            if gone.is_some_and(|g| g.load(std::sync::atomic::Ordering::Acquire)) {
+                return Err(CallError::cancelled(name));
+            }
             self.approvals.consume(name, &approval)?;
         }
         Ok((Arc::clone(tool), params))
@@ -483,7 +496,7 @@ impl Registry {
             return Err(NotInline(Deferred::Fresh(params)));
         }
         let started = Started::now(options, &params);
-        let (tool, params) = match self.prepare(name, params, options) {
+        let (tool, params) = match self.prepare(name, params, options, None) {
             Ok(prepared) => prepared,
             Err(e) => {
                 let result = Err(e);
@@ -551,14 +564,33 @@ impl Registry {
         let started = Started::now(&options, &params);
         // A call that needs approval reads and writes the approvals' SQLite file, which a
         // person's `ctx approvals approve` may hold for a moment: not on an async worker.
-        let prepared = match self.needs_approval(&name) {
+        let prepared = match self.needs_approval(&name, &options) {
             true => {
+                // Dropping this future (the client went away, a cancellation) marks the call
+                // gone, so the approval is not used up for a call that will not run.
+                struct Gone(Option<Arc<std::sync::atomic::AtomicBool>>);
+                impl Drop for Gone {
+                    fn drop(&mut self) {
+                        if let Some(flag) = &self.0 {
+                            flag.store(true, std::sync::atomic::Ordering::Release);
+                        }
+                    }
+                }
+                let mut gone = Gone(Some(Arc::default()));
+                let flag = gone.0.clone().unwrap_or_default();
                 let (registry, owned, opts) = (Arc::clone(&self), name.clone(), options.clone());
-                tokio::task::spawn_blocking(move || registry.prepare(&owned, params, &opts))
-                    .await
-                    .unwrap_or_else(|e| Err(crashed(&name, &e.to_string())))
+                let prepared =
+                    tokio::task::spawn_blocking(move || registry.prepare(&owned, params, &opts, Some(&flag)))
+                        .await
+                        .unwrap_or_else(|e| match e.is_cancelled() {
+                            true => Err(CallError::cancelled(&name)),
+                            false => Err(crashed(&name, &e.to_string())),
+                        });
+                // Done waiting: the flag only covers the wait.
+                gone.0 = None;
+                prepared
             }
-            false => self.prepare(&name, params, &options),
+            false => self.prepare(&name, params, &options, None),
         };
         let (tool, params) = match prepared {
             Ok(prepared) => prepared,
