@@ -6,7 +6,7 @@
 //! the queue is full the entry is dropped and counted; `/metrics` shows the count.
 //!
 //! The call path renders the parameters and the result once, redacted and cut, straight into
-//! the text the log keeps ([`render`]); the writer only binds them.
+//! the text the log keeps ([`render_into`]); the writer only binds them.
 
 mod store;
 
@@ -50,7 +50,7 @@ pub struct Entry {
     /// `ok`, or the error code.
     pub outcome: &'static str,
     pub message: Option<String>,
-    /// The parameters as the log keeps them ([`render`]).
+    /// The parameters as the log keeps them ([`render_into`]).
     pub params: Rendered,
     /// The result as the log keeps it, when `has_result` (a failed call has none).
     pub result: Rendered,
@@ -234,14 +234,6 @@ pub fn counters() -> &'static Counters {
     COUNTERS.get_or_init(Counters::default)
 }
 
-/// A fast check for the call path: is a log running?
-static ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether calls are being logged (the call path copies parameters only then).
-pub fn enabled() -> bool {
-    ON.load(Ordering::Relaxed)
-}
-
 /// Starts the log of `config` for this process, or stops it when the config turns it off.
 /// A log already running with the same file keeps running with the new settings' retention
 /// applied from its next batch. Fails when the file cannot be opened.
@@ -252,7 +244,7 @@ pub fn install(config: &Config) -> Result<(), String> {
     };
     let running = slot().read().unwrap_or_else(|p| p.into_inner()).clone();
     if let Some(log) = running.as_ref().filter(|log| log.settings == settings) {
-        // Same log; a reload may have changed the config's secrets, which render uses.
+        // Same log; a reload may have changed the config's secrets, which render_into uses.
         let secrets = crate::config::redact::current();
         if !Arc::ptr_eq(&log.secrets, &secrets) {
             let writer = Arc::clone(&log.writer);
@@ -274,7 +266,6 @@ pub fn install(config: &Config) -> Result<(), String> {
     drop(store);
     let log = Log { writer: Arc::default(), settings, secrets: crate::config::redact::current() };
     let old = swap(Some(Arc::new(log)));
-    ON.store(true, Ordering::Relaxed);
     // The old writer finishes its queue; no lock is held meanwhile.
     if let Some(old) = old {
         flush_log(&old);
@@ -286,7 +277,6 @@ pub fn install(config: &Config) -> Result<(), String> {
 /// log off).
 pub fn shutdown() {
     let old = swap(None);
-    ON.store(false, Ordering::Relaxed);
     if let Some(old) = old {
         flush_log(&old);
     }
@@ -458,21 +448,10 @@ pub fn parse_since(text: &str, now: SystemTime) -> Result<SystemTime, String> {
     Err(wrong())
 }
 
-/// Renders a value as the log keeps it, in one pass on the call path (one string, no copy of
-/// the value): keys named like a secret, listed in `[log] redact`, or `_approval` get
-/// `"[redacted]"`, config secrets are replaced in every string, and the text stops at
-/// `max_value_bytes`. Empty when no log runs.
-pub fn render(value: &Json) -> Rendered {
-    let mut out = Rendered::default();
-    with_log(|log| {
-        if let Some(log) = log {
-            render_into(value, &log.settings, &log.secrets, &mut out);
-        }
-    });
-    out
-}
-
-/// [`render`] into `out`, reusing its buffer.
+/// Renders a value as the log keeps it into `out`, reusing its buffer, in one pass on the call
+/// path (no copy of the value): keys named like a secret, listed in `[log] redact`, or
+/// `_approval` get `"[redacted]"`, config secrets are replaced in every string, and the text
+/// stops at `max_value_bytes`.
 fn render_into(value: &Json, settings: &Settings, secrets: &crate::config::redact::Redactor, out: &mut Rendered) {
     let mut buffer = std::mem::take(&mut out.text).into_bytes();
     buffer.clear();

@@ -138,8 +138,8 @@ impl Store {
         Ok(Store { conn })
     }
 
-    /// Writes `rows` in one transaction, [`ROWS_PER_INSERT`] to a statement: one statement per
-    /// row cost the writer most of its time in statement setup and reset.
+    /// Writes `entries` in one transaction, [`ROWS_PER_INSERT`] to a statement (fewer statement
+    /// steps; its effect on the writer's CPU was within the noise of the ops bench).
     pub fn insert(&mut self, entries: &[Box<Entry>], settings: &Settings) -> Result<(), rusqlite::Error> {
         let tx = self.conn.transaction()?;
         {

@@ -576,8 +576,8 @@ impl Registry {
                         }
                     }
                 }
-                let mut gone = Gone(Some(Arc::default()));
-                let flag = gone.0.clone().unwrap_or_default();
+                let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let mut gone = Gone(Some(Arc::clone(&flag)));
                 let (registry, owned, opts) = (Arc::clone(&self), name.clone(), options.clone());
                 let prepared =
                     tokio::task::spawn_blocking(move || registry.prepare(&owned, params, &opts, Some(&flag)))
