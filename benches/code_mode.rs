@@ -6,7 +6,12 @@
 //! cargo bench --bench code_mode                 # everything
 //! cargo bench --bench code_mode -- --quick      # fewer samples: under a minute
 //! cargo bench --bench code_mode -- calls        # or overhead, upstream, context: one part
+//! CTX_SPIN=together cargo bench --bench code_mode -- calls   # for a profiler, see below
 //! ```
+//!
+//! `CTX_SPIN` runs one line of `calls` 3,000 times and prints its p50, for `perf record`:
+//! `together` and `echo1` (the two 100-call scripts), `sources` (100 inner `sources` calls),
+//! `direct` (100 echo calls without a script).
 //!
 //! Parts:
 //! - calls: `execute` with a script that makes 100 inner calls of the echo Lua tool
@@ -108,6 +113,21 @@ fn main() {
         let registry = Registry::build(corpus.kb.clone(), None);
         assert!(registry.problems().is_empty(), "{:?}", registry.problems());
         let tools = Arc::new(Tools::new(registry));
+        if let Ok(which) = std::env::var("CTX_SPIN") {
+            if which == "direct" {
+                let s = hundred_direct(&runtime, &tools, 3000, "echo", json!({"message": "hello"}));
+                println!("spin direct: p50 {} ms", millis(pct(&s, 50.0)));
+                return;
+            }
+            let script = match which.as_str() {
+                "sources" => "local p = {}\nfor i = 1, 100 do p[i] = ctx.sources({}) end\nreturn {n = #await_all(p)}",
+                "echo1" => ONE_BY_ONE,
+                _ => ALL_AT_ONCE,
+            };
+            let s = time_served(&runtime, &tools, 3000, "execute", json!({"script": script}), |v| v["n"] == 100);
+            println!("spin {which}: p50 {} ms", millis(pct(&s, 50.0)));
+            return;
+        }
         if run("calls") {
             inner_calls(&runtime, &tools, samples.calls, &mut verdicts);
         }

@@ -15,6 +15,12 @@
 //! - [`calllog`]: the tool-call log, written in the background beside the knowledge base.
 //! - [`cli`]: the `ctx` command line.
 
+/// mimalloc instead of the system allocator: ctx's calls allocate and free many small values on
+/// one thread that another thread made (a script's arguments, a tool's result), which glibc
+/// pays for with arena locks and consolidation passes. Here, for the binary, tests and benches.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod agents;
 pub mod approval;
 pub mod calllog;

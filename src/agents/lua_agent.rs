@@ -92,7 +92,7 @@ impl Agent for LuaAgent {
         };
         let args = convert::to_lua(lua, &Json::Object(args.clone())).map_err(internal)?;
         let config = convert::to_lua(lua, &Json::Object(self.info.config.clone())).map_err(internal)?;
-        let context = bridge::context_table(&vm, env, &self.info.config).map_err(internal)?;
+        let (context, _scope) = bridge::context_table(&vm, env, &self.info.config).map_err(internal)?;
         let returned = vm.call(&resolve, (args, config, context)).map_err(fail)?;
         let value = vm.result_json_for(&returned, validator("ResolvedAgent")).map_err(fail)?;
         let problems = validator("ResolvedAgent").problems(&value, Dialect::Json);

@@ -30,6 +30,11 @@ use crate::embed::Embedder;
 /// Writes per transaction.
 const BATCH: usize = 512;
 
+/// Bytes of document bodies a batch holds at most before it is written: large documents are
+/// written as the scan goes, so memory stays bounded and a script source's deadline, checked
+/// between items, covers writing them too (not only the last small batch after the scan).
+const BATCH_BYTES: usize = 8 * 1024 * 1024;
+
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SyncOptions {
     /// Re-index every item even if unchanged.
@@ -161,6 +166,7 @@ pub fn sync_source(
     progress(Progress::Start { source, estimate: (!known.is_empty()).then_some(known.len()) });
     let mut seen: HashSet<String> = HashSet::with_capacity(known.len());
     let mut batch: Vec<Change> = Vec::with_capacity(BATCH);
+    let mut batch_bytes = 0usize;
     let mut write_error: Option<String> = None;
     let mut writer = Writer { store, commit, session: None };
     let mut items = 0;
@@ -189,11 +195,13 @@ pub fn sync_source(
                         summary.added += 1;
                     }
                     if !options.dry_run {
+                        batch_bytes += item.body.len();
                         batch.push(Change::Upsert(Box::new(to_document(source, item, hash, spec))));
-                        if batch.len() >= BATCH {
+                        if batch.len() >= BATCH || batch_bytes >= BATCH_BYTES {
                             embed_batch(store, embedder, &mut batch, &mut summary);
                             writer.apply(&batch).map_err(|e| e.to_string())?;
                             batch.clear();
+                            batch_bytes = 0;
                         }
                     }
                 }

@@ -232,34 +232,47 @@ end
 -- (`string`, `json`, ...) and host function (`print`, `sleep`, ...) arrives the first time the run
 -- reads it, library tables as copies, so whatever a run changes dies with its table, and a run
 -- cannot tell which libraries an earlier run used. The sandbox's own tables are never handed out.
-local function new_env()
-  local env = {}
-  for k, v in next, base do
-    if type(v) ~= "table" and not libraries[k] then env[k] = v end
+-- What is copied in is listed once, on the first run (the base's other values never change
+-- after the sandbox is built: libraries arrive as tables, host functions are libraries), and
+-- every run shares one locked metatable, whose index function keeps nothing of any run.
+local env_meta = {
+  __metatable = false,
+  __index = function(t, k)
+    if not libraries[k] then return nil end
+    local lib = base[k] -- installs the library on its first use in this VM
+    if type(lib) == "table" then
+      local copy = {}
+      for name, value in next, lib do copy[name] = value end
+      if k == "string" then
+        string_mt.__index = copy -- so `function string.x` works as a method, as in plain Lua
+      elseif k == "math" then
+        lib.randomseed(seed()) -- a run must not inherit, or repeat, the sequence of the last one
+      end
+      lib = copy
+    end
+    if lib ~= nil then rawset(t, k, lib) end
+    return lib
+  end,
+}
+local copied_keys, copied_values, copied
+-- `env` is an empty table sized for the globals (see `begin_run`); returns it and how many
+-- slots the next one needs.
+local function new_env(env)
+  if copied == nil then
+    copied_keys, copied_values, copied = {}, {}, 0
+    for k, v in next, base do
+      if type(v) ~= "table" and not libraries[k] then
+        copied = copied + 1
+        copied_keys[copied], copied_values[copied] = k, v
+      end
+    end
   end
+  for i = 1, copied do env[copied_keys[i]] = copied_values[i] end
   env._G = env
   string_mt.__index = pristine_string
-  raw_setmetatable(env, {
-    __metatable = false,
-    __index = function(t, k)
-      if not libraries[k] then return nil end
-      local lib = base[k] -- installs the library on its first use in this VM
-      if type(lib) == "table" then
-        local copy = {}
-        for name, value in next, lib do copy[name] = value end
-        if k == "string" then
-          string_mt.__index = copy -- so `function string.x` works as a method, as in plain Lua
-        elseif k == "math" then
-          lib.randomseed(seed()) -- a run must not inherit, or repeat, the sequence of the last one
-        end
-        lib = copy
-      end
-      if lib ~= nil then rawset(t, k, lib) end
-      return lib
-    end,
-  })
+  raw_setmetatable(env, env_meta)
   run_env = env
-  return env
+  return env, copied + 1
 end
 -- Functions whose one call can do a lot of work look at the deadline first when given a lot.
 local rawlen = rawlen

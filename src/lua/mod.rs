@@ -209,6 +209,9 @@ pub struct RunState {
     /// 0: nothing put off; 1: put off, due at the hook's check after next; 2: due at its next.
     deferred: AtomicU8,
     on_deferred: Mutex<Option<DeferredWork>>,
+    /// How many slots a run's globals table starts with (what the last `new_env` reported):
+    /// sized once instead of grown through every power of two.
+    env_slots: AtomicUsize,
 }
 
 /// What [`RunState::defer`] runs.
@@ -245,6 +248,7 @@ impl RunState {
             instruction_limit: AtomicU64::new(u64::MAX),
             deferred: AtomicU8::new(0),
             on_deferred: Mutex::new(None),
+            env_slots: AtomicUsize::new(0),
         };
         state.set_deadline(Instant::now() + limits.timeout);
         state
@@ -682,7 +686,9 @@ fn begin_run(lua: &Lua, new_env: &Function, state: &RunState) -> mlua::Result<Ta
     // 0 lifts the last run's cap while the globals are built.
     lua.set_memory_limit(0)?;
     let before = lua.used_memory();
-    let env: Table = new_env.call(())?;
+    let slots = state.env_slots.load(Ordering::Relaxed);
+    let (env, next): (Table, usize) = new_env.call(lua.create_table_with_capacity(0, slots)?)?;
+    state.env_slots.store(next, Ordering::Relaxed);
     lua.set_named_registry_value(RUN_ENV, &env)?;
     // Counted from the sandbox's live size, not from what is in use: what an earlier run left
     // for the collector is neither charged to this run nor visible to it (the collector frees

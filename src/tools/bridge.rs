@@ -4,91 +4,145 @@
 //! Scripts run on a blocking worker thread, so the bridge calls the store directly: no async
 //! runtime is blocked, and each call takes its own pooled connection (no shared lock). The
 //! run's deadline is checked before and after each call.
+//!
+//! The functions are made once per VM and kept for its later runs (a reused VM runs the same
+//! script again): making them cost a tool call about a fifth of its time. What they work on
+//! (the knowledge base, the registry, the caller's options) is the current call's, set when its
+//! `context` table is made and taken away when the call ends ([`CallScope`]). Each run still
+//! gets a table of its own, so what a script does to it dies with the run.
 
 use std::sync::Arc;
 
-use mlua::{Lua, MultiValue, Table, Value};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 use serde_json::{Map, Value as Json};
 
-use super::builtin;
+use super::{builtin, CallOptions, Registry};
 use crate::kb::Kb;
 use crate::lua::{api, convert, Vm};
 
 /// Largest argument table a script may pass to the bridge, as JSON.
 const ARG_BUDGET: usize = 64 * 1024;
 
-/// Builds the `context` table for one run.
-pub fn context_table(vm: &Vm, env: &super::CallEnv<'_>, config: &Map<String, Json>) -> mlua::Result<Table> {
-    let kb: &Kb = env.kb;
+/// What the context functions of a VM work on during one call.
+struct Current {
+    kb: Kb,
+    registry: Arc<Registry>,
+    /// The options of the calls `context.call` makes.
+    options: CallOptions,
+}
+
+/// The context functions of one VM, made on its first call.
+struct Functions([(&'static str, Function); 4]);
+
+/// The current call of a VM: while it lives, the context functions work on that call's knowledge
+/// base and registry; once it is dropped they refuse to run.
+pub struct CallScope<'a>(&'a Lua);
+
+impl Drop for CallScope<'_> {
+    fn drop(&mut self) {
+        // An idle VM must not keep the call's registry snapshot (and its tools) alive.
+        self.0.remove_app_data::<Current>();
+    }
+}
+
+/// The current call's knowledge base, registry and options, as one function needs them.
+fn current<T>(lua: &Lua, what: &str, pick: impl FnOnce(&Current) -> T) -> mlua::Result<T> {
+    match lua.app_data_ref::<Current>() {
+        Some(current) => Ok(pick(&current)),
+        None => Err(fail(format!("{what}: the context is only usable during the call it was given to"))),
+    }
+}
+
+/// Builds the `context` table for one run, and the scope its functions work in.
+pub fn context_table<'a>(
+    vm: &'a Vm,
+    env: &super::CallEnv<'_>,
+    config: &Map<String, Json>,
+) -> mlua::Result<(Table, CallScope<'a>)> {
     let lua = vm.lua();
-    let context = lua.create_table()?;
-    let state = Arc::clone(vm.state());
+    lua.set_app_data(Current {
+        kb: env.kb.clone(),
+        registry: Arc::clone(&env.registry),
+        options: env.inner_options("lua"),
+    });
+    let scope = CallScope(lua);
+    if lua.app_data_ref::<Functions>().is_none() {
+        let functions = make_functions(vm)?;
+        lua.set_app_data(functions);
+    }
+    let context = lua.create_table_with_capacity(0, 5)?;
+    if let Some(functions) = lua.app_data_ref::<Functions>() {
+        for (name, function) in &functions.0 {
+            context.raw_set(*name, function)?;
+        }
+    }
+    context.raw_set("config", convert::to_lua(lua, &Json::Object(config.clone()))?)?;
+    Ok((context, scope))
+}
 
-    let (kb_s, st) = (kb.clone(), Arc::clone(&state));
-    context.raw_set(
-        "search",
-        api::function(lua, "context.search", move |lua, args: MultiValue| {
-            st.check_blocking()?;
-            let request = search_request(lua, args)?;
-            let params = builtin::search_params()
-                .check(request)
-                .map_err(|problems| fail(format!("context.search: {}", super::error::summary(&problems))))?;
-            let response = builtin::search(&kb_s, params).map_err(|e| fail(format!("context.search: {e}")))?;
-            st.check()?;
-            let results = response.get("results").cloned().unwrap_or(Json::Array(Vec::new()));
-            convert::to_lua(lua, &results)
-        })?,
-    )?;
+/// The context functions of `vm`: they read what they work on from the current call.
+fn make_functions(vm: &Vm) -> mlua::Result<Functions> {
+    let lua = vm.lua();
+    let state = vm.state();
 
-    let (kb_g, st) = (kb.clone(), Arc::clone(&state));
-    context.raw_set(
-        "get",
-        api::function(lua, "context.get", move |lua, id: Value| {
-            st.check_blocking()?;
-            let Value::String(id) = id else {
-                return Err(fail(format!("context.get: expected a document id (string), got {}", id.type_name())));
-            };
-            let id = id.to_str()?.to_string();
-            match kb_g.get(&id) {
-                Ok(doc) => {
-                    let json = serde_json::to_value(doc).unwrap_or(Json::Null);
-                    Ok((convert::to_lua(lua, &json)?, Value::Nil))
-                }
-                Err(crate::kb::KbError::NotFound(_)) => {
-                    Ok((Value::Nil, Value::String(lua.create_string(format!("no document with id {id:?}"))?)))
-                }
-                Err(e) => Err(fail(format!("context.get: {}", super::CallError::from_kb(e)))),
+    let st = Arc::clone(state);
+    let search = api::function(lua, "context.search", move |lua, args: MultiValue| {
+        st.check_blocking()?;
+        let kb_s = current(lua, "context.search", |c| c.kb.clone())?;
+        let request = search_request(lua, args)?;
+        let params = builtin::search_params()
+            .check(request)
+            .map_err(|problems| fail(format!("context.search: {}", super::error::summary(&problems))))?;
+        let response = builtin::search(&kb_s, params).map_err(|e| fail(format!("context.search: {e}")))?;
+        st.check()?;
+        let results = response.get("results").cloned().unwrap_or(Json::Array(Vec::new()));
+        convert::to_lua(lua, &results)
+    })?;
+
+    let st = Arc::clone(state);
+    let get = api::function(lua, "context.get", move |lua, id: Value| {
+        st.check_blocking()?;
+        let kb_g = current(lua, "context.get", |c| c.kb.clone())?;
+        let Value::String(id) = id else {
+            return Err(fail(format!("context.get: expected a document id (string), got {}", id.type_name())));
+        };
+        let id = id.to_str()?.to_string();
+        match kb_g.get(&id) {
+            Ok(doc) => {
+                let json = serde_json::to_value(doc).unwrap_or(Json::Null);
+                Ok((convert::to_lua(lua, &json)?, Value::Nil))
             }
-        })?,
-    )?;
+            Err(crate::kb::KbError::NotFound(_)) => {
+                Ok((Value::Nil, Value::String(lua.create_string(format!("no document with id {id:?}"))?)))
+            }
+            Err(e) => Err(fail(format!("context.get: {}", super::CallError::from_kb(e)))),
+        }
+    })?;
 
-    let (kb_l, st) = (kb.clone(), Arc::clone(&state));
-    context.raw_set(
-        "sources",
-        api::function(lua, "context.sources", move |lua, ()| {
-            st.check_blocking()?;
-            let json = builtin::sources(&kb_l).map_err(|e| fail(format!("context.sources: {e}")))?;
-            convert::to_lua(lua, json.get("sources").unwrap_or(&Json::Array(Vec::new())))
-        })?,
-    )?;
+    let st = Arc::clone(state);
+    let sources = api::function(lua, "context.sources", move |lua, ()| {
+        st.check_blocking()?;
+        let kb_l = current(lua, "context.sources", |c| c.kb.clone())?;
+        let json = builtin::sources(&kb_l).map_err(|e| fail(format!("context.sources: {e}")))?;
+        convert::to_lua(lua, json.get("sources").unwrap_or(&Json::Array(Vec::new())))
+    })?;
 
     // `context.call(name, params)`: tool chaining through the registry's one call path
     // (validation, limits, logging), with this run's tool on the chain so that a loop back to it
     // is refused (see `registry::check_chain`).
-    let (registry, options, st) = (std::sync::Arc::clone(&env.registry), env.inner_options("lua"), Arc::clone(&state));
-    context.raw_set(
-        "call",
-        api::function(lua, "context.call", move |lua, (name, params): (mlua::LuaString, Value)| {
-            st.check_blocking()?;
-            // Refused before it is copied: a tool name is at most 64 bytes.
-            if name.as_bytes().len() > MAX_TOOL_NAME {
-                return Err(fail(format!(
-                    "context.call: the tool name is {} bytes long; tool names have at most {MAX_TOOL_NAME}",
-                    name.as_bytes().len()
-                )));
-            }
-            let name = name.to_string_lossy();
-            let params = match &params {
+    let st = Arc::clone(state);
+    let call = api::function(lua, "context.call", move |lua, (name, params): (mlua::LuaString, Value)| {
+        st.check_blocking()?;
+        let (registry, options) = current(lua, "context.call", |c| (Arc::clone(&c.registry), c.options.clone()))?;
+        // Refused before it is copied: a tool name is at most 64 bytes.
+        if name.as_bytes().len() > MAX_TOOL_NAME {
+            return Err(fail(format!(
+                "context.call: the tool name is {} bytes long; tool names have at most {MAX_TOOL_NAME}",
+                name.as_bytes().len()
+            )));
+        }
+        let name = name.to_string_lossy();
+        let params = match &params {
                 Value::Nil => Json::Object(Map::new()),
                 Value::Table(_) => {
                     convert::to_json(lua, &params, CALL_ARG_BUDGET).map_err(|e| fail(format!("context.call: {e}")))?
@@ -100,25 +154,23 @@ pub fn context_table(vm: &Vm, env: &super::CallEnv<'_>, config: &Map<String, Jso
                     )))
                 }
             };
-            // A Lua tool that a script called is still working for that script: code mode's
-            // destructive policy holds for the tools it calls in turn.
-            if let Some(refusal) = crate::code::refused_in_script(&registry, &options.chain, &name) {
-                return Err(fail(format!("context.call: {refusal}")));
-            }
-            // The callee blocks this script: it stops when this script's own deadline passes.
-            let mut options = options.clone();
-            options.cancel = options.cancel.until(st.deadline());
-            let outcome = registry.call(&name, params, &options);
-            st.check()?;
-            match outcome.map_err(|e| e.to_string()).and_then(crate::code::outcome::inner_value) {
-                Ok(value) => convert::to_lua(lua, &value),
-                Err(message) => Err(fail(format!("context.call: tool '{name}' failed: {message}"))),
-            }
-        })?,
-    )?;
+        // A Lua tool that a script called is still working for that script: code mode's
+        // destructive policy holds for the tools it calls in turn.
+        if let Some(refusal) = crate::code::refused_in_script(&registry, &options.chain, &name) {
+            return Err(fail(format!("context.call: {refusal}")));
+        }
+        // The callee blocks this script: it stops when this script's own deadline passes.
+        let mut options = options;
+        options.cancel = options.cancel.until(st.deadline());
+        let outcome = registry.call(&name, params, &options);
+        st.check()?;
+        match outcome.map_err(|e| e.to_string()).and_then(crate::code::outcome::inner_value) {
+            Ok(value) => convert::to_lua(lua, &value),
+            Err(message) => Err(fail(format!("context.call: tool '{name}' failed: {message}"))),
+        }
+    })?;
 
-    context.raw_set("config", convert::to_lua(lua, &Json::Object(config.clone()))?)?;
-    Ok(context)
+    Ok(Functions([("search", search), ("get", get), ("sources", sources), ("call", call)]))
 }
 
 /// The longest tool name `context.call` looks up (registry names are at most 64 bytes).

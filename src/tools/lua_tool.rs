@@ -144,7 +144,7 @@ impl LuaTool {
             _ => fail(vm.classify(&e)),
         };
         let params = convert::to_lua(lua, &params).map_err(prepare)?;
-        let context = bridge::context_table(vm, env, &self.info.config).map_err(prepare)?;
+        let (context, _scope) = bridge::context_table(vm, env, &self.info.config).map_err(prepare)?;
         let returned = vm.call(&execute, (params, context)).map_err(fail)?;
         output(vm, name, returned)
     }
