@@ -87,7 +87,7 @@ pub struct Calls {
     gates: Mutex<HashMap<String, Arc<Semaphore>>>,
     slots: Mutex<Vec<Arc<Slot>>>,
     /// Finished calls' entries, in the order they finished (shared with the call tasks).
-    trace: Arc<Mutex<Vec<Json>>>,
+    trace: Arc<Mutex<Vec<TraceEntry>>>,
     tripped: Mutex<Option<Tripped>>,
     /// Bytes of arguments and results the run's calls hold in Rust, outside the Lua memory
     /// cap: bounded by that cap too, so 100 calls of 16 MiB each cannot pile up.
@@ -296,7 +296,7 @@ impl Calls {
         let trace = Arc::clone(&self.trace);
         let progress = self.progress.clone();
         move |slot, result, elapsed, bytes| {
-            let entry = entry(&slot.tool, result, elapsed, bytes);
+            let entry = TraceEntry::new(&slot.tool, result, elapsed, bytes);
             let done = {
                 let mut trace = lock(&trace);
                 trace.push(entry);
@@ -397,10 +397,7 @@ impl Calls {
                 abort.abort();
             }
             let cancelled = Err(CallError::Cancelled { subject: format!("tool '{}'", slot.tool) });
-            slot.finish(cancelled, |_| {
-                let entry = json!({"tool": slot.tool, "ms": 0, "status": "cancelled", "bytes": 0});
-                lock(&self.trace).push(entry);
-            });
+            slot.finish(cancelled, |_| lock(&self.trace).push(TraceEntry::cancelled(&slot.tool)));
         }
     }
 
@@ -408,7 +405,7 @@ impl Calls {
     /// them one by one, in the order they finished.
     pub fn trace(&self) -> Json {
         let calls = lock(&self.trace);
-        let listed: Vec<Json> = calls.iter().take(TRACE_ENTRIES).cloned().collect();
+        let listed: Vec<Json> = calls.iter().take(TRACE_ENTRIES).map(TraceEntry::to_json).collect();
         let mut out = json!({ "calls": listed, "started": self.started() });
         if calls.len() > TRACE_ENTRIES {
             out["unlisted"] = json!(calls.len() - TRACE_ENTRIES);
@@ -422,20 +419,15 @@ impl Calls {
         if trace.is_empty() {
             return "no tool calls were made".to_string();
         }
-        let count = |status: &str| trace.iter().filter(|c| c["status"] == status).count();
+        let count = |status: &str| trace.iter().filter(|c| c.status == status).count();
         let counts: Vec<String> = ["ok", "error", "cancelled"]
             .into_iter()
             .map(|status| (status, count(status)))
             .filter(|(_, n)| *n > 0)
             .map(|(status, n)| format!("{n} {status}"))
             .collect();
-        let mut words: Vec<String> = trace
-            .iter()
-            .take(SUMMARY_CALLS)
-            .map(|c| {
-                format!("{} {} {} ms", c["tool"].as_str().unwrap_or("?"), c["status"].as_str().unwrap_or("?"), c["ms"])
-            })
-            .collect();
+        let mut words: Vec<String> =
+            trace.iter().take(SUMMARY_CALLS).map(|c| format!("{} {} {} ms", c.tool, c.status, c.ms())).collect();
         if trace.len() > SUMMARY_CALLS {
             words.push(format!("and {} more", trace.len() - SUMMARY_CALLS));
         }
@@ -446,15 +438,46 @@ impl Calls {
 /// How many calls an error message names one by one.
 const SUMMARY_CALLS: usize = 10;
 
-/// The trace entry of one finished call.
-fn entry(tool: &str, result: &Result<Output, CallError>, elapsed: Duration, bytes: usize) -> Json {
-    let ms = (elapsed.as_secs_f64() * 1000.0 * 10.0).round() / 10.0;
-    match result {
-        Ok(output) => {
-            let failed = super::outcome::failed(output);
-            json!({"tool": tool, "ms": ms, "status": if failed { "error" } else { "ok" }, "bytes": bytes})
+/// The trace entry of one finished call, kept as it is and written as JSON once, at the end.
+struct TraceEntry {
+    tool: String,
+    /// Tenths of a millisecond; `None` for a call cancelled before it finished.
+    tenths: Option<u64>,
+    status: &'static str,
+    code: Option<crate::types::ErrorCode>,
+    bytes: usize,
+}
+
+impl TraceEntry {
+    fn new(tool: &str, result: &Result<Output, CallError>, elapsed: Duration, bytes: usize) -> TraceEntry {
+        let tenths = Some((elapsed.as_secs_f64() * 10_000.0).round() as u64);
+        let (status, code, bytes) = match result {
+            Ok(output) if super::outcome::failed(output) => ("error", None, bytes),
+            Ok(_) => ("ok", None, bytes),
+            Err(e) => ("error", Some(e.code()), 0),
+        };
+        TraceEntry { tool: tool.to_string(), tenths, status, code, bytes }
+    }
+
+    fn cancelled(tool: &str) -> TraceEntry {
+        TraceEntry { tool: tool.to_string(), tenths: None, status: "cancelled", code: None, bytes: 0 }
+    }
+
+    /// Milliseconds, to a tenth (`0` for a cancelled call).
+    fn ms(&self) -> Json {
+        match self.tenths {
+            Some(tenths) => json!(tenths as f64 / 10.0),
+            None => json!(0),
         }
-        Err(e) => json!({"tool": tool, "ms": ms, "status": "error", "code": e.code(), "bytes": 0}),
+    }
+
+    fn to_json(&self) -> Json {
+        match self.code {
+            Some(code) => {
+                json!({"tool": self.tool, "ms": self.ms(), "status": self.status, "code": code, "bytes": self.bytes})
+            }
+            None => json!({"tool": self.tool, "ms": self.ms(), "status": self.status, "bytes": self.bytes}),
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use globset::GlobSet;
-use mlua::{Lua, MultiValue, Table, Value};
+use mlua::{Lua, LuaString, MultiValue, Table, Value};
 use serde_json::{json, Value as Json};
 
 use super::calls::{Calls, Refusal};
@@ -302,10 +302,13 @@ impl Runner {
         let calls = Arc::clone(calls);
         let state = calls.state();
         let admit = self.admission();
-        lua.create_function(move |lua, (group, name, path, args): (String, String, String, Value)| {
+        lua.create_function(move |lua, (group, name, path, args): (LuaString, LuaString, LuaString, Value)| {
             state.check()?;
-            if let Err(message) = admit(&calls, &name) {
-                return Ok((false, error_table(lua, &name, &path, &message, "refused", None)?));
+            // Borrowed, not copied: the prelude passes the same three strings for every call.
+            let (group, name, path) = (group.to_str()?, name.to_str()?, path.to_str()?);
+            let (group, name, path) = (&*group, &*name, &*path);
+            if let Err(message) = admit(&calls, name) {
+                return Ok((false, error_table(lua, name, path, &message, "refused", None)?));
             }
             let params = match &args {
                 Value::Nil => json!({}),
@@ -314,7 +317,7 @@ impl Runner {
                     Err(convert::ConvertError::Stopped) => return Err(crate::lua::script::stopped()),
                     Err(e) => {
                         let message = format!("{path}: the arguments cannot be sent as JSON: {e}");
-                        return Ok((false, error_table(lua, &name, &path, &message, "bad_request", None)?));
+                        return Ok((false, error_table(lua, name, path, &message, "bad_request", None)?));
                     }
                 },
                 other => {
@@ -322,15 +325,13 @@ impl Runner {
                         "{path}: pass the arguments as a table, as in {path}({{key = value}}), not a {}",
                         other.type_name()
                     );
-                    return Ok((false, error_table(lua, &name, &path, &message, "bad_request", None)?));
+                    return Ok((false, error_table(lua, name, path, &message, "bad_request", None)?));
                 }
             };
-            let line = line_of(&crate::lua::api::script_location(lua));
-            match calls.start(&name, &path, line, &group, params) {
+            let line = crate::lua::api::line_in(lua, "=script");
+            match calls.start(name, path, line, group, params) {
                 Ok(id) => Ok((true, Value::Integer(id as i64))),
-                Err(Refusal::Refuse(message)) => {
-                    Ok((false, error_table(lua, &name, &path, &message, "refused", None)?))
-                }
+                Err(Refusal::Refuse(message)) => Ok((false, error_table(lua, name, path, &message, "refused", None)?)),
                 Err(Refusal::Stop(_)) => Err(crate::lua::script::stopped()),
             }
         })
@@ -514,7 +515,7 @@ fn error_table(lua: &Lua, tool: &str, path: &str, message: &str, code: &str, lin
     table.raw_set("call", path)?;
     table.raw_set("message", crate::lua::ScriptError::bounded_text(message, crate::lua::ScriptError::MESSAGE_CAP))?;
     table.raw_set("code", code)?;
-    if let Some(line) = line.or_else(|| line_of(&crate::lua::api::script_location(lua))) {
+    if let Some(line) = line.or_else(|| crate::lua::api::line_in(lua, "=script")) {
         table.raw_set("line", line)?;
     }
     let meta = lua.create_table()?;

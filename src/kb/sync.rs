@@ -32,7 +32,9 @@ const BATCH: usize = 512;
 
 /// Bytes of document bodies a batch holds at most before it is written: large documents are
 /// written as the scan goes, so memory stays bounded and a script source's deadline, checked
-/// between items, covers writing them too (not only the last small batch after the scan).
+/// between items, covers writing them too (not only the last small batch after the scan). A
+/// script source writes in one transaction, so from its first batch on it holds the write lock
+/// while it converts (and embeds) the rest, within its deadline.
 const BATCH_BYTES: usize = 8 * 1024 * 1024;
 
 #[derive(Clone, Copy, Debug, Default)]

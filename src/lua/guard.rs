@@ -259,13 +259,15 @@ local copied_keys, copied_values, copied
 -- slots the next one needs.
 local function new_env(env)
   if copied == nil then
-    copied_keys, copied_values, copied = {}, {}, 0
+    -- Built in locals and kept only once whole: a first run stopped half-way leaves no part list.
+    local keys, values, n = {}, {}, 0
     for k, v in next, base do
       if type(v) ~= "table" and not libraries[k] then
-        copied = copied + 1
-        copied_keys[copied], copied_values[copied] = k, v
+        n = n + 1
+        keys[n], values[n] = k, v
       end
     end
+    copied_keys, copied_values, copied = keys, values, n
   end
   for i = 1, copied do env[copied_keys[i]] = copied_values[i] end
   env._G = env

@@ -70,11 +70,12 @@ pub fn context_table<'a>(
         let functions = make_functions(vm)?;
         lua.set_app_data(functions);
     }
+    // Cloned out first: no app data is borrowed while Lua runs (a borrow held then would make
+    // `set_app_data` or `remove_app_data` panic).
+    let functions = lua.app_data_ref::<Functions>().map(|f| f.0.clone());
     let context = lua.create_table_with_capacity(0, 5)?;
-    if let Some(functions) = lua.app_data_ref::<Functions>() {
-        for (name, function) in &functions.0 {
-            context.raw_set(*name, function)?;
-        }
+    for (name, function) in functions.iter().flatten() {
+        context.raw_set(*name, function)?;
     }
     context.raw_set("config", convert::to_lua(lua, &Json::Object(config.clone()))?)?;
     Ok((context, scope))

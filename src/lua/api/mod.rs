@@ -178,6 +178,26 @@ fn conversion(cause: &mlua::Error) -> String {
 /// `file:line: ` of the innermost frame that runs the script's code (a `require`d module and a
 /// chunk the script `load`ed count as its code), or nothing when there is none.
 pub(crate) fn script_location(lua: &Lua) -> String {
+    script_frame(lua, |debug, chunk, line| {
+        let file = match chunk.strip_prefix('@') {
+            Some(path) => path.to_string(),
+            None => debug.source().short_src.as_deref().unwrap_or("?").to_string(),
+        };
+        format!("{file}:{line}: ")
+    })
+    .unwrap_or_default()
+}
+
+/// The line running in `chunk` (`=script`), when the script's innermost frame is that chunk
+/// (where [`script_location`] points), without building the text: code mode notes it for every
+/// call a script starts.
+pub(crate) fn line_in(lua: &Lua, chunk: &str) -> Option<i64> {
+    script_frame(lua, |_, name, line| (name == chunk).then_some(line as i64)).flatten()
+}
+
+/// `place(debug, chunk name, line)` of the innermost frame of the script's own code: not C,
+/// not one of ctx's own chunks.
+fn script_frame<T>(lua: &Lua, place: impl Fn(&mlua::debug::Debug<'_>, &str, usize) -> T) -> Option<T> {
     // Deep enough for any sandbox wrapper between a host function and the script.
     for level in 0..32 {
         let found = lua.inspect_stack(level, |debug| {
@@ -190,19 +210,15 @@ pub(crate) fn script_location(lua: &Lua) -> String {
                 return None;
             }
             let line = debug.current_line()?;
-            let file = match chunk.strip_prefix('@') {
-                Some(path) => path.to_string(),
-                None => source.short_src.as_deref().unwrap_or("?").to_string(),
-            };
-            Some(format!("{file}:{line}: "))
+            Some(place(debug, chunk, line))
         });
         match found {
             None => break,
-            Some(Some(place)) => return place,
+            Some(Some(found)) => return Some(found),
             Some(None) => continue,
         }
     }
-    String::new()
+    None
 }
 
 /// Chunks of ctx's own Lua (the sandbox's wrappers): never the place an error is reported at.
