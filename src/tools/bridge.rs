@@ -6,7 +6,7 @@
 //! run's deadline is checked before and after each call.
 //!
 //! The functions are made once per VM and kept for its later runs (a reused VM runs the same
-//! script again): making them cost a tool call about a fifth of its time. What they work on
+//! script again): making them cost a tool call about a seventh of its time. What they work on
 //! (the knowledge base, the registry, the caller's options) is the current call's, set when its
 //! `context` table is made and taken away when the call ends ([`CallScope`]). Each run still
 //! gets a table of its own, so what a script does to it dies with the run.
@@ -66,15 +66,19 @@ pub fn context_table<'a>(
         options: env.inner_options("lua"),
     });
     let scope = CallScope(lua);
-    if lua.app_data_ref::<Functions>().is_none() {
-        let functions = make_functions(vm)?;
-        lua.set_app_data(functions);
-    }
-    // Cloned out first: no app data is borrowed while Lua runs (a borrow held then would make
+    // Cloned out: no app data stays borrowed while Lua runs (a borrow held then would make
     // `set_app_data` or `remove_app_data` panic).
-    let functions = lua.app_data_ref::<Functions>().map(|f| f.0.clone());
+    let cached = lua.app_data_ref::<Functions>().map(|f| f.0.clone());
+    let functions = match cached {
+        Some(functions) => functions,
+        None => {
+            let made = make_functions(vm)?;
+            lua.set_app_data(Functions(made.clone()));
+            made
+        }
+    };
     let context = lua.create_table_with_capacity(0, 5)?;
-    for (name, function) in functions.iter().flatten() {
+    for (name, function) in &functions {
         context.raw_set(*name, function)?;
     }
     context.raw_set("config", convert::to_lua(lua, &Json::Object(config.clone()))?)?;
@@ -82,7 +86,7 @@ pub fn context_table<'a>(
 }
 
 /// The context functions of `vm`: they read what they work on from the current call.
-fn make_functions(vm: &Vm) -> mlua::Result<Functions> {
+fn make_functions(vm: &Vm) -> mlua::Result<[(&'static str, Function); 4]> {
     let lua = vm.lua();
     let state = vm.state();
 
@@ -171,7 +175,7 @@ fn make_functions(vm: &Vm) -> mlua::Result<Functions> {
         }
     })?;
 
-    Ok(Functions([("search", search), ("get", get), ("sources", sources), ("call", call)]))
+    Ok([("search", search), ("get", get), ("sources", sources), ("call", call)])
 }
 
 /// The longest tool name `context.call` looks up (registry names are at most 64 bytes).
