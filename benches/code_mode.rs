@@ -34,7 +34,7 @@
 //!   synced workspaces, counting the bytes that reach the model: plain tool calls (the
 //!   `tools/list` entries of the tools used, every call's `params` and every `result` as the
 //!   server sends them) against one `execute` call (its `tools/list` entry, its `params` with the
-//!   script, its `result`), and that plus discovery (`describe_tool`'s entry and one
+//!   script, its `result` less `_meta`, whose trace is printed apart), and that plus discovery (`describe_tool`'s entry and one
 //!   `describe_tool` call per tool the script uses). Each answer is checked to be the same both
 //!   ways. Target: >= 80% fewer bytes on each multi-step task; the one-step task is reported too.
 
@@ -454,7 +454,11 @@ struct Workspace {
 struct Tally {
     definitions: usize,
     arguments: usize,
+    /// Each result as sent, less its `_meta`.
     results: usize,
+    /// Each result's `_meta` (code mode's trace): MCP metadata meant for the client rather than
+    /// the model's context, counted apart.
+    meta: usize,
     calls: usize,
 }
 
@@ -479,7 +483,11 @@ fn context(verdicts: &mut Vec<String>) {
         ctx.display()
     );
     println!("  plain = tools/list entries of the tools used + each call's params + each result, as `ctx serve mcp --stdio` sends them");
-    println!("  code = execute's tools/list entry + its params (the script) + its result (with _meta's trace)");
+    println!(
+        "  code = execute's tools/list entry + its params (the script) + its result (content and structuredContent)"
+    );
+    println!("  trace = the result's _meta (code mode's trace of inner calls): MCP metadata meant for the client, not");
+    println!("    the model's context, so it is printed apart and not counted in `saved`");
     println!("  no defs = params and results only (tools/list entries are sent once per session, not per task)");
     println!("  +discovery = code + describe_tool's entry + one describe_tool call per tool the script uses");
     for workspace in [sample_workspace(&ctx), synthetic_workspace(&ctx)] {
@@ -497,15 +505,15 @@ fn context(verdicts: &mut Vec<String>) {
             .collect();
         println!("\n  {} ({})", workspace.label, counts.join("; "));
         println!(
-            "  {:<58} {:>13} {:>22} {:>6} {:>9} {:>11} {:>6}",
-            "task", "plain (calls)", "code (def+script+res)", "saved", "no defs", "+discovery", "saved"
+            "  {:<58} {:>13} {:>22} {:>6} {:>6} {:>9} {:>11} {:>6}",
+            "task", "plain (calls)", "code (def+script+res)", "trace", "saved", "no defs", "+discovery", "saved"
         );
         for row in &rows {
             let saved = saved(row.plain.total(), row.code.total());
             let calls_only = percent(saved_calls_only(row));
             let with_discovery = percent(self::saved(row.plain.total(), row.discovery.total()));
             println!(
-                "  {:<58} {:>13} {:>22} {:>6} {:>9} {:>11} {:>6}  {}",
+                "  {:<58} {:>13} {:>22} {:>6} {:>6} {:>9} {:>11} {:>6}  {}",
                 row.task,
                 format!("{} ({})", thousands(row.plain.total()), row.plain.calls),
                 format!(
@@ -515,6 +523,7 @@ fn context(verdicts: &mut Vec<String>) {
                     thousands(row.code.arguments),
                     thousands(row.code.results)
                 ),
+                thousands(row.code.meta),
                 percent(saved),
                 calls_only,
                 thousands(row.discovery.total()),
@@ -599,12 +608,12 @@ return {{newest = {{docs[1], docs[2], docs[3]}}}}"#
 local pending = {{}}
 for i, q in ipairs(queries) do pending[i] = ctx.search({{query = q, limit = 1}}) end
 local top = {{}}
-for i, r in ipairs(await_all(pending)) do top[i] = {{query = queries[i], title = r.results[1] and r.results[1].title}} end
-return {{top = top}}"#,
+for i, r in ipairs(await_all(pending)) do top[queries[i]] = r.results[1] and r.results[1].title end
+return top"#,
         list.join(", ")
     );
     let (code, answer, discovery) = session.script(&script, &["search"]);
-    let got: Vec<String> = answer["top"].as_array().expect("top").iter().map(|t| text(&t["title"])).collect();
+    let got: Vec<String> = w.queries.iter().map(|q| text(&answer[*q])).collect();
     assert_eq!(got, expected, "task 2 answers differ");
     rows.push(Row {
         task: "2 top hit's title for each of 5 queries".to_string(),
@@ -833,7 +842,9 @@ impl Session {
         let reply = self.lines.request("tools/call", params);
         let result = &reply["result"];
         assert!(result.is_object() && result["isError"] != true, "{tool} failed: {reply}");
-        tally.results += compact(result);
+        let meta = result.get("_meta").map_or(0, |m| compact(m) + r#","_meta":"#.len());
+        tally.results += compact(result) - meta;
+        tally.meta += meta;
         result["structuredContent"].clone()
     }
 

@@ -326,12 +326,11 @@ impl Catalog {
     pub fn execute_description(&self) -> String {
         let mut out = String::from(
             // Every byte here reaches the model in every session: keep it lean.
-            "Run a Lua 5.4 script that calls many tools in one round trip; only what it returns reaches you. \
-             Call `server.tool({arg = value}):await()` (ctx's own: `ctx.search({query = \"...\"}):await()`; \
-             other names: `mcp[\"server\"][\"tool\"]`). Calls started before awaiting run concurrently; \
-             `await_all({a, b})`. End with `result(value)` or `return value`; `pcall` catches a failed call \
-             (`err.message`). Find tools with `search_tools`, `list_servers`, `list_tools`, `describe_tool` \
-             (tools, and globals in scripts).\n",
+            "Run a Lua 5.4 script that calls tools in one round trip; only what it returns reaches you. \
+             `ctx.search({query = \"...\"}):await()` calls ctx's own tools; upstream ones are \
+             `server.tool({...})` or `mcp[\"server\"][\"tool\"]`. Calls run concurrently until awaited: \
+             `await_all({a, b})`. `return value` or `result(value)`; `pcall` catches a failed call. \
+             Discover with search_tools, list_servers, list_tools, describe_tool (also in scripts).\n",
         );
         let groups: Vec<String> = self
             .layout

@@ -95,13 +95,13 @@ fn script_spec(name: &str, description: String, runner: &Runner) -> ToolSpec {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": MAX_SCRIPT_BYTES,
-                "description": "Lua 5.4 source."
+                "description": "Lua source."
             },
             "timeout": {
                 "type": "number",
                 "exclusiveMinimum": 0,
                 "maximum": most,
-                "description": format!("Seconds, at most {most}."),
+                "description": "Seconds.",
             }
         }
     });
@@ -112,7 +112,7 @@ fn script_spec(name: &str, description: String, runner: &Runner) -> ToolSpec {
         builtin: true,
         params: Params::compile(schema).expect("the script schema compiles"),
         annotations: Some(ToolAnnotations {
-            title: Some("Run a Lua script that calls tools".to_string()),
+            title: Some("Run a Lua script".to_string()),
             read_only: Some(false),
             destructive: None,
             idempotent: Some(false),
