@@ -171,13 +171,16 @@ impl Catalog {
         Ok(out)
     }
 
-    /// `describe_tool(name)` by registry name or call path: `{"name", "call", "signature",
-    /// "description", "parameters", "output"?, "example", "annotations"?, "note"?}`. The error
-    /// suggests close names.
+    /// `describe_tool(name, schemas)` by registry name or call path: `{"name", "server", "call",
+    /// "signature", "description", "parameters"?, "example", "annotations"?, "note"?}`, plus
+    /// `"input_schema"` and `"output_schema"?` when `schemas` is set. `parameters` maps each
+    /// top-level parameter to its description: the signature already gives the types,
+    /// optionality, defaults and shapes, and the raw schemas would double what the model reads
+    /// (about 1.3 KB of the 3.9 KB `search` took). The error suggests close names.
     ///
     /// A tool's own name inside its server (`search_repos`) works too, when only one server has
     /// a tool of that name.
-    pub fn describe_tool(&self, name: &str) -> Result<Json, String> {
+    pub fn describe_tool(&self, name: &str, schemas: bool) -> Result<Json, String> {
         let Some(entry) = self.resolve(name.trim()) else {
             let close = self.suggest(name.trim());
             let hint = if close.is_empty() {
@@ -197,10 +200,17 @@ impl Catalog {
             "call": entry.call,
             "signature": signature(&entry.call, &entry.input, entry.output.as_ref()),
             "description": entry.description,
-            "parameters": entry.input,
         });
-        if let Some(output) = &entry.output {
-            out["output"] = output.clone();
+        let described: Map<String, Json> = entry
+            .input
+            .get("properties")
+            .and_then(Json::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, p)| Some((name.clone(), p.get("description")?.as_str()?.into())))
+            .collect();
+        if !described.is_empty() {
+            out["parameters"] = Json::Object(described);
         }
         out["example"] = json!(example(&entry.call, &entry.input));
         if let Some(annotations) = &entry.annotations {
@@ -210,6 +220,12 @@ impl Catalog {
         }
         if let Some(note) = &entry.note {
             out["note"] = json!(note);
+        }
+        if schemas {
+            out["input_schema"] = entry.input.clone();
+            if let Some(output) = &entry.output {
+                out["output_schema"] = output.clone();
+            }
         }
         Ok(out)
     }
@@ -980,7 +996,7 @@ mod tests {
             json!({
                 "type": "object",
                 "properties": {
-                    "query": {"type": "string"},
+                    "query": {"type": "string", "description": "GitHub search syntax."},
                     "per_page": {"type": "integer", "default": 30},
                     "sort": {"enum": ["stars", "forks"]}
                 },
@@ -1145,16 +1161,16 @@ mod tests {
             simple(Some("my.api"), "x", "X."),
             simple(Some("my-api"), "x", "Another X."),
         ]);
-        let described = catalog.describe_tool(r#"mcp.github["list-items"]"#).unwrap();
+        let described = catalog.describe_tool(r#"mcp.github["list-items"]"#, false).unwrap();
         assert_eq!(described["name"], "github__list-items");
         assert!(described["note"].as_str().unwrap().contains("several tools"), "{described}");
-        assert_eq!(catalog.describe_tool("github.list.items").unwrap()["name"], "github__list.items");
-        assert_eq!(catalog.describe_tool("my.api.x").unwrap()["name"], "my.api__x");
-        assert_eq!(catalog.describe_tool(r#"mcp['my-api'].x"#).unwrap()["name"], "my-api__x");
+        assert_eq!(catalog.describe_tool("github.list.items", false).unwrap()["name"], "github__list.items");
+        assert_eq!(catalog.describe_tool("my.api.x", false).unwrap()["name"], "my.api__x");
+        assert_eq!(catalog.describe_tool(r#"mcp['my-api'].x"#, false).unwrap()["name"], "my-api__x");
         // `my_api` names neither server, and `x` names two tools.
-        assert!(catalog.describe_tool("my_api.x").is_err());
-        assert!(catalog.describe_tool("x").is_err());
-        assert!(catalog.describe_tool("github.list_items").is_err());
+        assert!(catalog.describe_tool("my_api.x", false).is_err());
+        assert!(catalog.describe_tool("x", false).is_err());
+        assert!(catalog.describe_tool("github.list_items", false).is_err());
     }
 
     #[test]
@@ -1187,7 +1203,7 @@ mod tests {
     #[test]
     fn code_18_describe_tool_by_any_name() {
         let catalog = catalog();
-        let described = catalog.describe_tool("github__search_repos").unwrap();
+        let described = catalog.describe_tool("github__search_repos", false).unwrap();
         assert_eq!(described["name"], "github__search_repos");
         assert_eq!(described["call"], "github.search_repos");
         assert_eq!(
@@ -1195,28 +1211,33 @@ mod tests {
             r#"github.search_repos({query: string, per_page?: integer = 30, sort?: "stars"|"forks"}) -> {total_count: integer, items: {name?: string}[]}"#
         );
         assert_eq!(described["example"], r#"local r = github.search_repos({query = "..."}):await()"#);
-        assert_eq!(described["parameters"]["required"], json!(["query"]));
-        assert_eq!(described["output"]["required"], json!(["total_count", "items"]));
-        assert!(described.get("note").is_none());
+        // Only described parameters are listed: the signature has the rest.
+        assert_eq!(described["parameters"], json!({"query": "GitHub search syntax."}));
+        assert!(described.get("note").is_none() && described.get("input_schema").is_none(), "{described}");
+        // The raw schemas on request only.
+        let full = catalog.describe_tool("github__search_repos", true).unwrap();
+        assert_eq!(full["input_schema"]["required"], json!(["query"]));
+        assert_eq!(full["output_schema"]["required"], json!(["total_count", "items"]));
         for key in
             ["github.search_repos", "search_repos", "mcp.github.search_repos", r#"mcp["github"]["search_repos"]"#]
         {
-            assert_eq!(catalog.describe_tool(key).unwrap()["name"], "github__search_repos", "{key}");
+            assert_eq!(catalog.describe_tool(key, false).unwrap()["name"], "github__search_repos", "{key}");
         }
-        let shadowed = catalog.describe_tool(r#"mcp["string"]["tool-name"]"#).unwrap();
+        let shadowed = catalog.describe_tool(r#"mcp["string"]["tool-name"]"#, false).unwrap();
         assert_eq!(shadowed["name"], "string__tool-name");
         assert!(shadowed["note"].as_str().unwrap().contains("shadow"));
-        assert!(shadowed.get("output").is_none());
-        assert_eq!(catalog.describe_tool("ctx.search").unwrap()["name"], "search");
+        let shadowed = catalog.describe_tool(r#"mcp["string"]["tool-name"]"#, true).unwrap();
+        assert!(shadowed["input_schema"].is_object() && shadowed.get("output_schema").is_none(), "{shadowed}");
+        assert_eq!(catalog.describe_tool("ctx.search", false).unwrap()["name"], "search");
 
         // Two servers have `create_issue`: the bare name is ambiguous, and the error says which.
-        let err = catalog.describe_tool("create_issue").unwrap_err();
+        let err = catalog.describe_tool("create_issue", false).unwrap_err();
         assert!(err.contains("`github__create_issue`") && err.contains("`jira__create_issue`"), "{err}");
-        let err = catalog.describe_tool("github__serch_repos").unwrap_err();
+        let err = catalog.describe_tool("github__serch_repos", false).unwrap_err();
         assert!(err.contains("Close names: `github__search_repos`"), "{err}");
         assert!(err.contains("search_tools(query)"), "{err}");
         for hostile in ["", "   ", "[[", r#"mcp["#, r#"a["b"#, "x".repeat(100_000).as_str(), "🦀.🦀", "...."] {
-            assert!(catalog.describe_tool(hostile).is_err(), "{hostile}");
+            assert!(catalog.describe_tool(hostile, false).is_err(), "{hostile}");
         }
     }
 
@@ -1356,7 +1377,7 @@ mod tests {
         let fts = "\"NEAR( * - : ^ ".repeat(64);
         for key in [dots.as_str(), letters.as_str(), near.as_str(), fts.as_str()] {
             let started = std::time::Instant::now();
-            assert!(catalog.describe_tool(key).is_err());
+            assert!(catalog.describe_tool(key, false).is_err());
             let described = started.elapsed();
             let started = std::time::Instant::now();
             assert!(catalog.search_tools(key, 50).is_ok());

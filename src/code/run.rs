@@ -263,8 +263,8 @@ impl Runner {
         Ok(outcome)
     }
 
-    /// `list_servers()`, `list_tools(server)`, `describe_tool(name)`, `search_tools(query,
-    /// limit?)`: the discovery tools, inside the script.
+    /// `list_servers()`, `list_tools(server)`, `describe_tool(name, schemas?)`,
+    /// `search_tools(query, limit?)`: the discovery tools, inside the script.
     fn install_discovery(&self, lua: &Lua, env: &Table, shared: &Arc<Catalog>) -> mlua::Result<()> {
         let catalog = Arc::clone(shared);
         env.raw_set(
@@ -281,7 +281,16 @@ impl Runner {
             })
         };
         env.raw_set("list_tools", lookup("list_tools", |c, server| c.list_tools(server))?)?;
-        env.raw_set("describe_tool", lookup("describe_tool", |c, name| c.describe_tool(name))?)?;
+        let catalog = Arc::clone(shared);
+        env.raw_set(
+            "describe_tool",
+            lua.create_function(move |lua, (name, schemas): (mlua::LuaString, Option<bool>)| {
+                catalog
+                    .describe_tool(&short("describe_tool", &name)?, schemas.unwrap_or(false))
+                    .map_err(mlua::Error::RuntimeError)
+                    .and_then(|j| convert::to_lua(lua, &j))
+            })?,
+        )?;
         let catalog = Arc::clone(shared);
         env.raw_set(
             "search_tools",

@@ -154,7 +154,9 @@ impl Tool for DiscoveryTool {
         let found = match self.kind {
             Discovery::ListServers => Ok(catalog.list_servers()),
             Discovery::ListTools => catalog.list_tools(&text("server")),
-            Discovery::DescribeTool => catalog.describe_tool(&text("name")),
+            Discovery::DescribeTool => {
+                catalog.describe_tool(&text("name"), params.get("schemas").and_then(Json::as_bool).unwrap_or(false))
+            }
             Discovery::SearchTools => {
                 let limit = params.get("limit").and_then(Json::as_u64).unwrap_or(10) as usize;
                 catalog.search_tools(&text("query"), limit)
@@ -188,8 +190,11 @@ fn discovery_spec(kind: Discovery) -> ToolSpec {
         ),
         Discovery::DescribeTool => (
             "describe_tool",
-            "Code mode: one tool's Lua call signature (from its input and output schemas), its description, parameters and an example call.",
-            json!({"name": string("The tool's name (github__search_repos) or its call (github.search_repos).")}),
+            "Code mode: one tool's Lua call signature (from its input and output schemas), its description, what each parameter means and an example call.",
+            json!({
+                "name": string("The tool's name (github__search_repos) or its call (github.search_repos)."),
+                "schemas": {"type": "boolean", "default": false, "description": "Also give the raw input and output JSON Schemas."}
+            }),
             vec!["name"],
         ),
         Discovery::SearchTools => (

@@ -707,6 +707,13 @@ fn code_18_discovery_as_tools_and_inside_scripts() {
     assert!(described["example"].as_str().unwrap().contains("ctx.wait("), "{described}");
     let by_name = call("describe_tool", json!({"name": "wait"}));
     assert_eq!(&by_name.body["result"], described);
+    // What each parameter means, from the schema; the raw schemas only on request.
+    let searched = call("describe_tool", json!({"name": "search"}));
+    let searched = &searched.body["result"];
+    assert!(searched["parameters"]["query"].as_str().unwrap().starts_with("Words to look for"), "{searched}");
+    assert!(searched.get("input_schema").is_none(), "{searched}");
+    let full = call("describe_tool", json!({"name": "search", "schemas": true}));
+    assert_eq!(full.body["result"]["input_schema"]["required"], json!(["query"]), "{}", full.body);
     assert_eq!(call("describe_tool", json!({"name": "nope"})).status, 404);
 
     let found = call("search_tools", json!({"query": "wait some seconds", "limit": 3}));
@@ -722,6 +729,7 @@ fn code_18_discovery_as_tools_and_inside_scripts() {
         &served,
         "local s = list_servers() local t = list_tools('ctx') local d = describe_tool('ctx.wait')\n\
          local f = search_tools('wait some seconds', 2)\n\
+         assert(describe_tool('ctx.search').input_schema == nil and describe_tool('ctx.search', true).input_schema.required[1] == 'query')\n\
          local ok, e = pcall(list_tools, 'nope')\n\
          return {servers = #s.servers, tools = #t.tools, signature = d.signature, first = f.tools[1].name, found = #f.tools, missing = tostring(e)}",
     );
