@@ -95,7 +95,12 @@ impl Catalog {
                     call: names::path(group, member),
                     description: spec.description.clone(),
                     input: spec.params.schema().clone(),
-                    output: spec.output_schema.clone().filter(|o| !o.is_empty()).map(Json::Object),
+                    output: spec
+                        .output_schema
+                        .clone()
+                        .filter(|o| !o.is_empty())
+                        .map(Json::Object)
+                        .or_else(|| spec.builtin.then(|| crate::tools::result_schema(&spec.name).cloned()).flatten()),
                     annotations: spec.annotations.clone(),
                     note: member.note.clone().or_else(|| group.note.clone()),
                 });

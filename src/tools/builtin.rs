@@ -97,6 +97,22 @@ fn spec(kind: Kind) -> ToolSpec {
     }
 }
 
+/// The schema of a built-in's result (`structuredContent`), for code mode: `describe_tool`'s
+/// signature shows a script the fields it gets back (`r.results[1].title`). It is not listed as
+/// the tools' `outputSchema`: there it would add 1.6 to 4.3 KB to every session's definitions,
+/// for plain tool calls that read the result as it comes.
+pub fn result_schema(name: &str) -> Option<&'static Json> {
+    static SCHEMAS: OnceLock<[(&str, Json); 3]> = OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(|| {
+        [
+            ("search", crate::schema::standalone("SearchResponse")),
+            ("get", crate::schema::standalone("Document")),
+            ("sources", crate::schema::standalone("SourcesResponse")),
+        ]
+    });
+    schemas.iter().find(|(n, _)| *n == name).map(|(_, schema)| schema)
+}
+
 /// The search parameter schema, compiled once: `context.search` checks its arguments with it.
 pub fn search_params() -> &'static Params {
     static P: OnceLock<Params> = OnceLock::new();

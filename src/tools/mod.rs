@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value as Json};
 
+pub use builtin::result_schema;
 pub use error::{http_status, retry_secs, CallError};
 pub use output::Output;
 pub use params::Params;

@@ -712,6 +712,8 @@ fn code_18_discovery_as_tools_and_inside_scripts() {
     let searched = &searched.body["result"];
     assert!(searched["parameters"]["query"].as_str().unwrap().starts_with("Words to look for"), "{searched}");
     assert!(searched.get("input_schema").is_none(), "{searched}");
+    // A built-in's signature shows what comes back, from its response schema.
+    assert!(searched["signature"].as_str().unwrap().contains("-> {results: {id: string, "), "{searched}");
     let full = call("describe_tool", json!({"name": "search", "schemas": true}));
     assert_eq!(full.body["result"]["input_schema"]["required"], json!(["query"]), "{}", full.body);
     assert_eq!(call("describe_tool", json!({"name": "nope"})).status, 404);
