@@ -348,7 +348,7 @@ impl Catalog {
         let mut out = String::from(
             // Every byte here reaches the model in every session: keep it lean.
             "Run a Lua 5.4 script that calls tools in one round trip; only what it returns reaches you. \
-             `ctx.search({query = \"...\"}):await()` calls ctx's own tools; upstream ones are \
+             ctx's own tools: `ctx.search({query = \"...\"}):await().results`; upstream ones: \
              `server.tool({...})` or `mcp[\"server\"][\"tool\"]`. Calls run concurrently until awaited: \
              `await_all({a, b})`. `return value` or `result(value)`; `pcall` catches a failed call. \
              Discover with search_tools, list_servers, list_tools, describe_tool (also in scripts).\n",
