@@ -36,7 +36,8 @@
 //!   server sends them) against one `execute` call (its `tools/list` entry, its `params` with the
 //!   script, its `result` less `_meta`, whose trace is printed apart), and that plus discovery
 //!   (`describe_tool`'s entry and one `describe_tool` call per tool the script uses). Each
-//!   answer is checked to be the same both ways. Target: >= 80% fewer bytes on each multi-step task; the one-step task is reported too.
+//!   answer is checked to be the same both ways. Target: >= 80% fewer bytes on each
+//!   multi-step task; the one-step task is reported too.
 
 #[path = "support/corpus.rs"]
 mod corpus;

@@ -28,7 +28,7 @@ const SUMMARY_CHARS: usize = 120;
 const COMPACT_SUMMARY_CHARS: usize = 60;
 /// The longest rendering of a tool's parameters, and of its result, in characters.
 const INPUT_CHARS: usize = 360;
-const OUTPUT_CHARS: usize = 200;
+const OUTPUT_CHARS: usize = 360;
 /// How deep nested objects are spelled out before they read `{...}`.
 const OBJECT_DEPTH: usize = 3;
 /// A hard bound on recursion through schemas (unions, `$ref` chains), whatever they nest.
@@ -179,9 +179,10 @@ impl Catalog {
     /// `describe_tool(name, schemas)` by registry name or call path: `{"name", "server", "call",
     /// "signature", "description", "parameters"?, "example", "annotations"?, "note"?}`, plus
     /// `"input_schema"` and `"output_schema"?` when `schemas` is set. `parameters` maps each
-    /// top-level parameter to its description: the signature already gives the types,
-    /// optionality, defaults and shapes, and the raw schemas would double what the model reads
-    /// (about 1.3 KB of the 3.9 KB `search` took). The error suggests close names.
+    /// top-level parameter to its description; the types, optionality, defaults and shapes are
+    /// in the signature, so the raw schemas, which would double what the model reads, come only
+    /// on request, or when the signature had to cut them short (`…`): then it alone would hide
+    /// parameters or fields. The error suggests close names.
     ///
     /// A tool's own name inside its server (`search_repos`) works too, when only one server has
     /// a tool of that name.
@@ -206,13 +207,18 @@ impl Catalog {
             "signature": signature(&entry.call, &entry.input, entry.output.as_ref()),
             "description": entry.description,
         });
+        // A parameter's description may sit on the definition its `$ref` points to.
         let described: Map<String, Json> = entry
             .input
             .get("properties")
             .and_then(Json::as_object)
             .into_iter()
             .flatten()
-            .filter_map(|(name, p)| Some((name.clone(), p.get("description")?.as_str()?.into())))
+            .filter_map(|(name, p)| {
+                let target = p.get("$ref").and_then(Json::as_str).and_then(|r| resolve_ref(&entry.input, r));
+                let text = p.get("description").or_else(|| target?.get("description"))?.as_str()?;
+                Some((name.clone(), text.into()))
+            })
             .collect();
         if !described.is_empty() {
             out["parameters"] = Json::Object(described);
@@ -226,11 +232,11 @@ impl Catalog {
         if let Some(note) = &entry.note {
             out["note"] = json!(note);
         }
-        if schemas {
+        if schemas || cut_short(&entry.input, INPUT_CHARS) {
             out["input_schema"] = entry.input.clone();
-            if let Some(output) = &entry.output {
-                out["output_schema"] = output.clone();
-            }
+        }
+        if let Some(output) = entry.output.as_ref().filter(|o| schemas || cut_short(o, OUTPUT_CHARS)) {
+            out["output_schema"] = output.clone();
         }
         Ok(out)
     }
@@ -330,8 +336,8 @@ impl Catalog {
         }
         out.push_str(
             "## Tips\n\n\
-             - Discover inside the script: `list_servers()`, `list_tools(server)`, `describe_tool(name)`, \
-             `search_tools(query)`.\n\
+             - Discover inside the script: `list_servers()`, `list_tools(server)`, `describe_tool(name)` \
+             (`describe_tool(name, true)` adds the raw JSON Schemas), `search_tools(query)`.\n\
              - A name that is not a Lua identifier, or that would shadow a global, is reached by its exact name: \
              `mcp[\"server\"][\"tool-name\"]`.\n\
              - Filter and join data in the script and return only what you need: intermediate results never \
@@ -349,8 +355,8 @@ impl Catalog {
             // Every byte here reaches the model in every session: keep it lean.
             "Run a Lua 5.4 script that calls tools in one round trip; only what it returns reaches you. \
              ctx's own tools: `ctx.search({query = \"...\"}):await().results`; upstream ones: \
-             `server.tool({...})` or `mcp[\"server\"][\"tool\"]`. Calls run concurrently until awaited: \
-             `await_all({a, b})`. `return value` or `result(value)`; `pcall` catches a failed call. \
+             `server.tool({...}):await()` or `mcp[\"server\"][\"tool\"]`. Calls started before awaiting \
+             run concurrently: `await_all({a, b})`. `return value` or `result(value)`; `pcall` catches a failed call. \
              Discover with search_tools, list_servers, list_tools, describe_tool (also in scripts).\n",
         );
         let groups: Vec<String> = self
@@ -676,6 +682,15 @@ pub fn signature(call: &str, input: &Json, output: Option<&Json>) -> String {
         out.push_str(&result.finish());
     }
     out
+}
+
+/// Whether rendering `schema` within `limit` leaves something out with `…` (the budget, or
+/// more properties, enum values or variants than are shown). Objects nested past
+/// [`OBJECT_DEPTH`] (`{...}`) do not count: their fields are a level down, not missing.
+fn cut_short(schema: &Json, limit: usize) -> bool {
+    let mut render = Render::new(schema, limit);
+    render.schema(schema, 0, 0);
+    render.finish().contains('…')
 }
 
 /// Renders a JSON Schema as a Lua-ish type within a character budget. Once the budget is spent
@@ -1092,6 +1107,32 @@ mod tests {
     }
 
     #[test]
+    fn code_18_describe_tool_gives_the_schema_its_signature_cuts_short() {
+        let mut properties = Map::new();
+        for i in 0..40 {
+            properties.insert(format!("property_{i}"), json!({"type": "string"}));
+        }
+        let referenced = json!({
+            "type": "object",
+            "properties": {"mode": {"$ref": "#/$defs/mode"}},
+            "$defs": {"mode": {"description": "How to rank.", "enum": ["a", "b"]}}
+        });
+        let tools = [
+            tool(Some("big"), "wide", "Many parameters.", json!({"type": "object", "properties": properties}), None),
+            tool(Some("big"), "referenced", "A parameter by reference.", referenced, None),
+        ];
+        let catalog = Catalog::new(&tools);
+        // 40 parameters do not fit the signature: the schema comes along unasked.
+        let wide = catalog.describe_tool("big.wide", false).unwrap();
+        assert!(wide["signature"].as_str().unwrap().contains('…'), "{wide}");
+        assert_eq!(wide["input_schema"]["properties"].as_object().unwrap().len(), 40, "{wide}");
+        // A description on the definition a `$ref` points to is the parameter's.
+        let referenced = catalog.describe_tool("big.referenced", false).unwrap();
+        assert_eq!(referenced["parameters"], json!({"mode": "How to rank."}), "{referenced}");
+        assert!(referenced.get("input_schema").is_none(), "{referenced}");
+    }
+
+    #[test]
     fn code_18_huge_schema_gives_a_bounded_signature() {
         let mut properties = Map::new();
         for i in 0..3000 {
@@ -1108,7 +1149,8 @@ mod tests {
         assert!(text.chars().count() <= "big.tool()".len() + " -> ".len() + INPUT_CHARS + OUTPUT_CHARS + 2, "{text}");
         assert!(text.starts_with(r#"big.tool({property_0: "value_0_0"|"value_0_1"|"#), "{text}");
         assert!(text.contains("…) -> {"), "{text}");
-        assert!(text.ends_with('…'), "{text}");
+        // The result shows its first 16 fields, then says there are more.
+        assert!(text.ends_with("field_15?: string, …}"), "{text}");
         let example = example("big.tool", &schema);
         assert_eq!(example, r#"local r = big.tool({property_0 = "value_0_0"}):await()"#);
     }

@@ -98,9 +98,10 @@ fn spec(kind: Kind) -> ToolSpec {
 }
 
 /// The schema of a built-in's result (`structuredContent`), for code mode: `describe_tool`'s
-/// signature shows a script the fields it gets back (`r.results[1].title`). It is not listed as
-/// the tools' `outputSchema`: there it would add 1.6 to 4.3 KB to every session's definitions,
-/// for plain tool calls that read the result as it comes.
+/// signature shows a script the fields it gets back (`r.results[1].title`), and so do the
+/// catalog prompt and a scripted tool's description, which are written for scripts. It is not
+/// listed as the tools' `outputSchema`: there it would add 1.6 to 4.3 KB to every session's
+/// definitions, for plain tool calls that read the result as it comes.
 pub fn result_schema(name: &str) -> Option<&'static Json> {
     static SCHEMAS: OnceLock<[(&str, Json); 3]> = OnceLock::new();
     let schemas = SCHEMAS.get_or_init(|| {
