@@ -181,8 +181,10 @@ impl Catalog {
     /// `"input_schema"` and `"output_schema"?` when `schemas` is set. `parameters` maps each
     /// top-level parameter to its description; the types, optionality, defaults and shapes are
     /// in the signature, so the raw schemas, which would double what the model reads, come only
-    /// on request, or when the signature had to cut them short (`…`): then it alone would hide
-    /// parameters or fields. The error suggests close names.
+    /// on request; the input schema also when the signature had to cut the parameters short
+    /// (`…`), since a call needs all of them right. A result cut short (search's ends in its
+    /// optional `explain`) is left to `schemas`: its 4 KB would outweigh the rest. The error
+    /// suggests close names.
     ///
     /// A tool's own name inside its server (`search_repos`) works too, when only one server has
     /// a tool of that name.
@@ -235,7 +237,7 @@ impl Catalog {
         if schemas || cut_short(&entry.input, INPUT_CHARS) {
             out["input_schema"] = entry.input.clone();
         }
-        if let Some(output) = entry.output.as_ref().filter(|o| schemas || cut_short(o, OUTPUT_CHARS)) {
+        if let Some(output) = entry.output.as_ref().filter(|_| schemas) {
             out["output_schema"] = output.clone();
         }
         Ok(out)
