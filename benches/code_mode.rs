@@ -552,6 +552,17 @@ fn context(verdicts: &mut Vec<String>) {
                 )
             });
         }
+        // The five tasks as one session: each definition the model needs is sent once.
+        let calls = |t: &Tally| t.arguments + t.results;
+        let plain =
+            session.defined(&["search", "get", "sources"]) + rows.iter().map(|r| calls(&r.plain)).sum::<usize>();
+        let code = session.defined(&["execute"]) + rows.iter().map(|r| calls(&r.code)).sum::<usize>();
+        println!(
+            "  all five as one session (search, get and sources defined once; execute once): {} -> {}, {} fewer bytes",
+            thousands(plain),
+            thousands(code),
+            percent(saved(plain, code))
+        );
     }
 }
 
@@ -825,6 +836,13 @@ impl Session {
         let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("tools/list: {list}"));
         let definitions = tools.iter().map(|t| (text(&t["name"]), compact(t))).collect();
         Session { lines, definitions }
+    }
+
+    /// The bytes of the `tools/list` entries of `tools`.
+    fn defined(&self, tools: &[&str]) -> usize {
+        let mut tally = Tally::default();
+        self.define(&mut tally, tools);
+        tally.definitions
     }
 
     /// Counts the `tools/list` entries of `tools`.
