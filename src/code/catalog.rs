@@ -1437,6 +1437,32 @@ mod tests {
         }
     }
 
+    /// The most `describe_tool` hands back: a tool whose entry is as large as an upstream entry
+    /// may be (256 KiB, `upstream::catalog::MAX_ENTRY_BYTES`), with long descriptions on 1,300
+    /// parameters. The answer stays within about twice the entry, with or without the schemas
+    /// (the signature cuts the parameters short, so the input schema comes along unasked); the
+    /// time each took is printed for the audit in `lua/bounds.rs`.
+    #[test]
+    fn code_18_describe_tool_answer_is_bounded_by_its_entry() {
+        let mut properties = Map::new();
+        for i in 0..1300 {
+            properties.insert(format!("p{i}"), json!({"type": "string", "description": "d".repeat(150)}));
+        }
+        let input = json!({"type": "object", "properties": properties});
+        let entry = serde_json::to_vec(&input).unwrap().len();
+        assert!(entry <= crate::upstream::catalog::MAX_ENTRY_BYTES, "{entry} bytes");
+        let catalog = Catalog::new(&[tool(Some("big"), "t", "Big.", input, None)]);
+        for schemas in [false, true] {
+            let started = std::time::Instant::now();
+            let answer = catalog.describe_tool("big.t", schemas).unwrap();
+            let took = started.elapsed();
+            let bytes = serde_json::to_vec(&answer).unwrap().len();
+            assert!(bytes <= 2 * entry + 4096, "schemas {schemas}: {bytes} bytes for a {entry}-byte entry");
+            assert_eq!(answer["parameters"].as_object().unwrap().len(), 1300);
+            println!("schemas {schemas}: {bytes} bytes for a {entry}-byte entry in {took:?}");
+        }
+    }
+
     #[test]
     fn code_18_execute_description_stays_short_with_3000_tools() {
         let tools: Vec<ToolSpec> = (0..3000)

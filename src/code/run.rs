@@ -53,6 +53,22 @@ impl Drop for RunSlot {
 const MAX_NAME: usize = 1024;
 
 /// `text` if it is short enough for a lookup, else the error that says so.
+/// A discovery function of one name (or query) and one optional argument, answering JSON; the
+/// name is bounded by [`short`] before any work is done.
+fn keyed<A: mlua::FromLua + 'static>(
+    lua: &Lua,
+    shared: &Arc<Catalog>,
+    what: &'static str,
+    answer: fn(&Catalog, &str, A) -> Result<Json, String>,
+) -> mlua::Result<mlua::Function> {
+    let catalog = Arc::clone(shared);
+    lua.create_function(move |lua, (text, extra): (LuaString, A)| {
+        answer(&catalog, &short(what, &text)?, extra)
+            .map_err(mlua::Error::RuntimeError)
+            .and_then(|j| convert::to_lua(lua, &j))
+    })
+}
+
 fn short(what: &str, text: &mlua::LuaString) -> mlua::Result<String> {
     let bytes = text.as_bytes();
     if bytes.len() > MAX_NAME {
@@ -271,34 +287,17 @@ impl Runner {
             "list_servers",
             lua.create_function(move |lua, ()| convert::to_lua(lua, &catalog.list_servers()))?,
         )?;
-        // One name in, one JSON answer out; names bounded before any work is done.
-        let lookup = |name: &'static str, answer: fn(&Catalog, &str) -> Result<Json, String>| {
-            let catalog = Arc::clone(shared);
-            lua.create_function(move |lua, text: mlua::LuaString| {
-                answer(&catalog, &short(name, &text)?)
-                    .map_err(mlua::Error::RuntimeError)
-                    .and_then(|j| convert::to_lua(lua, &j))
-            })
-        };
-        env.raw_set("list_tools", lookup("list_tools", |c, server| c.list_tools(server))?)?;
-        let catalog = Arc::clone(shared);
+        env.raw_set("list_tools", keyed(lua, shared, "list_tools", |c, server, _: Value| c.list_tools(server))?)?;
         env.raw_set(
             "describe_tool",
-            lua.create_function(move |lua, (name, schemas): (mlua::LuaString, Option<bool>)| {
-                catalog
-                    .describe_tool(&short("describe_tool", &name)?, schemas.unwrap_or(false))
-                    .map_err(mlua::Error::RuntimeError)
-                    .and_then(|j| convert::to_lua(lua, &j))
+            keyed(lua, shared, "describe_tool", |c, name, schemas: Option<bool>| {
+                c.describe_tool(name, schemas.unwrap_or(false))
             })?,
         )?;
-        let catalog = Arc::clone(shared);
         env.raw_set(
             "search_tools",
-            lua.create_function(move |lua, (query, limit): (mlua::LuaString, Option<usize>)| {
-                catalog
-                    .search_tools(&short("search_tools", &query)?, limit.unwrap_or(10))
-                    .map_err(mlua::Error::RuntimeError)
-                    .and_then(|j| convert::to_lua(lua, &j))
+            keyed(lua, shared, "search_tools", |c, query, limit: Option<usize>| {
+                c.search_tools(query, limit.unwrap_or(10))
             })?,
         )?;
         Ok(())

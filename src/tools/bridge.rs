@@ -138,7 +138,6 @@ fn make_functions(vm: &Vm) -> mlua::Result<[(&'static str, Function); 4]> {
     let st = Arc::clone(state);
     let call = api::function(lua, "context.call", move |lua, (name, params): (mlua::LuaString, Value)| {
         st.check_blocking()?;
-        let (registry, options) = current(lua, "context.call", |c| (Arc::clone(&c.registry), c.options.clone()))?;
         // Refused before it is copied: a tool name is at most 64 bytes.
         if name.as_bytes().len() > MAX_TOOL_NAME {
             return Err(fail(format!(
@@ -146,6 +145,7 @@ fn make_functions(vm: &Vm) -> mlua::Result<[(&'static str, Function); 4]> {
                 name.as_bytes().len()
             )));
         }
+        let (registry, options) = current(lua, "context.call", |c| (Arc::clone(&c.registry), c.options.clone()))?;
         let name = name.to_string_lossy();
         let params = match &params {
                 Value::Nil => Json::Object(Map::new()),

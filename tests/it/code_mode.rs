@@ -732,6 +732,7 @@ fn code_18_discovery_as_tools_and_inside_scripts() {
         "local s = list_servers() local t = list_tools('ctx') local d = describe_tool('ctx.wait')\n\
          local f = search_tools('wait some seconds', 2)\n\
          assert(describe_tool('ctx.search').input_schema == nil and describe_tool('ctx.search', true).input_schema.required[1] == 'query')\n\
+         assert(describe_tool('ctx.search', string.rep('x', 4000000)).input_schema ~= nil) -- any truthy value asks\n\
          local ok, e = pcall(list_tools, 'nope')\n\
          return {servers = #s.servers, tools = #t.tools, signature = d.signature, first = f.tools[1].name, found = #f.tools, missing = tostring(e)}",
     );
