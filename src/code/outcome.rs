@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value as Json};
 
+pub use crate::lua::convert::json_size;
 use crate::tools::Output;
 
 /// An inner call's result as a Lua value sees it (seed 001): the structured content when
@@ -39,27 +40,12 @@ pub fn failed(output: &Output) -> bool {
 
 /// The size of an output as JSON (an upstream's whole result), counted without building it.
 pub fn size_of(output: &Output) -> usize {
-    let mut counter = Counter(0);
-    let _ = match output {
-        Output::Value(v) | Output::HandledError(v) => serde_json::to_writer(&mut counter, v),
-        Output::Text(t) => serde_json::to_writer(&mut counter, t),
-        Output::Upstream(raw) => serde_json::to_writer(&mut counter, raw),
-        Output::Content(blocks) => serde_json::to_writer(&mut counter, blocks),
-        Output::Traced { output, .. } => return size_of(output),
-    };
-    counter.0
-}
-
-/// Counts the bytes written to it.
-struct Counter(usize);
-
-impl std::io::Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+    match output {
+        Output::Value(v) | Output::HandledError(v) => json_size(v),
+        Output::Text(t) => json_size(t),
+        Output::Upstream(raw) => json_size(raw),
+        Output::Content(blocks) => json_size(blocks),
+        Output::Traced { output, .. } => size_of(output),
     }
 }
 
@@ -134,13 +120,6 @@ pub fn truncate(value: Json, limit: usize) -> (Json, Option<Cut>) {
     }
     let (cut, _) = shrink(value, limit.max(SMALLEST));
     (cut, Some(Cut { limit_bytes: limit, original_bytes: original }))
-}
-
-/// The size of `value` as JSON, counted without building the text.
-pub fn json_size(value: &Json) -> usize {
-    let mut counter = Counter(0);
-    let _ = serde_json::to_writer(&mut counter, value);
-    counter.0
 }
 
 /// `value` cut to about `budget` bytes, and its exact size as JSON. Each part's size is

@@ -52,6 +52,23 @@ pub fn to_json(lua: &Lua, value: &Value, budget: usize) -> Result<Json, ConvertE
     convert(lua, value, 0, &mut used, budget, &mut String::new())
 }
 
+/// The length of `value` as compact JSON, counted without building the text.
+pub fn json_size(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 #[derive(Debug)]
 pub enum ConvertError {
     TooLarge {
@@ -296,14 +313,17 @@ pub fn to_lua(lua: &Lua, value: &Json) -> mlua::Result<Value> {
             table.set_metatable(Some(array_metatable(lua)?))?;
             Value::Table(table)
         }
-        Json::Object(map) => {
-            let table = lua.create_table_with_capacity(0, map.len())?;
-            for (key, item) in map {
-                table.raw_set(key.as_str(), to_lua(lua, item)?)?;
-            }
-            Value::Table(table)
-        }
+        Json::Object(map) => Value::Table(object_to_lua(lua, map)?),
     })
+}
+
+/// [`to_lua`] for an object, without wrapping it in a [`Json`] first.
+pub fn object_to_lua(lua: &Lua, map: &Map<String, Json>) -> mlua::Result<Table> {
+    let table = lua.create_table_with_capacity(0, map.len())?;
+    for (key, item) in map {
+        table.raw_set(key.as_str(), to_lua(lua, item)?)?;
+    }
+    Ok(table)
 }
 
 /// Parses JSON text straight into Lua values, with no JSON tree in between: every table and

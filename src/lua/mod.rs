@@ -638,20 +638,19 @@ impl Vm {
         let limit = self.state.limits.max_result_bytes;
         // On an async worker, a large result is converted on the blocking pool instead: the run
         // escalates (it has had no visible effect) and runs again there.
+        // The value is walked once: within the smaller budget, what it gives is the result.
         let first = self.state.data_limit(limit);
-        if first < limit {
-            if let Err(convert::ConvertError::TooLarge { .. }) = convert::to_json(&self.lua, value, first) {
+        let json = convert::to_json(&self.lua, value, first).map_err(|e| match e {
+            convert::ConvertError::TooLarge { .. } if first < limit => {
                 self.state.kill(Kill::Escalate);
-                return Err(ScriptError::Cancelled { what });
+                ScriptError::Cancelled { what: what.clone() }
             }
-        }
-        let json = convert::to_json(&self.lua, value, limit).map_err(|e| match e {
             convert::ConvertError::TooLarge { size } => ScriptError::ResultTooLarge { what: what.clone(), size, limit },
             convert::ConvertError::Invalid(message) => ScriptError::BadResult { what: what.clone(), message },
             // The kill flag says which limit stopped it.
             convert::ConvertError::Stopped => self.classify(&script::stopped()),
         })?;
-        let size = serde_json::to_vec(&json).map(|v| v.len()).unwrap_or(0);
+        let size = convert::json_size(&json);
         if size > limit {
             return Err(ScriptError::ResultTooLarge { what, size, limit });
         }

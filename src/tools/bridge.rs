@@ -81,7 +81,7 @@ pub fn context_table<'a>(
     for (name, function) in &functions {
         context.raw_set(*name, function)?;
     }
-    context.raw_set("config", convert::to_lua(lua, &Json::Object(config.clone()))?)?;
+    context.raw_set("config", convert::object_to_lua(lua, config)?)?;
     Ok((context, scope))
 }
 

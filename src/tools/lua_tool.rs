@@ -251,7 +251,7 @@ fn helper_error(vm: &Vm, tool: &str, code: &Value, message: &Value, data: &Value
                 CallError::from_script(tool, ScriptError::ResultTooLarge { what, size, limit })
             };
             match convert::to_json(vm.lua(), value, budget) {
-                Ok(json) => match serde_json::to_vec(&json).map(|v| v.len()).unwrap_or(0) {
+                Ok(json) => match convert::json_size(&json) {
                     size if size > budget => return too_large(size),
                     _ => Some(json),
                 },

@@ -219,7 +219,7 @@ impl Kept {
             self.duplicates += 1;
             return;
         }
-        let size = json_size(entry);
+        let size = crate::lua::convert::json_size(entry);
         if size > MAX_ENTRY_BYTES {
             // The key itself may be the huge part: keep only its start for the message.
             self.oversized.push(key.chars().take(64).collect());
@@ -264,21 +264,4 @@ impl Kept {
         }
         self.items
     }
-}
-
-/// The length of `value` as compact JSON, without building the text.
-fn json_size(value: &Map<String, Json>) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
