@@ -25,7 +25,7 @@ pub fn catalog_for(registry: &Registry, scripted: Option<&str>) -> Result<catalo
         None if !config.code_mode.enabled => {
             Err("code mode is disabled ([code_mode] enabled = false in ctx.toml)".to_string())
         }
-        None => Ok(catalog::Catalog::new(registry.all_specs().filter(|s| !code_tool(s)))),
+        None => Ok(catalog::Catalog::new(registry.all_specs().filter(|s| !code_tool(s) && !is_scripted(s)))),
         Some(name) => {
             let Some(section) = config.scripted.iter().find(|s| s.name == name) else {
                 let names: Vec<&str> = config.scripted.iter().map(|s| s.name.as_str()).collect();
@@ -42,8 +42,34 @@ pub fn catalog_for(registry: &Registry, scripted: Option<&str>) -> Result<catalo
 
 /// The catalog of `execute` as `principal` (a scoped token) sees it: only its tools.
 pub fn catalog_of(registry: &Registry, principal: &crate::tools::Principal) -> catalog::Catalog {
+    let config = registry.kb().config();
     let code_tool = |s: &ToolSpec| s.builtin && CODE_MODE_TOOLS.contains(&s.name.as_str());
-    catalog::Catalog::new(registry.all_specs().filter(|s| !code_tool(s) && principal.allows(&s.name)))
+    let is_scripted = |s: &ToolSpec| config.scripted.iter().any(|section| section.name == s.name);
+    catalog::Catalog::new(
+        registry.all_specs().filter(|s| !code_tool(s) && !is_scripted(s) && principal.allows(&s.name)),
+    )
+}
+
+/// Whether `name` runs a script: `execute`, or a scripted tool.
+fn runs_scripts(config: &crate::config::Config, name: &str) -> bool {
+    name == "execute" || config.scripted.iter().any(|s| s.name == name)
+}
+
+/// Why `name` may not run on `chain`: a script never starts another script, however the call
+/// gets there (a script's own call, or `context.call` in a Lua tool a script called). A nested
+/// run would get budgets of its own (`max_calls`, memory, a running-scripts slot), so one
+/// request could multiply them; the outer script can call the same tools itself.
+pub fn nested_script(config: &crate::config::Config, chain: &[String], name: &str) -> Option<String> {
+    if !runs_scripts(config, name) {
+        return None;
+    }
+    let outer = chain.iter().find(|t| runs_scripts(config, t))?;
+    let path: Vec<&str> = chain.iter().map(String::as_str).chain([name]).collect();
+    Some(format!(
+        "tool '{name}' runs a script, and this call comes from the script of '{outer}' ({}); scripts do not start other \
+         scripts: call the tools it would call from this script instead",
+        path.join(" → ")
+    ))
 }
 
 /// The catalog prompt (seed 002's `system_prompt()`) of `execute` or of a scripted tool.

@@ -49,7 +49,9 @@ pub fn tools(mode: &CodeMode, scripted: &[ScriptedSection], others: &[ToolRef]) 
     }
     let mut out: Vec<ToolRef> = Vec::new();
     if mode.enabled {
-        let catalog = Arc::new(Catalog::new(others.iter().chain(composed.iter()).map(|t| t.spec())));
+        // Scripted tools are left out: a script never starts another script (see
+        // `code::nested_script`), so execute's scripts call the tools themselves.
+        let catalog = Arc::new(Catalog::new(others.iter().map(|t| t.spec())));
         let description = catalog.execute_description();
         let runner =
             Runner::new("execute".to_string(), Arc::clone(&catalog), None, mode.limits.clone(), Arc::clone(&mode));

@@ -415,6 +415,9 @@ impl Registry {
             .check(params)
             .map_err(|problems| CallError::InvalidParams { tool: name.to_string(), problems })?;
         check_chain(name, &options.chain)?;
+        if let Some(refusal) = crate::code::nested_script(self.kb.config(), &options.chain, name) {
+            return Err(CallError::BadRequest(refusal));
+        }
         if options.cancel.is_cancelled() {
             return Err(CallError::cancelled(name));
         }

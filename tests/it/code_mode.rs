@@ -487,6 +487,16 @@ fn tools_workspace(config: &str) -> Workspace {
         "tools/handled.lua",
         &lua_tool("handled", "Reports a handled failure.", "", "return { error = \"nothing found\" }"),
     );
+    // Calls the script tool it is given through context.call.
+    ws.write(
+        "tools/relay.lua",
+        &lua_tool(
+            "relay",
+            "Runs a script through another tool.",
+            ", parameters = { { name = \"tool\", type = \"string\", required = true } }",
+            "return context.call(params.tool, { script = \"return {one = 1}\" })",
+        ),
+    );
     ws.write(
         "tools/wipe.lua",
         &lua_tool("wipe", "Deletes everything.", ", annotations = { destructive = true }", "return { wiped = true }"),
@@ -686,8 +696,9 @@ fn code_18_discovery_as_tools_and_inside_scripts() {
     assert_eq!(servers.status, 200, "{}", servers.body);
     let ctx_group = &servers.body["result"]["servers"][0];
     assert_eq!((&ctx_group["name"], &ctx_group["global"]), (&json!("ctx"), &json!("ctx")), "{}", servers.body);
-    // search, get, sources, the four Lua tools and the scripted tool.
-    assert_eq!(ctx_group["tools"], 8, "{}", servers.body);
+    // search, get, sources and the four Lua tools; not the scripted tool (no script starts
+    // another).
+    assert_eq!(ctx_group["tools"], 7, "{}", servers.body);
 
     let tools = call("list_tools", json!({"server": "ctx"}));
     let listed = tools.body["result"]["tools"].as_array().unwrap();
@@ -738,9 +749,10 @@ fn code_18_discovery_as_tools_and_inside_scripts() {
     );
     let result = reply.ok();
     assert_eq!(result["servers"], 1, "{result}");
-    assert_eq!(result["tools"], 8, "{result}");
+    assert_eq!(result["tools"], 7, "{result}");
     assert_eq!(result["signature"], "ctx.wait({seconds: number})");
-    assert_eq!((&result["first"], &result["found"]), (&json!("wait"), &json!(2)), "{result}");
+    // Only wait matches, now that scripted tools are not in execute's catalog.
+    assert_eq!((&result["first"], &result["found"]), (&json!("wait"), &json!(1)), "{result}");
     assert!(result["missing"].as_str().unwrap().contains("nope"), "{result}");
     // Discovery makes no inner calls.
     assert_eq!(reply.trace()["started"], 0);
@@ -749,6 +761,9 @@ fn code_18_discovery_as_tools_and_inside_scripts() {
 const SCRIPTED_CONFIG: &str = r#"
 [tools.script.wait]
 path = "tools/wait.lua"
+
+[tools.script.relay]
+path = "tools/relay.lua"
 
 [tools.scripted.searcher]
 description = "Searches the docs, nothing else."
@@ -796,15 +811,23 @@ fn code_18_a_scripted_tool_sees_only_its_tools_and_its_description_is_its_catalo
         .failed("script_error", "has no tool \"loop\"");
     execute(&served, "return ctx.execute({script = 'return 1'}):await()")
         .failed("script_error", "has no tool \"execute\"");
-    // execute may call a scripted tool, which runs its own script.
-    let reply = execute(
-        &served,
-        "return ctx.loop({script = 'return ctx.search({query = \"quokka\"}):await().results[1].title'}):await()",
-    );
-    assert!(reply.ok().as_str().unwrap().contains("Quokka"), "{}", reply.body);
-    let nested =
-        execute(&served, "return ctx.loop({script = 'return ctx.loop({script = \"return 1\"}):await()'}):await()");
-    nested.failed("script_error", "has no tool \"loop\"");
+    // Nor from execute: a script never starts another script (each would get budgets of its
+    // own), so execute does not list scripted tools and the registry refuses the call.
+    execute(&served, "return ctx.loop({script = 'return 1'}):await()").failed("script_error", "has no tool \"loop\"");
+    let listed =
+        served.runtime.block_on(post(&served.client, &served.serve.addr, "list_tools", json!({"server": "ctx"})));
+    assert!(!listed.body.to_string().contains("\"loop\""), "{}", listed.body);
+
+    // The registry holds it on every path: a Lua tool that a script called, calling a script
+    // tool with context.call, is refused with the chain; called directly, it may.
+    let relayed = execute(&served, "return ctx.relay({tool = 'execute'}):await()");
+    relayed.failed("script_error", "scripts do not start other scripts");
+    assert!(relayed.message().contains("execute → relay → execute"), "{}", relayed.body);
+    let relayed = execute(&served, "return ctx.relay({tool = 'searcher'}):await()");
+    assert!(relayed.message().contains("tool 'searcher' runs a script"), "{}", relayed.body);
+    let direct = served.runtime.block_on(post(&served.client, &served.serve.addr, "relay", json!({"tool": "execute"})));
+    assert_eq!(direct.status, 200, "{}", direct.body);
+    assert_eq!(direct.body["result"], json!({"one": 1}), "{}", direct.body);
 }
 
 #[test]
@@ -947,11 +970,11 @@ fn code_18_ctx_run_and_ctx_catalog() {
     // ctx catalog: every tool a script can call, as Lua signatures.
     let catalog = ws.ctx(&["catalog"]).ok();
     assert!(catalog.starts_with("# execute"), "{catalog}");
-    for want in
-        ["ctx.search({query: string", "ctx.wait({seconds: number})", "ctx.searcher({script: string", "await_all"]
-    {
+    for want in ["ctx.search({query: string", "ctx.wait({seconds: number})", "await_all"] {
         assert!(catalog.contains(want), "{want:?} missing from:\n{catalog}");
     }
+    // A scripted tool runs a script, which no script starts.
+    assert!(!catalog.contains("ctx.searcher("), "{catalog}");
     let scoped = ws.ctx(&["catalog", "--scripted", "searcher"]).ok();
     assert!(
         scoped.starts_with("# searcher") && scoped.contains("ctx.search(") && !scoped.contains("ctx.wait("),
