@@ -31,7 +31,8 @@ local function await(p)
   error(value, 0)
 end
 
-local Pending = { __metatable = false }
+-- Its __name lets ctx tell a pending call sent as a value from an empty table.
+local Pending = { __metatable = false, __name = "pending call" }
 Pending.__index = function(p, key)
   if key == "await" then
     return await

@@ -30,6 +30,26 @@ pub fn array_metatable(lua: &Lua) -> mlua::Result<Table> {
     Ok(mt)
 }
 
+/// An empty table: `[]` when marked as an array, `{}` otherwise, and an error for a code-mode
+/// pending call (an empty table whose metatable is named `PENDING_CALL`), which was meant to
+/// be awaited rather than sent as `{}`.
+fn empty_table(lua: &Lua, table: &Table, path: &str) -> Result<Json, ConvertError> {
+    let Some(mt) = table.metatable() else { return Ok(Json::Object(Map::new())) };
+    if is_marked_array(lua, table) {
+        return Ok(Json::Array(Vec::new()));
+    }
+    if matches!(mt.raw_get::<Value>("__name"), Ok(Value::String(s)) if s.as_bytes() == PENDING_CALL.as_bytes()) {
+        let at = if path.is_empty() { String::new() } else { format!(" at {path}") };
+        return Err(ConvertError::Invalid(format!(
+            "a pending tool call{at} is not a value: add :await() to get its result, as in ctx.search({{...}}):await()"
+        )));
+    }
+    Ok(Json::Object(Map::new()))
+}
+
+/// The `__name` of the metatable of code mode's pending calls (see `code/prelude.lua`).
+pub const PENDING_CALL: &str = "pending call";
+
 fn is_marked_array(lua: &Lua, table: &Table) -> bool {
     match (table.metatable(), lua.named_registry_value::<Table>(ARRAY_MARKER)) {
         (Some(mt), Ok(marker)) => mt == marker,
@@ -97,9 +117,9 @@ fn convert(
     budget: usize,
     path: &mut String,
 ) -> Result<Json, ConvertError> {
-    let at = |path: &str| if path.is_empty() { "the value".to_string() } else { format!("at {path}") };
+    let at = |path: &str| if path.is_empty() { String::new() } else { format!(" at {path}") };
     if depth > MAX_DEPTH {
-        return Err(ConvertError::Invalid(format!("nested more than {MAX_DEPTH} levels deep (a cycle?) {}", at(path))));
+        return Err(ConvertError::Invalid(format!("nested more than {MAX_DEPTH} levels deep{} (a cycle?)", at(path))));
     }
     fn charge(used: &mut usize, n: usize, budget: usize) -> Result<(), ConvertError> {
         *used += n;
@@ -141,7 +161,7 @@ fn convert(
             charge(used, 24, budget)?;
             Number::from_f64(*n)
                 .map(Json::Number)
-                .ok_or_else(|| ConvertError::Invalid(format!("{n} is not a JSON number {}", at(path))))?
+                .ok_or_else(|| ConvertError::Invalid(format!("{n} is not a JSON number{}", at(path))))?
         }
         Value::String(s) => {
             let bytes = s.as_bytes();
@@ -149,15 +169,19 @@ fn convert(
             Json::String(String::from_utf8_lossy(&bytes).into_owned())
         }
         Value::Table(table) => {
+            // No entry is held while the table is walked: each is converted as it is reached.
+            // (Holding them took two slots each of mlua's reference stack, whose million
+            // slots a 500,000-row result overflowed.)
             let len = table.raw_len();
-            let mut pairs: Vec<(Value, Value)> = Vec::new();
-            for pair in table.pairs::<Value, Value>() {
-                let pair = pair.map_err(|e| ConvertError::Invalid(e.to_string()))?;
-                pairs.push(pair);
-                charge(used, 2, budget)?;
+            let mut entries = 0usize;
+            if len > 0 {
+                for pair in table.pairs::<Value, Value>() {
+                    pair.map_err(|e| ConvertError::Invalid(e.to_string()))?;
+                    entries += 1;
+                    charge(used, 2, budget)?;
+                }
             }
-            let sequence = pairs.len() == len && (len > 0 || is_marked_array(lua, table));
-            if sequence {
+            if len > 0 && entries == len {
                 let mut items = Vec::with_capacity(len);
                 for i in 1..=len {
                     let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
@@ -166,42 +190,44 @@ fn convert(
                     items.push(convert(lua, &item, depth + 1, used, budget, path)?);
                     path.truncate(mark);
                 }
-                Json::Array(items)
-            } else {
-                let mut map = Map::new();
-                let mut keyed = Vec::with_capacity(pairs.len());
-                for (key, item) in pairs {
-                    let key = match key {
-                        Value::String(s) => s.to_string_lossy().to_string(),
-                        Value::Integer(i) => i.to_string(),
-                        Value::Number(n) => n.to_string(),
-                        other => {
-                            return Err(ConvertError::Invalid(format!(
-                                "a table key of type {} cannot be a JSON key {}",
-                                other.type_name(),
-                                at(path)
-                            )))
-                        }
-                    };
-                    keyed.push((key, item));
-                }
-                // Lua's table order is arbitrary; sorted keys make results reproducible.
-                keyed.sort_by(|a, b| a.0.cmp(&b.0));
-                for (key, item) in keyed {
-                    charge(used, key.len() + 3, budget)?;
-                    let mark = path.len();
-                    path.push('.');
-                    path.push_str(&key);
-                    let converted = convert(lua, &item, depth + 1, used, budget, path)?;
-                    path.truncate(mark);
-                    map.insert(key, converted);
-                }
-                Json::Object(map)
+                return Ok(Json::Array(items));
             }
+            let mut keyed = Vec::new();
+            for pair in table.pairs::<Value, Value>() {
+                let (key, item) = pair.map_err(|e| ConvertError::Invalid(e.to_string()))?;
+                if len == 0 {
+                    charge(used, 2, budget)?;
+                }
+                let key = match key {
+                    Value::String(s) => s.to_string_lossy().to_string(),
+                    Value::Integer(i) => i.to_string(),
+                    Value::Number(n) => n.to_string(),
+                    other => {
+                        return Err(ConvertError::Invalid(format!(
+                            "a table key of type {} cannot be a JSON key{}",
+                            other.type_name(),
+                            at(path)
+                        )))
+                    }
+                };
+                charge(used, key.len() + 3, budget)?;
+                let mark = path.len();
+                path.push('.');
+                path.push_str(&key);
+                let converted = convert(lua, &item, depth + 1, used, budget, path)?;
+                path.truncate(mark);
+                keyed.push((key, converted));
+            }
+            if keyed.is_empty() {
+                return empty_table(lua, table, path);
+            }
+            // Lua's table order is arbitrary; sorted keys make results reproducible.
+            keyed.sort_by(|a, b| a.0.cmp(&b.0));
+            Json::Object(keyed.into_iter().collect())
         }
         other => {
             return Err(ConvertError::Invalid(format!(
-                "a {} cannot be converted to JSON {}",
+                "a {} cannot be converted to JSON{}",
                 other.type_name(),
                 at(path)
             )))
@@ -467,5 +493,33 @@ mod tests {
             // `non_empty` stays an object: no list would do there either, and its message says so.
             json!({"list": [], "object": {}, "anything": {}, "either": [], "non_empty": {}, "items": [{"tags": []}, {}]})
         );
+    }
+
+    /// Tables of more entries than mlua's reference stack has slots for pairs (a million) are
+    /// converted: no entry is held while the table is walked.
+    #[test]
+    fn a_table_of_600_000_rows_and_one_of_600_000_keys_convert() {
+        #[allow(clippy::disallowed_methods)]
+        let lua = Lua::new();
+        let rows: Table = lua.load("local t = {} for i = 1, 6e5 do t[i] = {i} end return t").eval().unwrap();
+        let json = to_json(&lua, &Value::Table(rows), usize::MAX).unwrap();
+        assert_eq!(json.as_array().map(Vec::len), Some(600_000));
+        assert_eq!(json[599_999], serde_json::json!([600_000]));
+        let keys: Table = lua.load("local t = {} for i = 1, 6e5 do t['k' .. i] = i end return t").eval().unwrap();
+        let json = to_json(&lua, &Value::Table(keys), usize::MAX).unwrap();
+        assert_eq!(json.as_object().map(|m| m.len()), Some(600_000));
+        assert_eq!(json["k7"], 7);
+    }
+
+    #[test]
+    fn messages_name_the_place_only_when_there_is_one() {
+        #[allow(clippy::disallowed_methods)]
+        let lua = Lua::new();
+        let f: Value = lua.load("return function() end").eval().unwrap();
+        let top = to_json(&lua, &f, usize::MAX).unwrap_err().to_string();
+        assert_eq!(top, "a function cannot be converted to JSON");
+        let nested: Value = lua.load("return {a = {0/0}}").eval().unwrap();
+        let inner = to_json(&lua, &nested, usize::MAX).unwrap_err().to_string();
+        assert!(inner.ends_with("is not a JSON number at .a[1]"), "{inner}");
     }
 }

@@ -85,6 +85,26 @@ pub fn output(output: &Output) -> Result<CallToolResult, McpError> {
     Ok(out)
 }
 
+/// The `tools/call` result of a call that failed as a tool error. A script's failure carries
+/// what REST puts in the error body: the trace of its inner calls as `_meta["ctx/trace"]` (as
+/// on success), and its code with the limit or line as `_meta["ctx/error"]`.
+pub fn error_result(error: &CallError) -> Result<CallToolResult, McpError> {
+    let mut out = result(&error.mcp())?;
+    if let CallError::ToolFailed { tool_code, data: Some(Json::Object(data)), .. } = error {
+        let mut data = data.clone();
+        if let Some(trace) = data.remove("trace") {
+            let mut meta = out.meta.take().unwrap_or_default();
+            meta.0.insert("ctx/trace".to_string(), trace);
+            if let Some(code) = tool_code {
+                data.insert("code".to_string(), Json::String(code.clone()));
+            }
+            meta.0.insert("ctx/error".to_string(), Json::Object(data));
+            out.meta = Some(meta);
+        }
+    }
+    Ok(out)
+}
+
 /// Unknown tool and invalid parameters: JSON-RPC -32602, with the REST error body (code,
 /// message, details with each field's JSON pointer) as `data`.
 pub fn protocol_error(error: &CallError) -> McpError {

@@ -98,7 +98,7 @@ impl DirectRoute {
                 return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
             }
             Ok(output) => convert::output(output),
-            Err(e) => convert::result(&e.mcp()),
+            Err(e) => convert::error_result(e),
         };
         // The tool has run, so a result that cannot be written is answered here, as rmcp answers
         // it: forwarding the request would run the tool a second time.

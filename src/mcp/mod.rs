@@ -180,7 +180,7 @@ impl Mcp {
             return match result {
                 Ok(output) => Ok(convert::output(&output)?.into()),
                 Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
-                Err(e) => Ok(convert::result(&e.mcp())?.into()),
+                Err(e) => Ok(convert::error_result(&e)?.into()),
             };
         }
         let token = cx.meta.get_progress_token();
@@ -255,7 +255,7 @@ impl Mcp {
         match result {
             Ok(output) => Ok(convert::output(&output)?.into()),
             Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
-            Err(e) => Ok(convert::result(&e.mcp())?.into()),
+            Err(e) => Ok(convert::error_result(&e)?.into()),
         }
     }
 

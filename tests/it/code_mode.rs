@@ -427,6 +427,24 @@ fn code_18_loops_through_a_scripted_tool_hit_the_wall_clock_deadline() {
     assert_healthy(&served, "the loops");
 }
 
+/// A pending call sent as a value (returned, or in a call's arguments) is refused with the
+/// fix, not sent as `{}`.
+#[test]
+fn code_18_a_pending_call_is_not_a_value() {
+    let served = serve(tools_workspace(TOOLS_CONFIG), &[]);
+    let bare = execute(&served, "return ctx.search({query = 'wombat'})");
+    bare.failed("script_error", "a pending tool call is not a value: add :await()");
+    let nested = execute(&served, "return {hits = ctx.search({query = 'wombat'})}");
+    nested.failed("script_error", "a pending tool call at .hits is not a value");
+    let passed = execute(&served, "return ctx.wait({seconds = ctx.search({query = 'wombat'})}):await()");
+    passed.failed(
+        "script_error",
+        "ctx.wait: the arguments cannot be sent as JSON: a pending tool call at .seconds is not a value",
+    );
+    // An empty table is still {}.
+    assert_eq!(execute(&served, "return {empty = {}}").ok(), &json!({"empty": {}}));
+}
+
 /// The brief's error contract: every failed run has `data.code` and the trace.
 #[test]
 fn code_18_a_result_that_is_not_json_fails_with_code_and_trace() {

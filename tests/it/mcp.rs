@@ -277,6 +277,28 @@ fn code_18_each_inner_call_of_a_script_sends_progress_and_the_trace_rides_in_met
     assert!(progress[0]["params"]["message"].as_str().unwrap().starts_with("ctx.echo ok in "), "{progress:?}");
 }
 
+/// A failed script carries its trace in `_meta` too, with its code and limit or line.
+#[test]
+fn code_18_a_failed_script_has_its_trace_and_code_in_meta() {
+    let mut c = connect(50);
+    let script = "local a = ctx.echo({message = 'a'}):await()\nerror('stop here')";
+    let (result, _) = c.request(1, "tools/call", json!({"name": "execute", "arguments": {"script": script}}));
+    let result = &result["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(result["_meta"]["ctx/trace"]["started"], 1, "{result}");
+    assert_eq!(result["_meta"]["ctx/trace"]["calls"][0]["tool"], "echo", "{result}");
+    assert_eq!(result["_meta"]["ctx/error"]["code"], "script_error", "{result}");
+    assert_eq!(result["_meta"]["ctx/error"]["line"], 2, "{result}");
+    let (limited, _) = c.request(
+        2,
+        "tools/call",
+        json!({"name": "execute", "arguments": {"script": "while true do end", "timeout": 0.2}}),
+    );
+    let meta = &limited["result"]["_meta"];
+    assert_eq!(meta["ctx/error"]["limit"], "timeout", "{limited}");
+    assert_eq!(meta["ctx/trace"]["started"], 0, "{limited}");
+}
+
 #[test]
 fn code_18_the_catalog_is_an_mcp_prompt() {
     let mut c = connect(50);
