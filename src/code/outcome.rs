@@ -1,7 +1,10 @@
 //! What crosses the script boundary: an inner call's result as the script sees it, and the
 //! script's own result as a tool result, cut to its size limit without losing its shape.
 
+use mlua::{Lua, Value};
 use serde_json::{Map, Value as Json};
+
+use crate::lua::convert::{self, ConvertError, Shape};
 
 pub use crate::lua::convert::json_size;
 use crate::tools::Output;
@@ -122,6 +125,116 @@ pub fn truncate(value: Json, limit: usize) -> (Json, Option<Cut>) {
     (cut, Some(Cut { limit_bytes: limit, original_bytes: original }))
 }
 
+/// [`truncate`] for a script's result as Lua holds it, converting little more of it than is
+/// kept. The JSON a run builds is not Lua memory, so it is bounded here instead: a result of
+/// many MiB (often the same strings and tables referenced many times over, small in Lua) is
+/// measured without being built, then cut while it is converted. `cap` bounds what is measured.
+pub fn truncate_lua(lua: &Lua, value: &Value, limit: usize, cap: usize) -> Result<(Json, Option<Cut>), ConvertError> {
+    // Most results are small: converted whole, in one walk.
+    match convert::to_json(lua, value, limit.saturating_mul(2)) {
+        Ok(json) => return Ok(truncate(json, limit)),
+        Err(ConvertError::TooLarge { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    let original = convert::json_size_of(lua, value, cap)?;
+    if original <= limit {
+        // The walk's rough count was over; the exact size bounds the conversion.
+        return Ok((convert::to_json(lua, value, usize::MAX)?, None));
+    }
+    let (cut, _) = shrink_lua(lua, value, limit.max(SMALLEST), &mut String::new())?;
+    Ok((cut, Some(Cut { limit_bytes: limit, original_bytes: original })))
+}
+
+/// [`shrink`] of a Lua value: what fits in `budget` is converted whole; a table that does not
+/// keeps what fits of it, read entry by entry.
+fn shrink_lua(lua: &Lua, value: &Value, budget: usize, path: &mut String) -> Result<(Json, usize), ConvertError> {
+    let Value::Table(table) = value else {
+        // A string is no larger here than the Lua memory that holds it.
+        return Ok(shrink(convert::to_json(lua, value, usize::MAX)?, budget));
+    };
+    match convert::to_json(lua, value, budget) {
+        Ok(json) => {
+            let size = json_size(&json);
+            if size <= budget {
+                return Ok((json, size));
+            }
+        }
+        Err(ConvertError::TooLarge { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    let at = |path: &mut String, part: &str| {
+        let mark = path.len();
+        path.push_str(part);
+        mark
+    };
+    match convert::shape(lua, table, path)? {
+        Shape::Empty(json) => Ok((json, 2)),
+        Shape::List(len) => {
+            let mut kept = Vec::new();
+            let mut used = 2;
+            for i in 1..=len {
+                let left = budget.saturating_sub(used + SMALLEST);
+                if left < SMALLEST {
+                    break;
+                }
+                let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
+                let mark = at(path, &format!("[{i}]"));
+                let (item, item_size) = shrink_lua(lua, &item, left, path)?;
+                path.truncate(mark);
+                used += item_size + usize::from(!kept.is_empty());
+                kept.push(item);
+            }
+            used += items_cut(&mut kept, len);
+            Ok((Json::Array(kept), used))
+        }
+        Shape::Object => {
+            let keys = convert::sorted_keys(table, path)?;
+            let total = keys.len();
+            let mut kept = Map::new();
+            let mut used = 2;
+            for key in keys {
+                let key_size = 2 + escaped_len(&key.text) + 1;
+                let left = budget.saturating_sub(used + key_size + 1 + SMALLEST);
+                if left < SMALLEST {
+                    break;
+                }
+                let item = key.value_in(table)?;
+                let mark = at(path, &format!(".{}", key.text));
+                let (item, item_size) = shrink_lua(lua, &item, left, path)?;
+                path.truncate(mark);
+                used += key_size + item_size + usize::from(!kept.is_empty());
+                kept.insert(key.text, item);
+            }
+            used += keys_cut(&mut kept, total);
+            Ok((Json::Object(kept), used))
+        }
+    }
+}
+
+/// Ends a list cut from `total` items with a string saying how many were cut; its bytes.
+fn items_cut(kept: &mut Vec<Json>, total: usize) -> usize {
+    let more = total - kept.len();
+    if more == 0 {
+        return 0;
+    }
+    let marker = Json::String(format!("… {more} more item(s) cut"));
+    let size = json_size(&marker) + usize::from(!kept.is_empty());
+    kept.push(marker);
+    size
+}
+
+/// Ends an object cut from `total` keys with a `…` key saying how many were cut; its bytes.
+fn keys_cut(kept: &mut Map<String, Json>, total: usize) -> usize {
+    let more = total - kept.len();
+    if more == 0 {
+        return 0;
+    }
+    let marker = Json::String(format!("{more} more key(s) cut"));
+    let size = 2 + escaped_len("…") + 1 + json_size(&marker) + usize::from(!kept.is_empty());
+    kept.insert("…".to_string(), marker);
+    size
+}
+
 /// `value` cut to about `budget` bytes, and its exact size as JSON. Each part's size is
 /// counted once, as it is built, so cutting costs O(what is kept), however deep the value.
 fn shrink(value: Json, budget: usize) -> (Json, usize) {
@@ -161,12 +274,7 @@ fn shrink(value: Json, budget: usize) -> (Json, usize) {
                 used += item_size + usize::from(!kept.is_empty());
                 kept.push(item);
             }
-            let more = total - kept.len();
-            if more > 0 {
-                let marker = Json::String(format!("… {more} more item(s) cut"));
-                used += json_size(&marker) + usize::from(!kept.is_empty());
-                kept.push(marker);
-            }
+            used += items_cut(&mut kept, total);
             (Json::Array(kept), used)
         }
         Json::Object(map) => {
@@ -183,12 +291,7 @@ fn shrink(value: Json, budget: usize) -> (Json, usize) {
                 used += key_size + item_size + usize::from(!kept.is_empty());
                 kept.insert(key, item);
             }
-            let more = total - kept.len();
-            if more > 0 {
-                let marker = Json::String(format!("{more} more key(s) cut"));
-                used += 2 + escaped_len("…") + 1 + json_size(&marker) + usize::from(!kept.is_empty());
-                kept.insert("…".to_string(), marker);
-            }
+            used += keys_cut(&mut kept, total);
             (Json::Object(kept), used)
         }
         other => {
@@ -231,6 +334,27 @@ mod tests {
         let rows = cut["rows"].as_array().unwrap();
         assert!(rows[0]["id"] == 0 && rows.len() > 2);
         assert!(rows.last().unwrap().as_str().unwrap().contains("more item(s) cut"));
+    }
+
+    /// The Lua side measures exactly what the JSON side would, and cuts the same way.
+    #[test]
+    fn code_18_truncate_lua_matches_truncate() {
+        #[allow(clippy::disallowed_methods)]
+        let lua = Lua::new();
+        let script = r#"
+            local rows = {}
+            for i = 1, 300 do rows[i] = {id = i, title = ('t\n"' .. i):rep(20), score = i / 7, tags = {}} end
+            return {count = 300, rows = rows, note = ('é'):rep(3000), [5] = true, nested = {{{'deep'}}}, bytes = '\255\254ok'}
+        "#;
+        let value: Value = lua.load(script).eval().unwrap();
+        let whole = convert::to_json(&lua, &value, usize::MAX).unwrap();
+        assert_eq!(convert::json_size_of(&lua, &value, usize::MAX).unwrap(), json_size(&whole));
+        for limit in [100, 1000, 4096, 20_000, 10_000_000] {
+            let (cut, what) = truncate_lua(&lua, &value, limit, usize::MAX).unwrap();
+            assert_eq!((cut, what), truncate(whole.clone(), limit), "limit {limit}");
+        }
+        let err = truncate_lua(&lua, &value, 100, 50_000).unwrap_err();
+        assert!(matches!(err, ConvertError::TooLarge { .. }), "{err}");
     }
 
     #[test]

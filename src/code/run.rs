@@ -192,19 +192,31 @@ impl Runner {
         }
     }
 
-    fn run_in(&self, vm: &Vm, calls: &Arc<Calls>, catalog: &Arc<Catalog>, script: &str) -> Result<Json, ScriptError> {
+    fn run_in(
+        &self,
+        vm: &Vm,
+        calls: &Arc<Calls>,
+        catalog: &Arc<Catalog>,
+        script: &str,
+    ) -> Result<(Json, Option<outcome::Cut>), ScriptError> {
         let outcome = self.install(vm, calls, catalog).map_err(|e| vm.classify(&e))?;
         let returned = vm.run_source("script", script.as_bytes())?;
         let (has, captured): (bool, Value) = outcome.call(()).map_err(|e| vm.classify(&e))?;
         let value = if has { captured } else { returned };
         // The calls it started and never awaited are part of the run: wait for them.
         calls.settle().map_err(|e| vm.classify(&e))?;
-        let budget = self.limits.memory_bytes.max(self.limits.max_output_bytes);
-        match convert::to_json(vm.lua(), &value, budget) {
-            Ok(json) => Ok(json),
-            Err(convert::ConvertError::TooLarge { size }) => {
-                Err(ScriptError::ResultTooLarge { what: format!("tool '{}'", self.name), size, limit: budget })
-            }
+        // Measured up to what a run may hold; converted only as far as it is kept.
+        let cap = self.limits.memory_bytes.max(self.limits.max_output_bytes);
+        match outcome::truncate_lua(vm.lua(), &value, self.limits.max_output_bytes, cap) {
+            Ok(converted) => Ok(converted),
+            Err(convert::ConvertError::TooLarge { size }) => Err(ScriptError::BadResult {
+                what: format!("the script of tool '{}'", self.name),
+                message: format!(
+                    "its result is over {size} bytes of JSON, more than a run may hold ([code_mode] memory_mb, {cap} bytes); \
+                     return less: results are cut to max_output_bytes ({}) anyway",
+                    self.limits.max_output_bytes
+                ),
+            }),
             Err(convert::ConvertError::Invalid(message)) => {
                 Err(ScriptError::BadResult { what: format!("the script of tool '{}'", self.name), message })
             }
@@ -365,8 +377,7 @@ impl Runner {
     }
 
     /// The successful outcome: the result, cut to `max_output_bytes`, with the trace.
-    fn output(&self, value: Json, calls: &Calls, dropped_lines: u32) -> Output {
-        let (value, cut) = outcome::truncate(value, self.limits.max_output_bytes);
+    fn output(&self, (value, cut): (Json, Option<outcome::Cut>), calls: &Calls, dropped_lines: u32) -> Output {
         let mut trace = calls.trace();
         if let Some(cut) = &cut {
             trace["truncated"] = json!({

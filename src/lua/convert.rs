@@ -73,7 +73,7 @@ pub fn to_json(lua: &Lua, value: &Value, budget: usize) -> Result<Json, ConvertE
 }
 
 /// The length of `value` as compact JSON, counted without building the text.
-pub fn json_size(value: &impl serde::Serialize) -> usize {
+pub fn json_size(value: &(impl serde::Serialize + ?Sized)) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -109,6 +109,155 @@ impl std::fmt::Display for ConvertError {
     }
 }
 
+/// Counts one value visited, and every few thousand looks at the run's deadline.
+fn visit() -> Result<(), ConvertError> {
+    let check = VISITS.with(|v| {
+        let n = v.get().wrapping_add(1);
+        v.set(n);
+        n.is_multiple_of(VISITS_PER_CHECK)
+    });
+    if check && super::bounds::current_run_stopped() {
+        return Err(ConvertError::Stopped);
+    }
+    Ok(())
+}
+
+/// How a table converts (see [`to_json`]): a list of `len` items (its keys are exactly
+/// `1..=len`), an object, or an empty table's `[]` or `{}`.
+pub enum Shape {
+    List(usize),
+    Object,
+    Empty(Json),
+}
+
+/// The [`Shape`] of `table`; an error for a pending call. Walks the table once, holding no entry.
+pub fn shape(lua: &Lua, table: &Table, path: &str) -> Result<Shape, ConvertError> {
+    let len = table.raw_len();
+    let mut entries = 0usize;
+    for pair in table.pairs::<Value, Value>() {
+        pair.map_err(|e| ConvertError::Invalid(e.to_string()))?;
+        entries += 1;
+        visit()?;
+    }
+    Ok(match (len, entries) {
+        (_, 0) => Shape::Empty(empty_table(lua, table, path)?),
+        (len, entries) if len == entries => Shape::List(len),
+        _ => Shape::Object,
+    })
+}
+
+/// A table key as JSON writes it, and the key itself to look its value up again.
+pub struct Key {
+    pub text: String,
+    raw: Value,
+}
+
+/// The keys of a table that converts to an object, in the order [`to_json`] writes them. Each
+/// string key is held as a Lua value: a table of more keys than mlua's reference stack has
+/// room for (a million) is refused rather than overflowing it.
+pub fn sorted_keys(table: &Table, path: &str) -> Result<Vec<Key>, ConvertError> {
+    const MAX_KEYS: usize = 500_000;
+    let mut keys = Vec::new();
+    for key in table.pairs::<Value, Value>().map(|p| p.map(|(k, _)| k)) {
+        let raw = key.map_err(|e| ConvertError::Invalid(e.to_string()))?;
+        if keys.len() == MAX_KEYS {
+            let at = if path.is_empty() { String::new() } else { format!(" at {path}") };
+            return Err(ConvertError::Invalid(format!(
+                "an object of more than {MAX_KEYS} keys{at} is too large to cut to size; return a list, or fewer keys"
+            )));
+        }
+        keys.push(Key { text: key_text(&raw, path)?, raw });
+    }
+    keys.sort_by(|a, b| a.text.cmp(&b.text));
+    Ok(keys)
+}
+
+impl Key {
+    pub fn value_in(&self, table: &Table) -> Result<Value, ConvertError> {
+        table.raw_get(&self.raw).map_err(|e| ConvertError::Invalid(e.to_string()))
+    }
+}
+
+/// A key as JSON writes it; an error for a key JSON cannot have.
+fn key_text(key: &Value, path: &str) -> Result<String, ConvertError> {
+    Ok(match key {
+        Value::String(s) => s.to_string_lossy().to_string(),
+        Value::Integer(i) => i.to_string(),
+        Value::Number(n) => n.to_string(),
+        other => {
+            let at = if path.is_empty() { String::new() } else { format!(" at {path}") };
+            return Err(ConvertError::Invalid(format!(
+                "a table key of type {} cannot be a JSON key{at}",
+                other.type_name()
+            )));
+        }
+    })
+}
+
+/// The exact size of `value` as compact JSON (what [`json_size`] of [`to_json`]'s answer
+/// gives), counted without building it; `TooLarge` past `cap`. Costs no memory, so a result too
+/// large to convert whole can be measured before it is cut.
+pub fn json_size_of(lua: &Lua, value: &Value, cap: usize) -> Result<usize, ConvertError> {
+    let mut size = 0usize;
+    measure(lua, value, 0, &mut size, cap, &mut String::new())?;
+    Ok(size)
+}
+
+fn measure(
+    lua: &Lua,
+    value: &Value,
+    depth: usize,
+    size: &mut usize,
+    cap: usize,
+    path: &mut String,
+) -> Result<(), ConvertError> {
+    if depth > MAX_DEPTH {
+        return Err(ConvertError::Invalid(format!("nested more than {MAX_DEPTH} levels deep at {path} (a cycle?)")));
+    }
+    visit()?;
+    *size += match value {
+        Value::Table(table) => match shape(lua, table, path)? {
+            Shape::Empty(_) => 2,
+            Shape::List(len) => {
+                *size += 1 + len;
+                for i in 1..=len {
+                    let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
+                    let mark = path.len();
+                    path.push_str(&format!("[{i}]"));
+                    measure(lua, &item, depth + 1, size, cap, path)?;
+                    path.truncate(mark);
+                }
+                0
+            }
+            Shape::Object => {
+                for (entry, pair) in table.pairs::<Value, Value>().enumerate() {
+                    let (key, item) = pair.map_err(|e| ConvertError::Invalid(e.to_string()))?;
+                    let key = key_text(&key, path)?;
+                    *size += json_size(&key) + 1 + usize::from(entry > 0);
+                    let mark = path.len();
+                    path.push('.');
+                    path.push_str(&key);
+                    measure(lua, &item, depth + 1, size, cap, path)?;
+                    path.truncate(mark);
+                }
+                2
+            }
+        },
+        Value::String(s) => {
+            let bytes = s.as_bytes();
+            match std::str::from_utf8(&bytes) {
+                Ok(text) => json_size(text),
+                Err(_) => json_size(&String::from_utf8_lossy(&bytes)),
+            }
+        }
+        scalar => json_size(&convert(lua, scalar, depth, &mut 0, usize::MAX, path)?),
+    };
+    if *size > cap {
+        return Err(ConvertError::TooLarge { size: *size });
+    }
+    Ok(())
+}
+
 fn convert(
     lua: &Lua,
     value: &Value,
@@ -132,14 +281,7 @@ fn convert(
     // However small its JSON, every value visited is a Rust node built and a step taken: a
     // table that holds the same table thousands of times over is millions of visits.
     charge(used, 8, budget)?;
-    if VISITS.with(|v| {
-        let n = v.get().wrapping_add(1);
-        v.set(n);
-        n.is_multiple_of(VISITS_PER_CHECK)
-    }) && super::bounds::current_run_stopped()
-    {
-        return Err(ConvertError::Stopped);
-    }
+    visit()?;
     Ok(match value {
         Value::Nil => {
             charge(used, 4, budget)?;

@@ -427,6 +427,35 @@ fn code_18_loops_through_a_scripted_tool_hit_the_wall_clock_deadline() {
     assert_healthy(&served, "the loops");
 }
 
+/// A result of many MiB of JSON held in little Lua memory (one string, referenced 270,000
+/// times) is measured, then cut while it is converted: the server's peak memory grows by about
+/// the script's own Lua memory (converting it whole first took 123 MB more). Past what a run
+/// may hold, it fails with what to do.
+#[test]
+fn code_18_a_huge_result_is_cut_without_being_built() {
+    let served = serve(workspace(""), &[]);
+    let peak_kib = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", served.serve.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_string).unwrap();
+        line.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).unwrap()
+    };
+    let before = peak_kib();
+    let rows = "local s = ('x'):rep(199) local t = {} for i = 1, 90000 do t[i] = {s, s, s} end";
+    let reply = execute(&served, &format!("{rows} return t"));
+    let kept = reply.ok().as_array().unwrap();
+    assert_eq!(kept[0], json!(["x".repeat(199), "x".repeat(199), "x".repeat(199)]));
+    assert!(kept.last().unwrap().as_str().unwrap().contains("more item(s) cut"), "{kept:?}");
+    // 90,000 rows of 3 x 201 bytes, 2 commas and 2 brackets; 89,999 commas; the brackets.
+    assert_eq!(reply.trace()["truncated"]["original_bytes"], 90_000 * 607 + 89_999 + 2, "{}", reply.body);
+    assert!(reply.bytes < 1024 * 1024 + 4096, "{} bytes", reply.bytes);
+    let grew = peak_kib().saturating_sub(before);
+    assert!(grew < 40 * 1024, "the server's peak memory grew by {grew} KiB");
+    // Twice that is over memory_mb (64 MiB, the default).
+    let reply = execute(&served, &format!("{rows} return {{t, t}}"));
+    reply.failed("script_error", "more than a run may hold ([code_mode] memory_mb");
+    assert_healthy(&served, "the huge results");
+}
+
 /// A pending call sent as a value (returned, or in a call's arguments) is refused with the
 /// fix, not sent as `{}`.
 #[test]
