@@ -626,25 +626,29 @@ impl Registry {
         // A tool that waits on another process runs as a future right here: no thread, and
         // dropping this future (the client went away or cancelled) cancels it upstream too.
         if let Some(async_tool) = tool.as_async() {
+            let mut awaiting = Awaiting::new(&self, &name, &options, started);
             let result = async_tool.call(params, options.progress.clone()).await;
-            self.log_call(&name, &options, started, &result);
+            awaiting.finish(&result);
             return result;
         }
         let id = started.id;
         let result = match self.inline(&tool, &name, &params, &options, id) {
             Some(result) => result,
             None => {
+                let mut awaiting = Awaiting::new(&self, &name, &options, started);
                 let (identity, deadline) = (stuck::identity(&tool), tool.deadline());
                 let (registry, opts, tool_name) = (Arc::clone(&self), options.clone(), name.clone());
                 let run = move || tool.run(params, &registry.env(&tool_name, &opts, id));
                 let subject = format!("tool '{name}'");
-                watched(identity, deadline, subject, &options.cancel, run).await.unwrap_or_else(|e| {
+                let result = watched(identity, deadline, subject, &options.cancel, run).await.unwrap_or_else(|e| {
                     // A run cancelled with its runtime (shutdown) did not crash.
                     if e.is_cancelled() {
                         return Err(CallError::cancelled(&name));
                     }
                     Err(crashed(&name, &e.to_string()))
-                })
+                });
+                awaiting.finish(&result);
+                return result;
             }
         };
         self.log_call(&name, &options, started, &result);
@@ -655,6 +659,34 @@ impl Registry {
     /// those become metrics labels).
     fn log_call(&self, name: &str, options: &CallOptions, started: Started, result: &Result<Output, CallError>) {
         log_call(name, self.index.contains_key(name), options, started, result);
+    }
+}
+
+/// A call being awaited. Its log entry is written when it finishes, or, when the future is
+/// dropped first (the client went away, an MCP cancellation), as cancelled: every call that
+/// started is in the call log, the ones nobody waited for included.
+struct Awaiting {
+    call: Option<(Arc<Registry>, String, CallOptions, Started)>,
+}
+
+impl Awaiting {
+    fn new(registry: &Arc<Registry>, name: &str, options: &CallOptions, started: Started) -> Awaiting {
+        Awaiting { call: Some((Arc::clone(registry), name.to_string(), options.clone(), started)) }
+    }
+
+    fn finish(&mut self, result: &Result<Output, CallError>) {
+        if let Some((registry, name, options, started)) = self.call.take() {
+            registry.log_call(&name, &options, started, result);
+        }
+    }
+}
+
+impl Drop for Awaiting {
+    fn drop(&mut self) {
+        if let Some((_, name, ..)) = &self.call {
+            let cancelled = Err(CallError::cancelled(name));
+            self.finish(&cancelled);
+        }
     }
 }
 

@@ -375,6 +375,29 @@ fn ops_21_the_call_log_has_every_kind_of_call_linked_redacted_and_filtered() {
     assert!(plain.contains("relay") && plain.contains("rest"), "{plain}");
 }
 
+/// A call whose client went away before it finished is logged as cancelled: a Lua tool on the
+/// blocking pool, and a script with its inner call in flight.
+#[test]
+fn ops_21_a_call_the_client_left_is_logged_as_cancelled() {
+    let slow =
+        "tool = { name = \"slow\", description = \"Sleeps.\" }\nfunction tool.execute() sleep(5) return \"late\" end\n";
+    let s = crate::ops_21::serve_with("\n[tools.script.slow]\npath = \"slow.lua\"\n", &[("slow.lua", slow)]);
+    let url = |tool: &str| format!("http://{}/tools/{tool}", s.serve.addr);
+    let gone = post_from_thread(&url("slow"), &json!({}), Duration::from_millis(400));
+    assert!(gone.is_none(), "the client should have given up: {gone:?}");
+    let script = json!({"script": "return ctx.slow({}):await()"});
+    assert!(post_from_thread(&url("execute"), &script, Duration::from_millis(400)).is_none());
+    let calls = wait_logged(&s, 2, &["--tool", "slow"]);
+    let calls: Vec<Value> = calls.into_iter().chain(logged(&s, &["--tool", "execute"])).collect();
+    let outcome = |tool: &str, via: &str| {
+        let call = calls.iter().find(|c| c["tool"] == tool && c["via"] == via);
+        call.unwrap_or_else(|| panic!("no {tool} call via {via}: {calls:#?}"))["outcome"].clone()
+    };
+    assert_eq!(outcome("slow", "rest"), "cancelled");
+    assert_eq!(outcome("execute", "rest"), "cancelled");
+    assert_eq!(outcome("slow", "code"), "cancelled");
+}
+
 #[test]
 fn ops_21_the_call_log_keeps_at_most_max_entries() {
     let mut s = serve("\n[log]\nmax_entries = 100\n");
