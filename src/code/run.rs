@@ -207,16 +207,11 @@ impl Runner {
         calls.settle().map_err(|e| vm.classify(&e))?;
         // Measured up to what a run may hold; converted only as far as it is kept.
         let cap = self.limits.memory_bytes.max(self.limits.max_output_bytes);
-        match outcome::truncate_lua(vm.lua(), &value, self.limits.max_output_bytes, cap) {
+        match vm.bounded(|| outcome::truncate_lua(vm.lua(), &value, self.limits.max_output_bytes, cap)) {
             Ok(converted) => Ok(converted),
-            Err(convert::ConvertError::TooLarge { size }) => Err(ScriptError::BadResult {
-                what: format!("the script of tool '{}'", self.name),
-                message: format!(
-                    "its result is over {size} bytes of JSON, more than a run may hold ([code_mode] memory_mb, {cap} bytes); \
-                     return less: results are cut to max_output_bytes ({}) anyway",
-                    self.limits.max_output_bytes
-                ),
-            }),
+            Err(convert::ConvertError::TooLarge { size }) => {
+                Err(ScriptError::ResultTooLarge { what: format!("tool '{}'", self.name), size, limit: cap })
+            }
             Err(convert::ConvertError::Invalid(message)) => {
                 Err(ScriptError::BadResult { what: format!("the script of tool '{}'", self.name), message })
             }
@@ -432,7 +427,15 @@ impl Runner {
                 let message = format!("{at}{message}");
                 ("script_error", message, json!({"error": data, "line": line}))
             }
-            (None, e @ (ScriptError::BadResult { .. } | ScriptError::ResultTooLarge { .. })) => {
+            (None, ScriptError::ResultTooLarge { size, limit, .. }) => {
+                let message = format!(
+                    "the script's result is over {size} bytes of JSON, more than a run may hold ([code_mode] memory_mb, \
+                     {limit} bytes); return less: results are cut to max_output_bytes ({}) anyway",
+                    self.limits.max_output_bytes
+                );
+                ("script_error", message, json!({"line": null}))
+            }
+            (None, e @ ScriptError::BadResult { .. }) => {
                 let message =
                     format!("{e}; return a table of strings, numbers, booleans and tables (no functions, no cycles)");
                 ("script_error", message, json!({"line": null}))

@@ -199,20 +199,28 @@ fn key_text(key: &Value, path: &str) -> Result<String, ConvertError> {
 /// large to convert whole can be measured before it is cut.
 pub fn json_size_of(lua: &Lua, value: &Value, cap: usize) -> Result<usize, ConvertError> {
     let mut size = 0usize;
-    measure(lua, value, 0, &mut size, cap, &mut String::new())?;
+    let mut visits = 0usize;
+    measure(lua, value, 0, (&mut size, &mut visits), cap, &mut String::new())?;
     Ok(size)
 }
 
+/// One step of [`json_size_of`]. Like [`to_json`], every value visited counts 8 bytes against
+/// `cap` however small its JSON: a table that holds the same table many times over (a chain
+/// of them, each level twice, is 2^depth paths) is refused after `cap / 8` visits.
 fn measure(
     lua: &Lua,
     value: &Value,
     depth: usize,
-    size: &mut usize,
+    (size, visits): (&mut usize, &mut usize),
     cap: usize,
     path: &mut String,
 ) -> Result<(), ConvertError> {
     if depth > MAX_DEPTH {
         return Err(ConvertError::Invalid(format!("nested more than {MAX_DEPTH} levels deep at {path} (a cycle?)")));
+    }
+    *visits += 1;
+    if visits.saturating_mul(8) > cap {
+        return Err(ConvertError::TooLarge { size: (*size).max(visits.saturating_mul(8)) });
     }
     visit()?;
     *size += match value {
@@ -224,7 +232,7 @@ fn measure(
                     let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
                     let mark = path.len();
                     path.push_str(&format!("[{i}]"));
-                    measure(lua, &item, depth + 1, size, cap, path)?;
+                    measure(lua, &item, depth + 1, (&mut *size, &mut *visits), cap, path)?;
                     path.truncate(mark);
                 }
                 0
@@ -237,7 +245,7 @@ fn measure(
                     let mark = path.len();
                     path.push('.');
                     path.push_str(&key);
-                    measure(lua, &item, depth + 1, size, cap, path)?;
+                    measure(lua, &item, depth + 1, (&mut *size, &mut *visits), cap, path)?;
                     path.truncate(mark);
                 }
                 2

@@ -593,6 +593,13 @@ impl Vm {
         &self.state
     }
 
+    /// Runs `work` (host code walking this VM's values after the script returned) as part of
+    /// the run: its deadline and cancellation still stop the walks that check them.
+    pub fn bounded<T>(&self, work: impl FnOnce() -> T) -> T {
+        let _running = bounds::enter(self.state());
+        work()
+    }
+
     /// Lua's own `xpcall` and the handler that places errors at the script's line.
     pub(crate) fn protected(&self) -> (&Function, &Function) {
         (&self.raw_xpcall, &self.locate)

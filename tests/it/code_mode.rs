@@ -453,6 +453,10 @@ fn code_18_a_huge_result_is_cut_without_being_built() {
     // Twice that is over memory_mb (64 MiB, the default).
     let reply = execute(&served, &format!("{rows} return {{t, t}}"));
     reply.failed("script_error", "more than a run may hold ([code_mode] memory_mb");
+    // 2^100 paths through 100 tables: measuring it stops at the run's deadline.
+    let paths = "local t = {} for i = 1, 100 do t = {t, t} end return t";
+    let reply = run_script(&served, "execute", paths, json!({"timeout": 1}));
+    reply.failed("timeout", "time limit of 1 second");
     assert_healthy(&served, "the huge results");
 }
 
