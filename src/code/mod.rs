@@ -51,7 +51,7 @@ pub fn catalog_of(registry: &Registry, principal: &crate::tools::Principal) -> c
 }
 
 /// Whether `name` runs a script: `execute`, or a scripted tool.
-fn runs_scripts(config: &crate::config::Config, name: &str) -> bool {
+pub fn runs_scripts(config: &crate::config::Config, name: &str) -> bool {
     name == "execute" || config.scripted.iter().any(|s| s.name == name)
 }
 

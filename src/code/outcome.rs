@@ -145,26 +145,24 @@ pub fn truncate_lua(lua: &Lua, value: &Value, limit: usize, cap: usize) -> Resul
     Ok((cut, Some(Cut { limit_bytes: limit, original_bytes: original })))
 }
 
-/// [`shrink`] of a Lua value: what fits in `budget` is converted whole; a table that does not
-/// keeps what fits of it, read entry by entry.
+/// [`shrink`] of a Lua value: what fits in `budget` is converted whole (measured first, so
+/// nothing larger is built); a table that does not fit keeps what fits of it, read entry by
+/// entry.
 fn shrink_lua(lua: &Lua, value: &Value, budget: usize, path: &mut String) -> Result<(Json, usize), ConvertError> {
     let Value::Table(table) = value else {
         // A string is no larger here than the Lua memory that holds it.
         return Ok(shrink(convert::to_json(lua, value, usize::MAX)?, budget));
     };
-    match convert::to_json(lua, value, budget) {
-        Ok(json) => {
-            let size = json_size(&json);
-            if size <= budget {
-                return Ok((json, size));
-            }
-        }
+    match convert::json_size_of(lua, value, budget) {
+        Ok(size) => return Ok((convert::to_json(lua, value, usize::MAX)?, size)),
         Err(ConvertError::TooLarge { .. }) => {}
         Err(e) => return Err(e),
     }
     let at = |path: &mut String, part: &str| {
         let mark = path.len();
-        path.push_str(part);
+        if path.len() < 256 {
+            path.push_str(part);
+        }
         mark
     };
     match convert::shape(lua, table, path)? {
@@ -188,17 +186,21 @@ fn shrink_lua(lua: &Lua, value: &Value, budget: usize, path: &mut String) -> Res
             Ok((Json::Array(kept), used))
         }
         Shape::Object => {
-            let keys = convert::sorted_keys(table, path)?;
-            let total = keys.len();
+            // Each kept key takes at least its quotes, colon, comma and SMALLEST bytes of value.
+            let (keys, total) = convert::first_keys(table, budget / (4 + SMALLEST) + 1, path)?;
             let mut kept = Map::new();
             let mut used = 2;
             for key in keys {
+                // Keys that read the same in JSON (1 and "1", invalid UTF-8) are one key there.
+                if kept.contains_key(&key.text) {
+                    continue;
+                }
                 let key_size = 2 + escaped_len(&key.text) + 1;
                 let left = budget.saturating_sub(used + key_size + 1 + SMALLEST);
                 if left < SMALLEST {
                     break;
                 }
-                let item = key.value_in(table)?;
+                let item = key.value_in(lua, table)?;
                 let mark = at(path, &format!(".{}", key.text));
                 let (item, item_size) = shrink_lua(lua, &item, left, path)?;
                 path.truncate(mark);

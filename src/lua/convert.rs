@@ -146,35 +146,73 @@ pub fn shape(lua: &Lua, table: &Table, path: &str) -> Result<Shape, ConvertError
     })
 }
 
-/// A table key as JSON writes it, and the key itself to look its value up again.
+/// A table key as JSON writes it, and the key itself (held in Rust, not as a Lua reference)
+/// to look its value up again.
 pub struct Key {
     pub text: String,
-    raw: Value,
+    raw: RawKey,
 }
 
-/// The keys of a table that converts to an object, in the order [`to_json`] writes them. Each
-/// string key is held as a Lua value: a table of more keys than mlua's reference stack has
-/// room for (a million) is refused rather than overflowing it.
-pub fn sorted_keys(table: &Table, path: &str) -> Result<Vec<Key>, ConvertError> {
-    const MAX_KEYS: usize = 500_000;
-    let mut keys = Vec::new();
-    for key in table.pairs::<Value, Value>().map(|p| p.map(|(k, _)| k)) {
-        let raw = key.map_err(|e| ConvertError::Invalid(e.to_string()))?;
-        if keys.len() == MAX_KEYS {
-            let at = if path.is_empty() { String::new() } else { format!(" at {path}") };
-            return Err(ConvertError::Invalid(format!(
-                "an object of more than {MAX_KEYS} keys{at} is too large to cut to size; return a list, or fewer keys"
-            )));
-        }
-        keys.push(Key { text: key_text(&raw, path)?, raw });
+enum RawKey {
+    Bytes(Vec<u8>),
+    Integer(i64),
+    Number(f64),
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.text == other.text
     }
-    keys.sort_by(|a, b| a.text.cmp(&b.text));
-    Ok(keys)
+}
+impl Eq for Key {}
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> std::cmp::Ordering {
+        self.text.cmp(&other.text)
+    }
+}
+
+/// The first `keep` keys of a table that converts to an object, in the order [`to_json`]
+/// writes them, and how many keys it has. Only those `keep` are held, whatever the table's
+/// size, and none as a Lua reference (a walk down nested wide tables would otherwise hold every
+/// level's keys in mlua's million-slot reference stack).
+pub fn first_keys(table: &Table, keep: usize, path: &str) -> Result<(Vec<Key>, usize), ConvertError> {
+    let mut first = std::collections::BinaryHeap::new();
+    let mut total = 0usize;
+    for key in table.pairs::<Value, Value>().map(|p| p.map(|(k, _)| k)) {
+        let key = key.map_err(|e| ConvertError::Invalid(e.to_string()))?;
+        total += 1;
+        visit()?;
+        let raw = match &key {
+            Value::String(s) => RawKey::Bytes(s.as_bytes().to_vec()),
+            Value::Integer(i) => RawKey::Integer(*i),
+            Value::Number(n) => RawKey::Number(*n),
+            _ => RawKey::Integer(0),
+        };
+        let text = key_text(&key, path)?;
+        if first.len() < keep {
+            first.push(Key { text, raw });
+        } else if first.peek().is_some_and(|last: &Key| text < last.text) {
+            first.pop();
+            first.push(Key { text, raw });
+        }
+    }
+    Ok((first.into_sorted_vec(), total))
 }
 
 impl Key {
-    pub fn value_in(&self, table: &Table) -> Result<Value, ConvertError> {
-        table.raw_get(&self.raw).map_err(|e| ConvertError::Invalid(e.to_string()))
+    pub fn value_in(&self, lua: &Lua, table: &Table) -> Result<Value, ConvertError> {
+        let fail = |e: mlua::Error| ConvertError::Invalid(e.to_string());
+        match &self.raw {
+            RawKey::Bytes(bytes) => table.raw_get(lua.create_string(bytes).map_err(fail)?),
+            RawKey::Integer(i) => table.raw_get(*i),
+            RawKey::Number(n) => table.raw_get(*n),
+        }
+        .map_err(fail)
     }
 }
 
@@ -184,14 +222,62 @@ fn key_text(key: &Value, path: &str) -> Result<String, ConvertError> {
         Value::String(s) => s.to_string_lossy().to_string(),
         Value::Integer(i) => i.to_string(),
         Value::Number(n) => n.to_string(),
-        other => {
-            let at = if path.is_empty() { String::new() } else { format!(" at {path}") };
-            return Err(ConvertError::Invalid(format!(
-                "a table key of type {} cannot be a JSON key{at}",
-                other.type_name()
-            )));
-        }
+        other => return Err(bad_key(other, path)),
     })
+}
+
+/// The bytes a key takes in JSON (quotes included), counted without copying it.
+fn key_size(key: &Value, path: &str) -> Result<usize, ConvertError> {
+    Ok(match key {
+        Value::String(s) => string_size(&s.as_bytes()),
+        Value::Integer(i) => json_size(&i.to_string()),
+        Value::Number(n) => json_size(&n.to_string()),
+        other => return Err(bad_key(other, path)),
+    })
+}
+
+fn bad_key(key: &Value, path: &str) -> ConvertError {
+    let at = if path.is_empty() { String::new() } else { format!(" at {path}") };
+    ConvertError::Invalid(format!("a table key of type {} cannot be a JSON key{at}", key.type_name()))
+}
+
+/// The bytes a Lua string takes as a JSON string, as [`to_json`] writes it (invalid UTF-8
+/// replaced).
+fn string_size(bytes: &[u8]) -> usize {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => json_size(text),
+        Err(_) => json_size(&String::from_utf8_lossy(bytes)),
+    }
+}
+
+/// The most of a value's place kept for messages: deep nesting under long keys would
+/// otherwise make the place as large as the value.
+const MAX_PATH: usize = 256;
+
+/// Appends `part` to `path` (bounded by [`MAX_PATH`], then `…`); the length to truncate back to.
+/// Writes no more than fits, however long the part.
+fn descend(path: &mut String, part: std::fmt::Arguments<'_>) -> usize {
+    struct Bounded<'a>(&'a mut String);
+    impl std::fmt::Write for Bounded<'_> {
+        fn write_str(&mut self, text: &str) -> std::fmt::Result {
+            let room = MAX_PATH.saturating_sub(self.0.len());
+            if text.len() <= room {
+                self.0.push_str(text);
+                return Ok(());
+            }
+            let mut end = room;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.0.push_str(&text[..end]);
+            Err(std::fmt::Error)
+        }
+    }
+    let mark = path.len();
+    if std::fmt::Write::write_fmt(&mut Bounded(path), part).is_err() && !path.ends_with('…') {
+        path.push('…');
+    }
+    mark
 }
 
 /// The exact size of `value` as compact JSON (what [`json_size`] of [`to_json`]'s answer
@@ -230,8 +316,7 @@ fn measure(
                 *size += 1 + len;
                 for i in 1..=len {
                     let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
-                    let mark = path.len();
-                    path.push_str(&format!("[{i}]"));
+                    let mark = descend(path, format_args!("[{i}]"));
                     measure(lua, &item, depth + 1, (&mut *size, &mut *visits), cap, path)?;
                     path.truncate(mark);
                 }
@@ -240,24 +325,22 @@ fn measure(
             Shape::Object => {
                 for (entry, pair) in table.pairs::<Value, Value>().enumerate() {
                     let (key, item) = pair.map_err(|e| ConvertError::Invalid(e.to_string()))?;
-                    let key = key_text(&key, path)?;
-                    *size += json_size(&key) + 1 + usize::from(entry > 0);
-                    let mark = path.len();
-                    path.push('.');
-                    path.push_str(&key);
+                    *size += key_size(&key, path)? + 1 + usize::from(entry > 0);
+                    // Counted before going down: a long key at every level stops here.
+                    if *size > cap {
+                        return Err(ConvertError::TooLarge { size: *size });
+                    }
+                    let mark = match &key {
+                        Value::String(s) => descend(path, format_args!(".{}", String::from_utf8_lossy(&s.as_bytes()))),
+                        other => descend(path, format_args!(".{}", key_text(other, "")?)),
+                    };
                     measure(lua, &item, depth + 1, (&mut *size, &mut *visits), cap, path)?;
                     path.truncate(mark);
                 }
                 2
             }
         },
-        Value::String(s) => {
-            let bytes = s.as_bytes();
-            match std::str::from_utf8(&bytes) {
-                Ok(text) => json_size(text),
-                Err(_) => json_size(&String::from_utf8_lossy(&bytes)),
-            }
-        }
+        Value::String(s) => string_size(&s.as_bytes()),
         scalar => json_size(&convert(lua, scalar, depth, &mut 0, usize::MAX, path)?),
     };
     if *size > cap {
@@ -335,8 +418,7 @@ fn convert(
                 let mut items = Vec::with_capacity(len);
                 for i in 1..=len {
                     let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
-                    let mark = path.len();
-                    path.push_str(&format!("[{i}]"));
+                    let mark = descend(path, format_args!("[{i}]"));
                     items.push(convert(lua, &item, depth + 1, used, budget, path)?);
                     path.truncate(mark);
                 }
@@ -361,9 +443,7 @@ fn convert(
                     }
                 };
                 charge(used, key.len() + 3, budget)?;
-                let mark = path.len();
-                path.push('.');
-                path.push_str(&key);
+                let mark = descend(path, format_args!(".{key}"));
                 let converted = convert(lua, &item, depth + 1, used, budget, path)?;
                 path.truncate(mark);
                 keyed.push((key, converted));
@@ -671,5 +751,53 @@ mod tests {
         let nested: Value = lua.load("return {a = {0/0}}").eval().unwrap();
         let inner = to_json(&lua, &nested, usize::MAX).unwrap_err().to_string();
         assert!(inner.ends_with("is not a JSON number at .a[1]"), "{inner}");
+    }
+
+    /// A long key at every level is counted before the walk goes down, and a value's place in
+    /// messages stays short.
+    #[test]
+    fn long_keys_nested_deep_are_refused_early_and_places_stay_short() {
+        #[allow(clippy::disallowed_methods)]
+        let lua = Lua::new();
+        let deep: Value = lua
+            .load("local k = ('k'):rep(1048576) local t = 1 for i = 1, 100 do t = {[k] = t} end return t")
+            .eval()
+            .unwrap();
+        let err = json_size_of(&lua, &deep, 8 * 1024 * 1024).unwrap_err();
+        assert!(matches!(err, ConvertError::TooLarge { size } if size < 10 * 1024 * 1024), "{err}");
+        let too_deep: Value = lua
+            .load("local k = ('k'):rep(1000) local t = 1 for i = 1, 140 do t = {[k] = t} end return t")
+            .eval()
+            .unwrap();
+        for err in
+            [json_size_of(&lua, &too_deep, usize::MAX).unwrap_err(), to_json(&lua, &too_deep, usize::MAX).unwrap_err()]
+        {
+            let message = err.to_string();
+            assert!(
+                message.contains("levels deep") && message.len() < 400,
+                "{} bytes: {}",
+                message.len(),
+                &message[..200]
+            );
+        }
+    }
+
+    /// Nested wide objects: only the keys that can be kept are held, never as Lua references
+    /// (four levels of 300,000 keys held 1.2 million and overflowed mlua's reference stack).
+    #[test]
+    fn nested_wide_objects_are_cut_without_holding_their_keys() {
+        #[allow(clippy::disallowed_methods)]
+        let lua = Lua::new();
+        let script = "local t = 0 for level = 1, 4 do local o = {a = t} for i = 1, 3e5 do o['k' .. i] = i end t = o end return t";
+        let value: Value = lua.load(script).eval().unwrap();
+        let (cut, what) = crate::code::outcome::truncate_lua(&lua, &value, 4096, usize::MAX).unwrap();
+        assert!(what.is_some() && json_size(&cut) <= 4096 + 256, "{}", json_size(&cut));
+        assert!(cut["a"]["a"].is_object(), "{cut}");
+        let (first, total) = match &value {
+            Value::Table(t) => first_keys(t, 3, "").unwrap(),
+            _ => unreachable!(),
+        };
+        let texts: Vec<&str> = first.iter().map(|k| k.text.as_str()).collect();
+        assert_eq!((texts, total), (vec!["a", "k1", "k10"], 300_001));
     }
 }

@@ -85,11 +85,16 @@ pub fn output(output: &Output) -> Result<CallToolResult, McpError> {
     Ok(out)
 }
 
-/// The `tools/call` result of a call that failed as a tool error. A script's failure carries
-/// what REST puts in the error body: the trace of its inner calls as `_meta["ctx/trace"]` (as
-/// on success), and its code with the limit or line as `_meta["ctx/error"]`.
-pub fn error_result(error: &CallError) -> Result<CallToolResult, McpError> {
+/// The `tools/call` result of a call that failed as a tool error. A failed script (`script`:
+/// the tool runs scripts) carries what REST puts in the error body: the trace of its inner calls
+/// as `_meta["ctx/trace"]` (as on success), and its code with the limit or line as
+/// `_meta["ctx/error"]`. Any other tool's error data stays where it is: a Lua tool could
+/// otherwise pass off a trace of its own.
+pub fn error_result(error: &CallError, script: bool) -> Result<CallToolResult, McpError> {
     let mut out = result(&error.mcp())?;
+    if !script {
+        return Ok(out);
+    }
     if let CallError::ToolFailed { tool_code, data: Some(Json::Object(data)), .. } = error {
         let mut data = data.clone();
         if let Some(trace) = data.remove("trace") {
@@ -173,4 +178,26 @@ pub fn prompt_result(prompt: AgentPrompt) -> GetPromptResult {
         result = result.with_description(description);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Only a tool that runs scripts gets its error data as `_meta`: a Lua tool's `MCP.error`
+    /// data holding a `trace` is not passed off as code mode's.
+    #[test]
+    fn only_a_script_tools_error_carries_the_trace() {
+        let error = CallError::ToolFailed {
+            message: "nope".to_string(),
+            tool_code: Some("not_found".to_string()),
+            data: Some(json!({"trace": {"calls": [{"tool": "delete_everything", "status": "ok"}]}, "limit": 7})),
+        };
+        assert!(error_result(&error, false).unwrap().meta.is_none());
+        let meta = error_result(&error, true).unwrap().meta.unwrap();
+        assert_eq!(meta.0["ctx/trace"]["calls"][0]["tool"], "delete_everything");
+        assert_eq!(meta.0["ctx/error"], json!({"code": "not_found", "limit": 7}));
+    }
 }
