@@ -150,7 +150,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // `ctx schema check` reports every problem and warning itself; its log would say each twice.
     let checking = matches!(cli.command, Command::Schema(schema_cmd::SchemaCommand::Check));
-    init_logging(cli.verbose, cli.quiet || (checking && cli.verbose == 0));
+    // `ctx run` is for writing and debugging scripts: their print and log lines show unasked.
+    let scripts = matches!(cli.command, Command::Run(_));
+    init_logging(cli.verbose, cli.quiet || (checking && cli.verbose == 0), scripts);
     let globals = Globals { config: cli.config.clone(), verbose: cli.verbose, quiet: cli.quiet };
     pipe::silence_closed_stdout();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli.command, &globals)));
@@ -207,7 +209,7 @@ fn render(err: &CliError) -> String {
     }
 }
 
-fn init_logging(verbose: u8, quiet: bool) {
+fn init_logging(verbose: u8, quiet: bool, scripts: bool) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let level = match (quiet, verbose) {
@@ -220,8 +222,9 @@ fn init_logging(verbose: u8, quiet: bool) {
     // rmcp warns about every JSON-RPC error it sends (a client's bad arguments, say); those are
     // the client's business, so its warnings show only with -v.
     let rmcp = if verbose > 0 { level } else { "error" };
-    let filter =
-        EnvFilter::try_from_env("CTX_LOG").unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},rmcp={rmcp},warn")));
+    let script = if scripts && !quiet && verbose < 2 { ",ctx::script=info" } else { "" };
+    let filter = EnvFilter::try_from_env("CTX_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},rmcp={rmcp},warn{script}")));
     // Logs go to stderr so stdout stays clean for --json output and the MCP stdio transport,
     // without the config's secrets (a script can log anything).
     // Colour only for a person at a terminal: a file, a pipe or a desktop client's log gets

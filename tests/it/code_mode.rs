@@ -980,6 +980,13 @@ fn code_18_ctx_run_and_ctx_catalog() {
     // `-` reads stdin; a text result prints as text.
     let run = ctx_with_stdin(&ws, &["run", "-"], "return 'from ' .. 'stdin'");
     assert_eq!(run.ok(), "from stdin\n");
+    // A script's print and log lines show on stderr unasked (debug ones with -vv); -q hides them.
+    let debugging = "print('checking the input') log.debug('fine detail') return 1";
+    let run = ctx_with_stdin(&ws, &["run", "-"], debugging);
+    assert_eq!(run.ok(), "1\n");
+    assert!(run.stderr().contains("checking the input") && !run.stderr().contains("fine detail"), "{}", run.stderr());
+    assert!(ctx_with_stdin(&ws, &["-vv", "run", "-"], debugging).stderr().contains("fine detail"));
+    assert!(!ctx_with_stdin(&ws, &["-q", "run", "-"], debugging).stderr().contains("checking the input"));
     // --scripted runs it as that tool, in its scope.
     let run = ctx_with_stdin(
         &ws,
