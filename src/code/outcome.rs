@@ -158,13 +158,6 @@ fn shrink_lua(lua: &Lua, value: &Value, budget: usize, path: &mut String) -> Res
         Err(ConvertError::TooLarge { .. }) => {}
         Err(e) => return Err(e),
     }
-    let at = |path: &mut String, part: &str| {
-        let mark = path.len();
-        if path.len() < 256 {
-            path.push_str(part);
-        }
-        mark
-    };
     match convert::shape(lua, table, path)? {
         Shape::Empty(json) => Ok((json, 2)),
         Shape::List(len) => {
@@ -176,7 +169,7 @@ fn shrink_lua(lua: &Lua, value: &Value, budget: usize, path: &mut String) -> Res
                     break;
                 }
                 let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
-                let mark = at(path, &format!("[{i}]"));
+                let mark = convert::descend(path, format_args!("[{i}]"));
                 let (item, item_size) = shrink_lua(lua, &item, left, path)?;
                 path.truncate(mark);
                 used += item_size + usize::from(!kept.is_empty());
@@ -201,7 +194,7 @@ fn shrink_lua(lua: &Lua, value: &Value, budget: usize, path: &mut String) -> Res
                     break;
                 }
                 let item = key.value_in(lua, table)?;
-                let mark = at(path, &format!(".{}", key.text));
+                let mark = convert::descend(path, format_args!(".{}", key.text));
                 let (item, item_size) = shrink_lua(lua, &item, left, path)?;
                 path.truncate(mark);
                 used += key_size + item_size + usize::from(!kept.is_empty());

@@ -52,7 +52,6 @@ impl Drop for RunSlot {
 /// with the input, outside the script's limits.
 const MAX_NAME: usize = 1024;
 
-/// `text` if it is short enough for a lookup, else the error that says so.
 /// A discovery function of one name (or query) and one optional argument, answering JSON; the
 /// name is bounded by [`short`] before any work is done.
 fn keyed<A: mlua::FromLua + 'static>(
@@ -69,6 +68,7 @@ fn keyed<A: mlua::FromLua + 'static>(
     })
 }
 
+/// `text` if it is short enough for a lookup, else the error that says so.
 fn short(what: &str, text: &mlua::LuaString) -> mlua::Result<String> {
     let bytes = text.as_bytes();
     if bytes.len() > MAX_NAME {

@@ -187,19 +187,21 @@ pub fn first_keys(table: &Table, keep: usize, path: &str) -> Result<(Vec<Key>, u
         let key = key.map_err(|e| ConvertError::Invalid(e.to_string()))?;
         total += 1;
         visit()?;
+        let text = key_text(&key, path)?;
+        let full = first.len() >= keep;
+        if full && first.peek().is_none_or(|last: &Key| text >= last.text) {
+            continue;
+        }
+        // Copied only for a key that is kept (key_text took only strings and numbers).
         let raw = match &key {
             Value::String(s) => RawKey::Bytes(s.as_bytes().to_vec()),
             Value::Integer(i) => RawKey::Integer(*i),
-            Value::Number(n) => RawKey::Number(*n),
-            _ => RawKey::Integer(0),
+            _ => RawKey::Number(key.as_f64().unwrap_or_default()),
         };
-        let text = key_text(&key, path)?;
-        if first.len() < keep {
-            first.push(Key { text, raw });
-        } else if first.peek().is_some_and(|last: &Key| text < last.text) {
+        if full {
             first.pop();
-            first.push(Key { text, raw });
         }
+        first.push(Key { text, raw });
     }
     Ok((first.into_sorted_vec(), total))
 }
@@ -256,7 +258,7 @@ const MAX_PATH: usize = 256;
 
 /// Appends `part` to `path` (bounded by [`MAX_PATH`], then `…`); the length to truncate back to.
 /// Writes no more than fits, however long the part.
-fn descend(path: &mut String, part: std::fmt::Arguments<'_>) -> usize {
+pub fn descend(path: &mut String, part: std::fmt::Arguments<'_>) -> usize {
     struct Bounded<'a>(&'a mut String);
     impl std::fmt::Write for Bounded<'_> {
         fn write_str(&mut self, text: &str) -> std::fmt::Result {
