@@ -70,6 +70,7 @@ fn check(globals: &Globals) -> Result<(), CliError> {
         for warning in &checked.warnings {
             warnings.push(format!("{}.{}: {}", section(warning), warning.name, warning.message));
         }
+        warnings.extend(checked.scripted.iter().cloned());
     }
     for warning in &warnings {
         eprintln!("warning: {warning}");

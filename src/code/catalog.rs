@@ -496,11 +496,12 @@ impl Catalog {
 }
 
 /// The in-memory FTS5 index of `entries`, rowid = entry index. The tokenizer is the knowledge
-/// base's, so `fts_query` cuts a query into the same terms the index holds.
+/// base's with English stemming (tool descriptions are English, and "documents" should find
+/// "document"), so `fts_query` cuts a query into the same terms and FTS5 stems them alike.
 fn build_index(entries: &[Entry]) -> rusqlite::Result<Connection> {
     let conn = Connection::open_in_memory()?;
     conn.execute_batch(
-        "CREATE VIRTUAL TABLE tools USING fts5(name, grp, description, tokenize = 'unicode61 remove_diacritics 2')",
+        "CREATE VIRTUAL TABLE tools USING fts5(name, grp, description, tokenize = 'porter unicode61 remove_diacritics 2')",
     )?;
     let tx = conn.unchecked_transaction()?;
     {
@@ -1313,6 +1314,12 @@ mod tests {
         assert_eq!(exact["tools"][0]["name"], "github__listPullRequests", "{exact}");
         let slack = catalog.search_tools("post to slack", 10).unwrap();
         assert_eq!(slack["tools"][0]["name"], "slack__post_message", "{slack}");
+        // Words match in any English form: the index stems them as the knowledge base's
+        // `stemming = "english"` does.
+        let forms = catalog.search_tools("creating jira issues", 5).unwrap();
+        assert_eq!(forms["tools"][0]["name"], "jira__create_issue", "{forms}");
+        let posted = catalog.search_tools("posting messages", 5).unwrap();
+        assert_eq!(posted["tools"][0]["name"], "slack__post_message", "{posted}");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::config::ScriptKind;
 use crate::lua::reuse::{self, ScriptKey};
 use crate::lua::{convert, CancelHandle, Limits, ScriptError, ScriptInfo, Vm};
 use crate::tools::{CallEnv, CallError, Output};
+use crate::types::ErrorCode;
 
 /// The most bytes of arguments one inner call may pass, as JSON.
 const ARGS_BUDGET: usize = 4 * 1024 * 1024;
@@ -202,6 +203,13 @@ impl Runner {
         let outcome = self.install(vm, calls, catalog).map_err(|e| vm.classify(&e))?;
         let returned = vm.run_source("script", script.as_bytes())?;
         let (has, captured): (bool, Value) = outcome.call(()).map_err(|e| vm.classify(&e))?;
+        // Two answers would leave one silently lost: say so instead of picking one.
+        if has && !returned.is_nil() && returned != captured {
+            let message = "the script called result() and also returned a value; keep one of them \
+                           (result(value) or return value)"
+                .to_string();
+            return Err(ScriptError::Runtime { detail: message.clone(), message });
+        }
         let value = if has { captured } else { returned };
         // The calls it started and never awaited are part of the run: wait for them.
         calls.settle().map_err(|e| vm.classify(&e))?;
@@ -433,7 +441,7 @@ impl Runner {
                      {limit} bytes); return less: results are cut to max_output_bytes ({}) anyway",
                     self.limits.max_output_bytes
                 );
-                ("script_error", message, json!({"line": null}))
+                ("result_too_large", message, json!({"line": null}))
             }
             (None, e @ ScriptError::BadResult { .. }) => {
                 let message =
@@ -449,11 +457,25 @@ impl Runner {
             (None, other) => return CallError::from_script(&self.name, other),
         };
         data["trace"] = calls.trace();
-        CallError::ToolFailed {
+        CallError::ScriptFailed {
+            code: envelope_code(code),
             message: format!("{message} ({summary})"),
-            tool_code: Some(code.to_string()),
-            data: Some(data),
+            reason: code.to_string(),
+            data: Box::new(data),
         }
+    }
+}
+
+/// The envelope code (and so the REST status) of a run's own failure code: the same as any
+/// tool's for a deadline, a memory cap and a result over its cap; a script that does not
+/// compile is the caller's bad input; anything else the script did is a tool error.
+fn envelope_code(reason: &str) -> ErrorCode {
+    match reason {
+        "timeout" => ErrorCode::Timeout,
+        "memory" => ErrorCode::MemoryLimit,
+        "syntax_error" => ErrorCode::BadRequest,
+        "result_too_large" => ErrorCode::ResultTooLarge,
+        _ => ErrorCode::ToolError,
     }
 }
 

@@ -45,6 +45,10 @@ pub fn tools(mode: &CodeMode, scripted: &[ScriptedSection], others: &[ToolRef]) 
         let runner = Runner::new(section.name.clone(), catalog, scope, section.limits.clone(), Arc::clone(&mode));
         let mut spec = script_spec(&section.name, description, &runner);
         spec.builtin = false;
+        let title = section.title.clone().unwrap_or_else(|| format!("{}: run a Lua script", section.name));
+        if let Some(annotations) = spec.annotations.as_mut() {
+            annotations.title = Some(title);
+        }
         composed.push(Arc::new(ScriptTool { spec, runner }));
     }
     let mut out: Vec<ToolRef> = Vec::new();
@@ -62,6 +66,32 @@ pub fn tools(mode: &CodeMode, scripted: &[ScriptedSection], others: &[ToolRef]) 
     }
     out.extend(composed);
     (out, problems)
+}
+
+/// Warnings for the globs of scripted tools that match none of `names` (ctx's own tools), as
+/// `tools.scripted.<name>: ...` lines: a typo leaves the tool without a tool it was meant to
+/// call, and nothing else would say so. A glob with `__` names upstream tools, which are known
+/// only once their servers are connected, so it is not judged here.
+pub fn unmatched_globs(scripted: &[ScriptedSection], names: &[&str]) -> Vec<String> {
+    let mut known = names.iter().take(20).copied().collect::<Vec<_>>().join(", ");
+    if names.len() > 20 {
+        known.push_str(&format!(" and {} more", names.len() - 20));
+    }
+    let mut out = Vec::new();
+    for section in scripted {
+        for glob in section.tools.iter().filter(|g| !g.contains("__")) {
+            let set = crate::config::code_mode::glob_set(std::slice::from_ref(glob));
+            if !names.iter().any(|n| set.is_match(n)) {
+                out.push(format!(
+                    "tools.scripted.{}: tools glob \"{glob}\" matches no tool (ctx's tools are {known}; \
+                     scripted tools and execute are never reachable from a script); fix the name, or \
+                     scripts cannot call the tool it means",
+                    section.name
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// `execute`, or a scripted tool: takes `{script, timeout?}` and runs it.

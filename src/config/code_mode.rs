@@ -127,6 +127,8 @@ pub struct ScriptedSection {
     /// The section key: the tool's name.
     pub name: String,
     pub description: String,
+    /// The display title MCP clients show, if the section sets one.
+    pub title: Option<String>,
     /// Globs over registry tool names: the only tools that exist inside the script.
     pub tools: Vec<String>,
     /// `[code_mode]`'s limits with the section's own overrides applied.
@@ -265,6 +267,7 @@ pub(super) fn from_spec(
         .map(|(name, s)| ScriptedSection {
             name: name.to_string(),
             description: s.description.to_string(),
+            title: s.title.as_ref().map(|t| t.to_string()),
             tools: s.tools.iter().map(|g| g.to_string()).collect(),
             limits: limits.with(&Written {
                 timeout: s.timeout,

@@ -17,7 +17,7 @@ pub enum KbError {
     UnknownTarget { given: String, known: Vec<String> },
     #[error("invalid date {0:?}: expected YYYY-MM-DD or an RFC 3339 timestamp such as 2026-01-31T12:00:00Z")]
     BadDate(String),
-    #[error("limit {given} is out of range: expected 1 to {max}")]
+    #[error("limit {given} is out of range: expected 1 to {max} ([retrieval] max_limit)")]
     BadLimit { given: i64, max: i64 },
     #[error("no document with id {0:?}")]
     NotFound(String),

@@ -85,24 +85,20 @@ pub fn output(output: &Output) -> Result<CallToolResult, McpError> {
     Ok(out)
 }
 
-/// The `tools/call` result of a call that failed as a tool error. A failed script (`script`:
-/// the tool runs scripts) carries what REST puts in the error body: the trace of its inner calls
-/// as `_meta["ctx/trace"]` (as on success), and its code with the limit or line as
-/// `_meta["ctx/error"]`. Any other tool's error data stays where it is: a Lua tool could
-/// otherwise pass off a trace of its own.
-pub fn error_result(error: &CallError, script: bool) -> Result<CallToolResult, McpError> {
+/// The `tools/call` result of a call that failed as a tool error. A failed script (only
+/// `execute` and scripted tools fail with [`CallError::ScriptFailed`]) carries what REST puts in
+/// the error body: the trace of its inner calls as `_meta["ctx/trace"]` (as on success), and its
+/// code with the limit or line as `_meta["ctx/error"]`. Any other tool's error data stays where
+/// it is: a Lua tool could otherwise pass off a trace of its own.
+pub fn error_result(error: &CallError) -> Result<CallToolResult, McpError> {
     let mut out = result(&error.mcp())?;
-    if !script {
-        return Ok(out);
-    }
-    if let CallError::ToolFailed { tool_code, data: Some(Json::Object(data)), .. } = error {
+    if let CallError::ScriptFailed { reason, data, .. } = error {
+        let Json::Object(data) = data.as_ref() else { return Ok(out) };
         let mut data = data.clone();
         if let Some(trace) = data.remove("trace") {
             let mut meta = out.meta.take().unwrap_or_default();
             meta.0.insert("ctx/trace".to_string(), trace);
-            if let Some(code) = tool_code {
-                data.insert("code".to_string(), Json::String(code.clone()));
-            }
+            data.insert("code".to_string(), Json::String(reason.clone()));
             meta.0.insert("ctx/error".to_string(), Json::Object(data));
             out.meta = Some(meta);
         }
@@ -186,18 +182,25 @@ mod tests {
 
     use super::*;
 
-    /// Only a tool that runs scripts gets its error data as `_meta`: a Lua tool's `MCP.error`
+    /// Only a script run's failure gets its error data as `_meta`: a Lua tool's `MCP.error`
     /// data holding a `trace` is not passed off as code mode's.
     #[test]
-    fn only_a_script_tools_error_carries_the_trace() {
-        let error = CallError::ToolFailed {
+    fn only_a_script_runs_error_carries_the_trace() {
+        let trace = json!({"calls": [{"tool": "delete_everything", "status": "ok"}]});
+        let forged = CallError::ToolFailed {
             message: "nope".to_string(),
             tool_code: Some("not_found".to_string()),
-            data: Some(json!({"trace": {"calls": [{"tool": "delete_everything", "status": "ok"}]}, "limit": 7})),
+            data: Some(json!({"trace": trace, "limit": 7})),
         };
-        assert!(error_result(&error, false).unwrap().meta.is_none());
-        let meta = error_result(&error, true).unwrap().meta.unwrap();
+        assert!(error_result(&forged).unwrap().meta.is_none());
+        let failed = CallError::ScriptFailed {
+            code: crate::types::ErrorCode::Timeout,
+            message: "stopped".to_string(),
+            reason: "timeout".to_string(),
+            data: Box::new(json!({"trace": trace, "limit": "timeout"})),
+        };
+        let meta = error_result(&failed).unwrap().meta.unwrap();
         assert_eq!(meta.0["ctx/trace"]["calls"][0]["tool"], "delete_everything");
-        assert_eq!(meta.0["ctx/error"], json!({"code": "not_found", "limit": 7}));
+        assert_eq!(meta.0["ctx/error"], json!({"code": "timeout", "limit": "timeout"}));
     }
 }

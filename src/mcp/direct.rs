@@ -90,7 +90,6 @@ impl DirectRoute {
         };
         let principal = parts.extensions.get::<crate::server::Caller>().and_then(|c| c.0.clone());
         let options = CallOptions { caller: "mcp", principal, ..Default::default() };
-        let script = crate::code::runs_scripts(self.mcp.tools().current().kb().config(), &name);
         let outcome = self.mcp.tools().call(name, Json::Object(arguments), options).await;
         let result = match &outcome {
             // rmcp's handler answers both: a protocol error in its own words, and a call that
@@ -99,7 +98,7 @@ impl DirectRoute {
                 return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
             }
             Ok(output) => convert::output(output),
-            Err(e) => convert::error_result(e, script),
+            Err(e) => convert::error_result(e),
         };
         // The tool has run, so a result that cannot be written is answered here, as rmcp answers
         // it: forwarding the request would run the tool a second time.

@@ -180,7 +180,7 @@ impl Mcp {
             return match result {
                 Ok(output) => Ok(convert::output(&output)?.into()),
                 Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
-                Err(e) => Ok(convert::error_result(&e, self.runs_scripts(&name))?.into()),
+                Err(e) => Ok(convert::error_result(&e)?.into()),
             };
         }
         let token = cx.meta.get_progress_token();
@@ -255,13 +255,8 @@ impl Mcp {
         match result {
             Ok(output) => Ok(convert::output(&output)?.into()),
             Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
-            Err(e) => Ok(convert::error_result(&e, self.runs_scripts(&name))?.into()),
+            Err(e) => Ok(convert::error_result(&e)?.into()),
         }
-    }
-
-    /// Whether `name` is a tool that runs scripts (`execute`, a scripted tool).
-    fn runs_scripts(&self, name: &str) -> bool {
-        crate::code::runs_scripts(self.inner.tools.current().kb().config(), name)
     }
 
     /// Asks the client's user to approve a call that needs it; runs it, once, on "approve".

@@ -34,6 +34,12 @@ pub enum CallError {
     /// redacted wherever it is shown (REST, MCP, logs), since a script builds it freely.
     #[error("{}", redact::text(.message))]
     ToolFailed { message: String, tool_code: Option<String>, data: Option<Json> },
+    /// A script sent to `execute` or a scripted tool stopped. `code` is the envelope's code
+    /// (`timeout` past its deadline, `bad_request` for a script that does not compile, ...),
+    /// `reason` the run's own finer code (`timeout`, `syntax_error`, `script_error`, or the limit
+    /// that tripped), and `data` its line or limit with the trace of the calls it made.
+    #[error("{}", redact::text(.message))]
+    ScriptFailed { code: ErrorCode, message: String, reason: String, data: Box<Json> },
     #[error("{subject} was cancelled: the caller went away")]
     Cancelled { subject: String },
     /// No agent by that name.
@@ -94,6 +100,7 @@ impl CallError {
             CallError::MemoryLimit { .. } => ErrorCode::MemoryLimit,
             CallError::ResultTooLarge(_) => ErrorCode::ResultTooLarge,
             CallError::ToolFailed { .. } => ErrorCode::ToolError,
+            CallError::ScriptFailed { code, .. } => *code,
             CallError::Cancelled { .. } => ErrorCode::Cancelled,
             CallError::Unavailable(_) => ErrorCode::Unavailable,
             CallError::NotLoaded { .. } => ErrorCode::LoadFailed,
@@ -129,6 +136,14 @@ impl CallError {
                     m.insert("code".into(), Json::String(redact::string(code.clone())));
                 }
                 let mut data = data.clone().unwrap_or(Json::Null);
+                redact::current().apply_json(&mut data);
+                m.insert("data".into(), data);
+                m
+            }
+            CallError::ScriptFailed { reason, data, .. } => {
+                let mut m = Map::new();
+                m.insert("code".into(), Json::String(reason.clone()));
+                let mut data = Json::clone(data);
                 redact::current().apply_json(&mut data);
                 m.insert("data".into(), data);
                 m

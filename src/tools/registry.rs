@@ -567,7 +567,7 @@ impl Registry {
         let started = Started::now(&options, &params);
         // A call that needs approval reads and writes the approvals' SQLite file, which a
         // person's `ctx approvals approve` may hold for a moment: not on an async worker.
-        let prepared = match self.needs_approval(&name, &options) {
+        let (prepared, started) = match self.needs_approval(&name, &options) {
             true => {
                 // Dropping this future (the client went away, a cancellation) marks the call
                 // gone, so the approval is not used up for a call that will not run.
@@ -581,6 +581,8 @@ impl Registry {
                 }
                 let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let mut gone = Gone(Some(Arc::clone(&flag)));
+                // A call dropped while it waits for a person is in the log too, as cancelled.
+                let awaiting = Awaiting::new(&self, &name, &options, started);
                 let (registry, owned, opts) = (Arc::clone(&self), name.clone(), options.clone());
                 let prepared =
                     tokio::task::spawn_blocking(move || registry.prepare(&owned, params, &opts, Some(&flag)))
@@ -591,9 +593,12 @@ impl Registry {
                         });
                 // Done waiting: the flag only covers the wait.
                 gone.0 = None;
-                prepared
+                match awaiting.release() {
+                    Some(started) => (prepared, started),
+                    None => return prepared.and_then(|_| Err(crashed(&name, "a call's start was lost"))),
+                }
             }
-            false => self.prepare(&name, params, &options, None),
+            false => (self.prepare(&name, params, &options, None), started),
         };
         let (tool, params) = match prepared {
             Ok(prepared) => prepared,
@@ -672,6 +677,11 @@ struct Awaiting {
 impl Awaiting {
     fn new(registry: &Arc<Registry>, name: &str, options: &CallOptions, started: Started) -> Awaiting {
         Awaiting { call: Some((Arc::clone(registry), name.to_string(), options.clone(), started)) }
+    }
+
+    /// Takes the call back unlogged, for the caller to go on with (and log) itself.
+    fn release(mut self) -> Option<Started> {
+        self.call.take().map(|(.., started)| started)
     }
 
     fn finish(&mut self, result: &Result<Output, CallError>) {
@@ -776,6 +786,8 @@ fn log_call(name: &str, known: bool, options: &CallOptions, started: Started, re
 pub struct Checked {
     pub problems: Vec<LoadProblem>,
     pub warnings: Vec<LoadProblem>,
+    /// Scripted tools' globs that match no tool, as whole lines.
+    pub scripted: Vec<String>,
 }
 
 /// Loads the tool and agent scripts of a config and reports what fails, without a knowledge
@@ -791,7 +803,8 @@ pub fn check(config: &Config) -> Checked {
     let disabled = |p: &LoadProblem| config.broken_of(ScriptKind::Agent).any(|b| b.name == p.name);
     loaded.problems.extend(agent_problems.into_iter().filter(|p| !disabled(p)));
     loaded.problems.extend(unknown_tools);
-    Checked { problems: loaded.problems, warnings: loaded.warnings }
+    let scripted = crate::code::tools::unmatched_globs(&config.scripted, &names);
+    Checked { problems: loaded.problems, warnings: loaded.warnings, scripted }
 }
 
 /// What [`load_lua`] loaded (sorted by name), what failed, and what looks wrong.

@@ -42,6 +42,22 @@ impl Reply {
         }
     }
 
+    /// Asserts the envelope code and status of a run that failed with `data.code` = `code`:
+    /// a deadline is a timeout (408) and a script that does not compile bad input (400), as
+    /// for any tool; the rest is the script's own failure (500).
+    #[track_caller]
+    pub(crate) fn is_envelope_of(&self, code: &str) {
+        let (status, envelope) = match code {
+            "timeout" => (408, "timeout"),
+            "syntax_error" => (400, "bad_request"),
+            "memory" => (500, "memory_limit"),
+            "result_too_large" => (500, "result_too_large"),
+            _ => (500, "tool_error"),
+        };
+        assert_eq!(self.status, status, "{}", self.body);
+        assert_eq!(self.body["error"]["code"], envelope, "{}", self.body);
+    }
+
     /// Asserts a successful run and returns its result.
     #[track_caller]
     pub(crate) fn ok(&self) -> &Value {
@@ -50,11 +66,11 @@ impl Reply {
         &self.body["result"]
     }
 
-    /// Asserts a failed run with `data.code` = `code` and a message containing `needle`.
+    /// Asserts a failed run with `data.code` = `code`, the envelope code and status that
+    /// code maps to, and a message containing `needle`.
     #[track_caller]
     pub(crate) fn failed(&self, code: &str, needle: &str) {
-        assert_eq!(self.status, 500, "{}", self.body);
-        assert_eq!(self.body["error"]["code"], "tool_error", "{}", self.body);
+        self.is_envelope_of(code);
         assert_eq!(self.code(), code, "{}", self.body);
         assert!(self.message().contains(needle), "{needle:?} not in {:?}", self.message());
     }
@@ -291,8 +307,7 @@ fn check(script: &str, reply: &Reply, expect: &Expect) {
     assert!(!reply.body.to_string().contains("stack traceback"), "{script}: {}", reply.body);
     match expect {
         Expect::Fails(codes, needle) => {
-            assert_eq!(reply.status, 500, "{script}: {}", reply.body);
-            assert_eq!(reply.body["error"]["code"], "tool_error", "{script}: {}", reply.body);
+            reply.is_envelope_of(reply.code());
             assert!(
                 codes.contains(&reply.code()),
                 "{script}: code {:?} not in {codes:?}: {}",
@@ -452,7 +467,7 @@ fn code_18_a_huge_result_is_cut_without_being_built() {
     assert!(grew < 40 * 1024, "the server's peak memory grew by {grew} KiB");
     // Twice that is over memory_mb (64 MiB, the default).
     let reply = execute(&served, &format!("{rows} return {{t, t}}"));
-    reply.failed("script_error", "more than a run may hold ([code_mode] memory_mb");
+    reply.failed("result_too_large", "more than a run may hold ([code_mode] memory_mb");
     // 2^100 paths through 100 tables: measuring it stops at the run's deadline.
     let paths = "local t = {} for i = 1, 100 do t = {t, t} end return t";
     let reply = run_script(&served, "execute", paths, json!({"timeout": 1}));
@@ -632,6 +647,9 @@ fn code_18_inner_failures_are_catchable_and_uncaught_ones_carry_line_message_and
     // result() twice, and result() with nothing.
     execute(&served, "result(1) result(2)").failed("script_error", "result() was already called");
     execute(&served, "result()").failed("script_error", "result() needs a value");
+    // result() and a different return value: neither is silently dropped.
+    execute(&served, "result(1) return 2").failed("script_error", "also returned a value");
+    assert_eq!(execute(&served, "local t = {n = 1} result(t) return t").ok()["n"], 1);
     // A forgotten :await().
     execute(&served, "return ctx.search({query = 'x'}).results").failed("script_error", "add :await()");
     // Arguments that are not a table.
@@ -822,6 +840,7 @@ tools = ["search"]
 
 [tools.scripted.loop]
 description = "Lists itself among its tools."
+title = "Loop back"
 tools = ["loop", "search"]
 "#;
 
@@ -837,6 +856,24 @@ fn code_18_a_scripted_tool_sees_only_its_tools_and_its_description_is_its_catalo
     // It is the catalog `ctx catalog --scripted` prints.
     let printed = served.ws.ctx(&["catalog", "--scripted", "searcher"]).ok();
     assert!(description.trim_end().ends_with(printed.trim_end()), "description:\n{description}\n\ncatalog:\n{printed}");
+    // Each has its own title: the section's, else its name's.
+    let title = |name: &str| {
+        let spec = list["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).cloned().unwrap();
+        spec["annotations"]["title"].clone()
+    };
+    assert_eq!(title("searcher"), "searcher: run a Lua script", "{list}");
+    assert_eq!(title("loop"), "Loop back", "{list}");
+    assert_eq!(title("execute"), "Run a Lua script", "{list}");
+    // `schema check` warns of a glob that matches no tool (`loop` is the scripted tool itself,
+    // which no script reaches), and still passes.
+    let check = served.ws.ctx(&["schema", "check"]);
+    check.ok();
+    assert!(
+        check.stderr().contains("warning: tools.scripted.loop: tools glob \"loop\" matches no tool"),
+        "{}",
+        check.stderr()
+    );
+    assert!(!check.stderr().contains("glob \"search\""), "{}", check.stderr());
 
     let reply =
         run_script(&served, "searcher", "return ctx.search({query = 'wombat'}):await().results[1].title", json!({}));

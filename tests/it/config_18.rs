@@ -156,7 +156,7 @@ tools = []
             "code_mode.surprise (line 14): unknown key; expected one of: enabled, timeout, memory_mb",
             "tools.scripted.flow.description (line 16): missing; expected non-empty string",
             "tools.scripted.flow.timeout (line 18): expected integer between 1 and 3600, got 3601",
-            "tools.scripted.flow.memory (line 19): unknown key; expected one of: description, tools, timeout, memory_mb",
+            "tools.scripted.flow.memory (line 19): unknown key; expected one of: description, title, tools, timeout",
             "tools.scripted.empty.tools (line 23): expected at least 1 item, got 0",
         ],
     );
