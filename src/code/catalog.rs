@@ -353,13 +353,18 @@ impl Catalog {
     /// tools exist. It names the discovery tools and the groups with their tool counts
     /// (the first few, then how many more).
     pub fn execute_description(&self) -> String {
-        let mut out = String::from(
-            // Every byte here reaches the model in every session: keep it lean.
+        // Every byte here reaches the model in every session: keep it lean, and say nothing of
+        // upstream servers when there are none.
+        let upstream = if self.layout.groups.iter().any(|g| g.name != OWN) {
+            "; upstream ones: `server.tool({...}):await()` or `mcp[\"server\"][\"tool\"]`"
+        } else {
+            ""
+        };
+        let mut out = format!(
             "Run a Lua 5.4 script that calls tools in one round trip; only what it returns reaches you. \
-             ctx's own tools: `ctx.search({query = \"...\"}):await().results`; upstream ones: \
-             `server.tool({...}):await()` or `mcp[\"server\"][\"tool\"]`. Calls started before awaiting \
-             run concurrently: `await_all({a, b})`. `return value` or `result(value)`; `pcall` catches a failed call. \
-             Discover with search_tools, list_servers, list_tools, describe_tool (also in scripts).\n",
+             ctx's own tools: `ctx.search({{query = \"...\"}}):await().results`{upstream}. Calls started before \
+             awaiting run concurrently: `await_all({{a, b}})`. `return value` or `result(value)`; `pcall` catches a \
+             failed call. Discover with search_tools, list_servers, list_tools, describe_tool (also in scripts).\n"
         );
         let groups: Vec<String> = self
             .layout
@@ -1489,9 +1494,12 @@ mod tests {
         }
         assert!(text.contains("Servers (3000 tools): server-with-a-long-name-000 (20), "), "{text}");
         assert!(text.ends_with(", and 130 more servers."), "{text}");
+        assert!(text.contains("upstream ones: `server.tool({...}):await()`"), "{text}");
 
+        // Without upstream servers it says nothing of them.
         let small = Catalog::new(&[simple(None, "search", "Search.")]).execute_description();
         assert!(small.ends_with("Servers (1 tool): ctx (1)."), "{small}");
+        assert!(!small.contains("upstream"), "{small}");
         assert!(Catalog::new(&[]).execute_description().ends_with("Servers (0 tools): none."));
     }
 }

@@ -113,6 +113,9 @@ pub struct Cut {
 /// about as much.
 const SMALLEST: usize = 48;
 
+/// How many whole measurements of its budget one cut may spend, over all its levels.
+const MEASURES: usize = 4;
+
 /// `value` cut to about `limit` bytes of JSON, keeping its shape: a long string keeps its
 /// start and says how much was cut, a long list keeps its first items and ends with a string
 /// saying how many more there were, an object keeps its first keys and says how many it lost.
@@ -141,19 +144,30 @@ pub fn truncate_lua(lua: &Lua, value: &Value, limit: usize, cap: usize) -> Resul
         // The walk's rough count was over; the exact size bounds the conversion.
         return Ok((convert::to_json(lua, value, usize::MAX)?, None));
     }
-    let (cut, _) = shrink_lua(lua, value, limit.max(SMALLEST), &mut String::new())?;
+    let budget = limit.max(SMALLEST);
+    // Each level measures what it holds before it is cut, so a deep value would be measured
+    // once per level: all of the levels share a few budgets' worth of visits, and a level
+    // that finds none left is cut entry by entry (the same cut, built only as far as kept).
+    let mut allowance = MEASURES * (budget / 8 + 1);
+    let (cut, _) = shrink_lua(lua, value, budget, &mut allowance, &mut String::new())?;
     Ok((cut, Some(Cut { limit_bytes: limit, original_bytes: original })))
 }
 
 /// [`shrink`] of a Lua value: what fits in `budget` is converted whole (measured first, so
 /// nothing larger is built); a table that does not fit keeps what fits of it, read entry by
 /// entry.
-fn shrink_lua(lua: &Lua, value: &Value, budget: usize, path: &mut String) -> Result<(Json, usize), ConvertError> {
+fn shrink_lua(
+    lua: &Lua,
+    value: &Value,
+    budget: usize,
+    allowance: &mut usize,
+    path: &mut String,
+) -> Result<(Json, usize), ConvertError> {
     let Value::Table(table) = value else {
         // A string is no larger here than the Lua memory that holds it.
         return Ok(shrink(convert::to_json(lua, value, usize::MAX)?, budget));
     };
-    match convert::json_size_of(lua, value, budget) {
+    match convert::json_size_within(lua, value, budget, allowance) {
         Ok(size) => return Ok((convert::to_json(lua, value, usize::MAX)?, size)),
         Err(ConvertError::TooLarge { .. }) => {}
         Err(e) => return Err(e),
@@ -170,7 +184,7 @@ fn shrink_lua(lua: &Lua, value: &Value, budget: usize, path: &mut String) -> Res
                 }
                 let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
                 let mark = convert::descend(path, format_args!("[{i}]"));
-                let (item, item_size) = shrink_lua(lua, &item, left, path)?;
+                let (item, item_size) = shrink_lua(lua, &item, left, allowance, path)?;
                 path.truncate(mark);
                 used += item_size + usize::from(!kept.is_empty());
                 kept.push(item);
@@ -195,7 +209,7 @@ fn shrink_lua(lua: &Lua, value: &Value, budget: usize, path: &mut String) -> Res
                 }
                 let item = key.value_in(lua, table)?;
                 let mark = convert::descend(path, format_args!(".{}", key.text));
-                let (item, item_size) = shrink_lua(lua, &item, left, path)?;
+                let (item, item_size) = shrink_lua(lua, &item, left, allowance, path)?;
                 path.truncate(mark);
                 used += key_size + item_size + usize::from(!kept.is_empty());
                 kept.insert(key.text, item);

@@ -132,6 +132,11 @@ pub enum Shape {
 
 /// The [`Shape`] of `table`; an error for a pending call. Walks the table once, holding no entry.
 pub fn shape(lua: &Lua, table: &Table, path: &str) -> Result<Shape, ConvertError> {
+    shape_counted(lua, table, path).map(|(shape, _)| shape)
+}
+
+/// [`shape`], with how many entries it walked to tell.
+fn shape_counted(lua: &Lua, table: &Table, path: &str) -> Result<(Shape, usize), ConvertError> {
     let len = table.raw_len();
     let mut entries = 0usize;
     for pair in table.pairs::<Value, Value>() {
@@ -139,11 +144,12 @@ pub fn shape(lua: &Lua, table: &Table, path: &str) -> Result<Shape, ConvertError
         entries += 1;
         visit()?;
     }
-    Ok(match (len, entries) {
+    let shape = match (len, entries) {
         (_, 0) => Shape::Empty(empty_table(lua, table, path)?),
         (len, entries) if len == entries => Shape::List(len),
         _ => Shape::Object,
-    })
+    };
+    Ok((shape, entries))
 }
 
 /// A table key as JSON writes it, and the key itself (held in Rust, not as a Lua reference)
@@ -286,15 +292,25 @@ pub fn descend(path: &mut String, part: std::fmt::Arguments<'_>) -> usize {
 /// gives), counted without building it; `TooLarge` past `cap`. Costs no memory, so a result too
 /// large to convert whole can be measured before it is cut.
 pub fn json_size_of(lua: &Lua, value: &Value, cap: usize) -> Result<usize, ConvertError> {
-    let mut size = 0usize;
-    let mut visits = 0usize;
-    measure(lua, value, 0, (&mut size, &mut visits), cap, &mut String::new())?;
-    Ok(size)
+    let mut unlimited = usize::MAX;
+    json_size_within(lua, value, cap, &mut unlimited)
+}
+
+/// [`json_size_of`] that also spends `allowance` visits, shared by many measurements: one
+/// that would visit more than is left is `TooLarge` (its size then means nothing), so a caller
+/// measuring level after level of one value spends a bounded total.
+pub fn json_size_within(lua: &Lua, value: &Value, cap: usize, allowance: &mut usize) -> Result<usize, ConvertError> {
+    let (mut size, mut visits) = (0usize, 0usize);
+    let bound = cap.min(allowance.saturating_mul(8));
+    let measured = measure(lua, value, 0, (&mut size, &mut visits), bound, &mut String::new());
+    *allowance = allowance.saturating_sub(visits);
+    measured.map(|()| size)
 }
 
 /// One step of [`json_size_of`]. Like [`to_json`], every value visited counts 8 bytes against
-/// `cap` however small its JSON: a table that holds the same table many times over (a chain
-/// of them, each level twice, is 2^depth paths) is refused after `cap / 8` visits.
+/// `cap` however small its JSON, and so does every entry walked to tell a table's shape: a
+/// table that holds the same table many times over (a chain of them, each level twice, is
+/// 2^depth paths) is refused after `cap / 8` of them.
 fn measure(
     lua: &Lua,
     value: &Value,
@@ -312,36 +328,48 @@ fn measure(
     }
     visit()?;
     *size += match value {
-        Value::Table(table) => match shape(lua, table, path)? {
-            Shape::Empty(_) => 2,
-            Shape::List(len) => {
-                *size += 1 + len;
-                for i in 1..=len {
-                    let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
-                    let mark = descend(path, format_args!("[{i}]"));
-                    measure(lua, &item, depth + 1, (&mut *size, &mut *visits), cap, path)?;
-                    path.truncate(mark);
-                }
-                0
+        Value::Table(table) => {
+            let (shape, entries) = shape_counted(lua, table, path)?;
+            // Telling the shape walked every entry: that is work too, and a measure bounded by
+            // its visits must count it (or each level of a deep value would walk every level
+            // below it before a single visit is counted).
+            *visits += entries;
+            if visits.saturating_mul(8) > cap {
+                return Err(ConvertError::TooLarge { size: (*size).max(visits.saturating_mul(8)) });
             }
-            Shape::Object => {
-                for (entry, pair) in table.pairs::<Value, Value>().enumerate() {
-                    let (key, item) = pair.map_err(|e| ConvertError::Invalid(e.to_string()))?;
-                    *size += key_size(&key, path)? + 1 + usize::from(entry > 0);
-                    // Counted before going down: a long key at every level stops here.
-                    if *size > cap {
-                        return Err(ConvertError::TooLarge { size: *size });
+            match shape {
+                Shape::Empty(_) => 2,
+                Shape::List(len) => {
+                    *size += 1 + len;
+                    for i in 1..=len {
+                        let item: Value = table.raw_get(i).map_err(|e| ConvertError::Invalid(e.to_string()))?;
+                        let mark = descend(path, format_args!("[{i}]"));
+                        measure(lua, &item, depth + 1, (&mut *size, &mut *visits), cap, path)?;
+                        path.truncate(mark);
                     }
-                    let mark = match &key {
-                        Value::String(s) => descend(path, format_args!(".{}", String::from_utf8_lossy(&s.as_bytes()))),
-                        other => descend(path, format_args!(".{}", key_text(other, "")?)),
-                    };
-                    measure(lua, &item, depth + 1, (&mut *size, &mut *visits), cap, path)?;
-                    path.truncate(mark);
+                    0
                 }
-                2
+                Shape::Object => {
+                    for (entry, pair) in table.pairs::<Value, Value>().enumerate() {
+                        let (key, item) = pair.map_err(|e| ConvertError::Invalid(e.to_string()))?;
+                        *size += key_size(&key, path)? + 1 + usize::from(entry > 0);
+                        // Counted before going down: a long key at every level stops here.
+                        if *size > cap {
+                            return Err(ConvertError::TooLarge { size: *size });
+                        }
+                        let mark = match &key {
+                            Value::String(s) => {
+                                descend(path, format_args!(".{}", String::from_utf8_lossy(&s.as_bytes())))
+                            }
+                            other => descend(path, format_args!(".{}", key_text(other, "")?)),
+                        };
+                        measure(lua, &item, depth + 1, (&mut *size, &mut *visits), cap, path)?;
+                        path.truncate(mark);
+                    }
+                    2
+                }
             }
-        },
+        }
         Value::String(s) => string_size(&s.as_bytes()),
         scalar => json_size(&convert(lua, scalar, depth, &mut 0, usize::MAX, path)?),
     };
