@@ -2,6 +2,7 @@
 //! script's own result as a tool result, cut to its size limit without losing its shape.
 
 use mlua::{Lua, Value};
+use serde::Deserialize;
 use serde_json::{Map, Value as Json};
 
 use crate::lua::convert::{self, ConvertError, Shape};
@@ -88,12 +89,44 @@ fn parsed(text: String) -> Json {
 /// plus its JSON as text, an array or a primitive is text, and a full MCP result (a table with
 /// a `content` list of typed blocks, and nothing but `structuredContent`, `isError` and `_meta`
 /// besides) passes through as it is.
-pub fn script_output(value: Json) -> Output {
+/// `Err` says what is wrong with a result that looks like a full MCP result but is not one.
+pub fn script_output(value: Json) -> Result<Output, String> {
     match value {
-        Json::String(text) => Output::Text(text),
-        Json::Object(map) if is_mcp_result(&map) => Output::Upstream(map),
-        other => Output::Value(other),
+        Json::String(text) => Ok(Output::Text(text)),
+        Json::Object(map) if is_mcp_result(&map) => checked_mcp_result(&map).map(|()| Output::Upstream(map)),
+        other => Ok(Output::Value(other)),
     }
+}
+
+/// Checks a full MCP result a script built as MCP clients will read it: every content block
+/// valid, `structuredContent` and `_meta` objects, `isError` a boolean.
+fn checked_mcp_result(map: &Map<String, Json>) -> Result<(), String> {
+    let problem = |what: &str| {
+        format!(
+            "the script's result looks like a full MCP result (a `content` list of typed blocks) but {what}; \
+             fix it, or return a plain table"
+        )
+    };
+    if map.get("structuredContent").is_some_and(|v| !v.is_object()) {
+        return Err(problem("its structuredContent is not a table with keys"));
+    }
+    if map.get("isError").is_some_and(|v| !v.is_boolean()) {
+        return Err(problem("its isError is not a boolean"));
+    }
+    if map.get("_meta").is_some_and(|v| !v.is_object()) {
+        return Err(problem("its _meta is not a table with keys"));
+    }
+    let blocks = map.get("content").and_then(Json::as_array).map_or(&[][..], Vec::as_slice);
+    for (i, block) in blocks.iter().enumerate() {
+        if let Err(e) = rmcp::model::ContentBlock::deserialize(block) {
+            let what = format!(
+                "content[{}] is not a content block ({e}); a text block is {{type = \"text\", text = \"...\"}}",
+                i + 1
+            );
+            return Err(problem(&what));
+        }
+    }
+    Ok(())
 }
 
 fn is_mcp_result(map: &Map<String, Json>) -> bool {
@@ -419,11 +452,23 @@ mod tests {
 
     #[test]
     fn code_18_script_results_map_like_seed_001() {
-        assert!(matches!(script_output(json!({"sum": 8})), Output::Value(_)));
-        assert!(matches!(script_output(json!("hi")), Output::Text(_)));
+        assert!(matches!(script_output(json!({"sum": 8})), Ok(Output::Value(_))));
+        assert!(matches!(script_output(json!("hi")), Ok(Output::Text(_))));
         let full = json!({"content": [{"type": "text", "text": "t"}], "isError": false});
-        assert!(matches!(script_output(full), Output::Upstream(_)));
+        assert!(matches!(script_output(full), Ok(Output::Upstream(_))));
         // A table that merely has a content key is data.
-        assert!(matches!(script_output(json!({"content": "x", "other": 1})), Output::Value(_)));
+        assert!(matches!(script_output(json!({"content": "x", "other": 1})), Ok(Output::Value(_))));
+        // One that looks like an MCP result but is not a valid one says what is wrong.
+        for (bad, says) in [
+            (json!({"content": [{"type": "bogus"}]}), "content[1] is not a content block"),
+            (json!({"content": [{"type": "text", "text": "a"}, {"type": "text"}]}), "content[2]"),
+            (json!({"content": [{"type": "text", "text": 5}]}), "content[1]"),
+            (json!({"content": [{"type": "text", "text": "a"}], "structuredContent": "s"}), "structuredContent"),
+            (json!({"content": [], "isError": "yes"}), "isError is not a boolean"),
+            (json!({"content": [], "_meta": [1]}), "_meta"),
+        ] {
+            let err = script_output(bad.clone()).err().unwrap_or_else(|| panic!("{bad} passed"));
+            assert!(err.contains(says) && err.contains("looks like a full MCP result"), "{bad}: {err}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! (`ctx`, a table per upstream server, `mcp[...]` by exact name), the discovery functions,
 //! `result`, and the script's outcome as a tool result with its trace.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -180,7 +181,12 @@ impl Runner {
             )),
             None => Arc::clone(&self.catalog),
         };
-        let result = self.run_in(&vm, &calls, &catalog, script);
+        let starting = Arc::new(match (&self.allow, &env.principal) {
+            (None, None) => starting_servers(&env.registry, &catalog),
+            // A scripted tool's scope is its globs; a scoped token sees only its own tools.
+            _ => HashMap::new(),
+        });
+        let result = self.run_in(&vm, &calls, (&catalog, &starting), script);
         vm.state().set_deferred_work(None);
         if result.is_err() {
             calls.cancel_all();
@@ -188,7 +194,7 @@ impl Runner {
         let dropped_lines = vm.state().log_lines_dropped();
         reuse::put(self.key, vm);
         match result {
-            Ok(value) => Ok(self.output(value, &calls, dropped_lines)),
+            Ok(value) => self.output(value, &calls, dropped_lines),
             Err(e) => Err(self.failure(e, &calls, timeout)),
         }
     }
@@ -197,10 +203,10 @@ impl Runner {
         &self,
         vm: &Vm,
         calls: &Arc<Calls>,
-        catalog: &Arc<Catalog>,
+        (catalog, starting): (&Arc<Catalog>, &Arc<Starting>),
         script: &str,
     ) -> Result<(Json, Option<outcome::Cut>), ScriptError> {
-        let outcome = self.install(vm, calls, catalog).map_err(|e| vm.classify(&e))?;
+        let outcome = self.install(vm, calls, catalog, starting).map_err(|e| vm.classify(&e))?;
         let returned = vm.run_source("script", script.as_bytes())?;
         let (has, captured): (bool, Value) = outcome.call(()).map_err(|e| vm.classify(&e))?;
         // Two answers would leave one silently lost: say so instead of picking one.
@@ -228,7 +234,13 @@ impl Runner {
     }
 
     /// Installs the run's globals and returns the function that reads what `result()` got.
-    fn install(&self, vm: &Vm, calls: &Arc<Calls>, shared: &Arc<Catalog>) -> mlua::Result<mlua::Function> {
+    fn install(
+        &self,
+        vm: &Vm,
+        calls: &Arc<Calls>,
+        shared: &Arc<Catalog>,
+        starting: &Arc<Starting>,
+    ) -> mlua::Result<mlua::Function> {
         let lua = vm.lua();
         let env = vm.env();
         let start = self.start_fn(lua, calls)?;
@@ -242,7 +254,11 @@ impl Runner {
                 self.globs.join(", ")
             )
         });
+        let waiting = Arc::clone(starting);
         let resolve = lua.create_function(move |_, (group, key): (String, Value)| {
+            if let Some(message) = waiting.get(&group) {
+                return Ok((None, Some(message.clone())));
+            }
             let Value::String(key) = key else {
                 return Ok((None, Some(format!("{group}: tool names are strings, got a {}", key.type_name()))));
             };
@@ -254,14 +270,17 @@ impl Runner {
             })
         })?;
         let catalog = Arc::clone(shared);
+        let waiting = Arc::clone(starting);
         let groups = lua.create_function(move |_, key: Value| {
             let Value::String(key) = key else {
                 return Ok((None, Some(format!("mcp: server names are strings, got a {}", key.type_name()))));
             };
             let key = short("mcp", &key)?;
-            Ok(match catalog.layout().group(&key) {
-                Some(group) => (Some(group.name.clone()), None),
-                None => (None, Some(no_group(&catalog, &key))),
+            Ok(match (catalog.layout().group(&key), waiting.get(&key)) {
+                (Some(group), _) => (Some(group.name.clone()), None),
+                // Its table, whose every tool says why it is not there yet.
+                (None, Some(_)) => (Some(key), None),
+                (None, None) => (None, Some(no_group(&catalog, &key))),
             })
         })?;
         let prelude = crate::lua::precompiled::function(
@@ -281,6 +300,14 @@ impl Runner {
         for group in &shared.layout().groups {
             if let Some(global) = &group.global {
                 env.raw_set(global.as_str(), group_table.call::<Table>(group.name.as_str())?)?;
+            }
+        }
+        // A configured server that is not connected yet has no tools to list, but its global
+        // says so instead of being nil (an agent's first script often runs while it starts).
+        for server in starting.keys() {
+            let global = super::names::lua_identifier(server);
+            if !super::names::shadows_global(&global) && env.raw_get::<Value>(global.as_str())?.is_nil() {
+                env.raw_set(global.as_str(), group_table.call::<Table>(server.as_str())?)?;
             }
         }
         if shared.layout().group(OWN).is_none() {
@@ -379,8 +406,14 @@ impl Runner {
         }
     }
 
-    /// The successful outcome: the result, cut to `max_output_bytes`, with the trace.
-    fn output(&self, (value, cut): (Json, Option<outcome::Cut>), calls: &Calls, dropped_lines: u32) -> Output {
+    /// The successful outcome: the result, cut to `max_output_bytes`, with the trace; a script_error
+    /// when the result looks like a full MCP result but is not a valid one.
+    fn output(
+        &self,
+        (value, cut): (Json, Option<outcome::Cut>),
+        calls: &Calls,
+        dropped_lines: u32,
+    ) -> Result<Output, CallError> {
         let mut trace = calls.trace();
         if let Some(cut) = &cut {
             trace["truncated"] = json!({
@@ -395,7 +428,15 @@ impl Runner {
         if dropped_lines > 0 {
             trace["log_lines_dropped"] = json!(dropped_lines);
         }
-        Output::Traced { output: Box::new(outcome::script_output(value)), trace }
+        match outcome::script_output(value) {
+            Ok(output) => Ok(Output::Traced { output: Box::new(output), trace }),
+            Err(message) => Err(CallError::ScriptFailed {
+                code: ErrorCode::ToolError,
+                message: format!("{message} ({})", calls.summary()),
+                reason: "script_error".to_string(),
+                data: Box::new(json!({"line": null, "trace": trace})),
+            }),
+        }
     }
 
     /// A failed run as a tool error: what stopped it, where, and the calls made so far.
@@ -521,6 +562,33 @@ fn resolve(catalog: &Catalog, group: &str, key: &str) -> (Option<String>, Option
             super::names::lua_string(group)
         )),
     )
+}
+
+/// Configured upstream servers a script cannot call yet, by name: why, and what to do.
+type Starting = HashMap<String, String>;
+
+/// The upstream servers that are configured but have no tools in `catalog` because they are
+/// not ready (connecting, restarting, crash-looping), each with the message a script that
+/// reaches for it gets.
+fn starting_servers(registry: &crate::tools::Registry, catalog: &Catalog) -> Starting {
+    let Some(upstreams) = registry.upstream_servers() else { return Starting::new() };
+    upstreams
+        .status()
+        .into_iter()
+        .filter(|s| s.state != crate::upstream::State::Ready && s.state != crate::upstream::State::Disabled)
+        .filter(|s| catalog.layout().group(&s.name).is_none())
+        .map(|s| {
+            let last = s.last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default();
+            let message = format!(
+                "upstream MCP server '{}' is configured but not ready ({}, attempt {}{last}): its tools appear once \
+                 it connects; retry in a moment (/health shows its state)",
+                s.name,
+                s.state.as_str(),
+                s.attempt
+            );
+            (s.name, crate::lua::api::log::one_line(&message).into_owned())
+        })
+        .collect()
 }
 
 fn no_group(catalog: &Catalog, key: &str) -> String {

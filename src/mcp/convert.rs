@@ -78,9 +78,16 @@ pub fn output(output: &Output) -> Result<CallToolResult, McpError> {
         serde_json::from_value(raw.get("content").cloned().unwrap_or(Json::Array(Vec::new()))).map_err(internal)?;
     let is_error = raw.get("isError").and_then(Json::as_bool).unwrap_or(false);
     let mut out = if is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
-    out.structured_content = raw.get("structuredContent").filter(|s| !s.is_null()).cloned();
-    if let Some(meta) = raw.get("_meta") {
-        out.meta = serde_json::from_value(meta.clone()).ok();
+    // MCP allows only an object here: anything else would break the client's schema check.
+    out.structured_content = raw.get("structuredContent").filter(|s| s.is_object()).cloned();
+    if let Some(Json::Object(meta)) = raw.get("_meta") {
+        // `ctx/...` keys are ctx's to write (the trace, a script's error): an upstream's or a
+        // script's own are dropped, so none can pass for ctx's.
+        let theirs = meta.iter().filter(|(k, _)| !k.starts_with("ctx/"));
+        let meta: serde_json::Map<String, Json> = theirs.map(|(k, v)| (k.clone(), v.clone())).collect();
+        if !meta.is_empty() {
+            out.meta = serde_json::from_value(Json::Object(meta)).ok();
+        }
     }
     Ok(out)
 }

@@ -248,7 +248,9 @@ impl Registry {
         match &result {
             Ok(_) => tracing::debug!(agent = name, caller = options.caller, micros, "agent resolved"),
             Err(e) => {
-                tracing::info!(agent = name, caller = options.caller, micros, code = %e.code(), "agent failed: {e}")
+                let text = e.to_string();
+                let text = crate::lua::api::log::one_line(&text);
+                tracing::info!(agent = name, caller = options.caller, micros, code = %e.code(), "agent failed: {text}")
             }
         }
         result
@@ -341,6 +343,11 @@ impl Registry {
 
     pub fn kb(&self) -> &Kb {
         &self.kb
+    }
+
+    /// The upstream MCP servers whose tools this registry holds, when it has any.
+    pub fn upstream_servers(&self) -> Option<&Arc<crate::upstream::Upstreams>> {
+        self.upstreams.as_ref()
     }
 
     /// Which calls wait for approval, and the store of approvals.
@@ -752,6 +759,7 @@ fn log_call(name: &str, known: bool, options: &CallOptions, started: Started, re
         Ok(_) => tracing::debug!(tool = name, caller = options.caller, micros, "tool call ok"),
         Err(e) => {
             let text = e.log_text();
+            let text = crate::lua::api::log::one_line(&text);
             tracing::info!(tool = name, caller = options.caller, micros, code = %e.code(), "tool call failed: {text}")
         }
     }

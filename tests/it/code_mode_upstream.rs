@@ -458,3 +458,22 @@ fn ops_21_upstream_calls_reach_the_call_log() {
     assert!(failed["message"].as_str().unwrap().contains("/a: expected number"), "{failed}");
     assert!(failed["result"].is_null(), "a failed call has no result (not one of an earlier call): {failed}");
 }
+
+/// A configured server that is not connected yet (here it never answers `initialize`) has no
+/// tools, but a script that reaches for it learns why, by its global and through `mcp`, while
+/// a server nobody configured is still unknown.
+#[test]
+fn code_18_a_server_still_starting_says_so_in_scripts() {
+    let config = fault_section("late", &["--hang-at-start"], "");
+    let served = serve(Workspace::new(&config), &[]);
+    for script in [
+        "return late.echo({text = 'x'}):await()",
+        "return mcp['late'].echo({text = 'x'}):await()",
+        "local ok, e = pcall(function() return late.echo({}) end) error(e, 0)",
+    ] {
+        let reply = execute(&served, script);
+        reply.failed("script_error", "upstream MCP server 'late' is configured but not ready (connecting");
+        assert!(reply.message().contains("retry in a moment"), "{}", reply.body);
+    }
+    execute(&served, "return mcp['nobody'].x({}):await()").failed("script_error", "no server \"nobody\"");
+}

@@ -38,11 +38,29 @@ fn join(args: &MultiValue) -> mlua::Result<String> {
             total += s.as_bytes().len().saturating_sub(text.len());
         }
     }
-    let mut out = String::from_utf8_lossy(&line).into_owned();
+    let mut out = one_line(&String::from_utf8_lossy(&line)).into_owned();
     if total > line.len() {
         out.push_str(&format!(" … (truncated, {total} bytes)"));
     }
     Ok(out)
+}
+
+/// `text` with its control characters escaped (`\n`, `\r`, `\u{1b}`...): a log line a script
+/// wrote (or an error message it raised) stays one line, and cannot pass off a line of its own
+/// as the server's.
+pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Copies at most `cap` bytes.
@@ -87,4 +105,16 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
         }
     }
     lua.globals().set("log", log)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_log_line_stays_one_line() {
+        let forged = "hello\n2026-11-28T05:58:22Z ERROR forged\r\u{1b}[2K\tend";
+        assert_eq!(one_line(forged), "hello\\n2026-11-28T05:58:22Z ERROR forged\\r\\u{1b}[2K\\tend");
+        assert!(matches!(one_line("plain é"), std::borrow::Cow::Borrowed("plain é")));
+    }
 }
