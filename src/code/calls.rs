@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 use crate::config::code_mode::CodeLimits;
 use crate::lua::{CancelHandle, Progress, ProgressSink, RunState};
 use crate::tools::{CallError, CallOptions, Output, Registry};
+use crate::types::ErrorCode;
 
 /// The most inner calls a trace lists one by one; the rest are counted.
 pub const TRACE_ENTRIES: usize = 200;
@@ -46,6 +47,9 @@ pub struct Slot {
     ready: Condvar,
     cancel: CancelHandle,
     abort: Mutex<Option<tokio::task::AbortHandle>>,
+    /// When the script started it: a call cancelled before it finished is traced with the time
+    /// it had had.
+    since: Instant,
 }
 
 impl Slot {
@@ -192,6 +196,7 @@ impl Calls {
             ready: Condvar::new(),
             cancel: CancelHandle::new(),
             abort: Mutex::new(None),
+            since: Instant::now(),
         });
         let id = slots.len();
         slots.push(Arc::clone(&slot));
@@ -397,7 +402,8 @@ impl Calls {
                 abort.abort();
             }
             let cancelled = Err(CallError::Cancelled { subject: format!("tool '{}'", slot.tool) });
-            slot.finish(cancelled, |_| lock(&self.trace).push(TraceEntry::cancelled(&slot.tool)));
+            let entry = TraceEntry::cancelled(&slot.tool, slot.since.elapsed());
+            slot.finish(cancelled, |_| lock(&self.trace).push(entry));
         }
     }
 
@@ -441,34 +447,34 @@ const SUMMARY_CALLS: usize = 10;
 /// The trace entry of one finished call, kept as it is and written as JSON once, at the end.
 struct TraceEntry {
     tool: String,
-    /// Tenths of a millisecond; `None` for a call cancelled before it finished.
-    tenths: Option<u64>,
+    /// Tenths of a millisecond: how long it ran, or until it was cancelled.
+    tenths: u64,
     status: &'static str,
-    code: Option<crate::types::ErrorCode>,
+    code: Option<ErrorCode>,
     bytes: usize,
 }
 
 impl TraceEntry {
     fn new(tool: &str, result: &Result<Output, CallError>, elapsed: Duration, bytes: usize) -> TraceEntry {
-        let tenths = Some((elapsed.as_secs_f64() * 10_000.0).round() as u64);
+        let tenths = (elapsed.as_secs_f64() * 10_000.0).round() as u64;
         let (status, code, bytes) = match result {
-            Ok(output) if super::outcome::failed(output) => ("error", None, bytes),
+            // The tool answered with `isError`: a tool error, as the script's error table says.
+            Ok(output) if super::outcome::failed(output) => ("error", Some(ErrorCode::ToolError), bytes),
             Ok(_) => ("ok", None, bytes),
             Err(e) => ("error", Some(e.code()), 0),
         };
         TraceEntry { tool: tool.to_string(), tenths, status, code, bytes }
     }
 
-    fn cancelled(tool: &str) -> TraceEntry {
-        TraceEntry { tool: tool.to_string(), tenths: None, status: "cancelled", code: None, bytes: 0 }
+    /// A call cancelled `elapsed` after the script started it.
+    fn cancelled(tool: &str, elapsed: Duration) -> TraceEntry {
+        let tenths = (elapsed.as_secs_f64() * 10_000.0).round() as u64;
+        TraceEntry { tool: tool.to_string(), tenths, status: "cancelled", code: None, bytes: 0 }
     }
 
-    /// Milliseconds, to a tenth (`0` for a cancelled call).
+    /// Milliseconds, to a tenth.
     fn ms(&self) -> Json {
-        match self.tenths {
-            Some(tenths) => json!(tenths as f64 / 10.0),
-            None => json!(0),
-        }
+        json!(self.tenths as f64 / 10.0)
     }
 
     fn to_json(&self) -> Json {

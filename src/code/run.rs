@@ -3,7 +3,7 @@
 //! `result`, and the script's outcome as a tool result with its trace.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use globset::GlobSet;
@@ -30,22 +30,62 @@ const ARGS_BUDGET: usize = 4 * 1024 * 1024;
 /// once rather than queued (a scripted tool called from a script must not wait on its caller).
 pub const MAX_RUNS: usize = 16;
 
+/// The most of those one scoped token's callers run at once: a token that sends scripts that
+/// only a deadline stops cannot take every place from the other tokens. Unscoped callers (the
+/// server's own token, or none on loopback) are trusted with them all.
+pub const MAX_RUNS_PER_TOKEN: usize = MAX_RUNS / 2;
+
 static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// One of the [`MAX_RUNS`] places, given back when dropped.
-struct RunSlot;
+/// Runs in progress per scoped token, by its name.
+static BY_TOKEN: std::sync::LazyLock<Mutex<HashMap<String, usize>>> = std::sync::LazyLock::new(Default::default);
+
+/// One of the [`MAX_RUNS`] places (and of its token's share), given back when dropped.
+struct RunSlot {
+    token: Option<String>,
+    /// Whether it holds a place in [`RUNNING`] (a refused one holds at most its token's).
+    counted: bool,
+}
 
 impl RunSlot {
-    fn take() -> Option<RunSlot> {
+    /// A place, or why there is none.
+    fn take(token: Option<&str>) -> Result<RunSlot, String> {
         use std::sync::atomic::Ordering;
-        RUNNING.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_RUNS).then_some(n + 1)).ok()?;
-        Some(RunSlot)
+        if let Some(token) = token {
+            let mut by_token = BY_TOKEN.lock().unwrap_or_else(|p| p.into_inner());
+            let running = by_token.entry(token.to_string()).or_default();
+            if *running >= MAX_RUNS_PER_TOKEN {
+                return Err(format!(
+                    "token '{token}' already runs {MAX_RUNS_PER_TOKEN} code-mode scripts at once, the most one token \
+                     may; retry when one ends"
+                ));
+            }
+            *running += 1;
+        }
+        // From here, dropping `slot` gives back what it took.
+        let mut slot = RunSlot { token: token.map(str::to_string), counted: false };
+        RUNNING.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_RUNS).then_some(n + 1)).map_err(
+            |_| format!("{MAX_RUNS} code-mode scripts are running at once, the most ctx runs together; retry shortly"),
+        )?;
+        slot.counted = true;
+        Ok(slot)
     }
 }
 
 impl Drop for RunSlot {
     fn drop(&mut self) {
-        RUNNING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        if self.counted {
+            RUNNING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        if let Some(token) = &self.token {
+            let mut by_token = BY_TOKEN.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(running) = by_token.get_mut(token) {
+                *running -= 1;
+                if *running == 0 {
+                    by_token.remove(token);
+                }
+            }
+        }
     }
 }
 
@@ -133,12 +173,9 @@ impl Runner {
     /// Runs `script` (Lua source text) with at most `timeout` of wall time (never more than the
     /// configured limit).
     pub fn run(&self, script: &str, timeout: Option<Duration>, env: &CallEnv<'_>) -> Result<Output, CallError> {
-        let _slot = RunSlot::take().ok_or_else(|| {
-            CallError::Unavailable(format!(
-                "tool '{}': {MAX_RUNS} code-mode scripts are running at once, the most ctx runs together; retry shortly",
-                self.name
-            ))
-        })?;
+        let token = env.principal.as_deref().map(|p| p.name());
+        let _slot =
+            RunSlot::take(token).map_err(|why| CallError::Unavailable(format!("tool '{}': {why}", self.name)))?;
         let handle = tokio::runtime::Handle::try_current().map_err(|_| {
             CallError::Internal(format!("tool '{}' needs ctx's async runtime, which this caller has not", self.name))
         })?;
@@ -459,7 +496,8 @@ impl Runner {
             }
             (None, ScriptError::Memory { limit_bytes, .. }) => {
                 let message = format!(
-                    "the script was stopped: it used more than its memory limit of {} MiB ([code_mode] memory_mb); keep less data in Lua tables",
+                    "the script was stopped: it used more than its memory limit of {} MiB ([code_mode] memory_mb), the results of \
+                     its calls included; keep less data in Lua tables, and ask tools for less (a limit or a filter)",
                     limit_bytes / (1024 * 1024)
                 );
                 ("memory", message, json!({"limit": "memory"}))
@@ -552,6 +590,19 @@ fn resolve(catalog: &Catalog, group: &str, key: &str) -> (Option<String>, Option
         if let Some((found, member)) = layout.locate(key) {
             return (Some(member.registry.clone()), Some(super::names::path(found, member)));
         }
+    }
+    if group == OWN && key == "execute" {
+        return (
+            None,
+            Some(
+                "ctx.execute: a script does not start another script; call the tools it would call \
+                            from this one"
+                    .to_string(),
+            ),
+        );
+    }
+    if group == OWN && matches!(key, "list_servers" | "list_tools" | "describe_tool" | "search_tools") {
+        return (None, Some(format!("ctx.{key}: discovery is a global function in scripts; call {key}(...)")));
     }
     let shown = if group == OWN { OWN.to_string() } else { format!("mcp[{}]", super::names::lua_string(group)) };
     (

@@ -71,14 +71,29 @@ pub fn tools(mode: &CodeMode, scripted: &[ScriptedSection], others: &[ToolRef]) 
 /// Warnings for the globs of scripted tools that match none of `names` (ctx's own tools), as
 /// `tools.scripted.<name>: ...` lines: a typo leaves the tool without a tool it was meant to
 /// call, and nothing else would say so. A glob with `__` names upstream tools, which are known
-/// only once their servers are connected, so it is not judged here.
-pub fn unmatched_globs(scripted: &[ScriptedSection], names: &[&str]) -> Vec<String> {
+/// only once their servers are connected: only its server (`jira` of `jira__*`) is checked,
+/// against the configured `servers`.
+pub fn unmatched_globs(scripted: &[ScriptedSection], names: &[&str], servers: &[&str]) -> Vec<String> {
     let mut known = names.iter().take(20).copied().collect::<Vec<_>>().join(", ");
     if names.len() > 20 {
         known.push_str(&format!(" and {} more", names.len() - 20));
     }
     let mut out = Vec::new();
     for section in scripted {
+        // `jira__*`: its server must at least be configured.
+        for glob in section.tools.iter().filter(|g| g.contains("__")) {
+            let Some((server, _)) = glob.split_once("__") else { continue };
+            let literal = !server.contains(['*', '?', '[', '{', '\\']);
+            let prefix = format!("{server}__");
+            if literal && !servers.iter().any(|s| crate::tools::upstream_tool::registry_name(s, "") == prefix) {
+                let configured = if servers.is_empty() { "none".to_string() } else { servers.join(", ") };
+                out.push(format!(
+                    "tools.scripted.{}: tools glob \"{glob}\" names upstream server '{server}', which is not \
+                     configured (configured: {configured}); add [mcp.servers.{server}] or fix the glob",
+                    section.name
+                ));
+            }
+        }
         for glob in section.tools.iter().filter(|g| !g.contains("__")) {
             let set = crate::config::code_mode::glob_set(std::slice::from_ref(glob));
             if !names.iter().any(|n| set.is_match(n)) {

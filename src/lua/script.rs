@@ -227,7 +227,16 @@ impl Vm {
             Some(s) => {
                 super::sanitize(&mlua::Error::RuntimeError(ScriptError::bounded_bytes(&s.as_bytes(), cap)), &state.info)
             }
-            None => format!("{}: the script raised a table without a 'message' field", state.info.display_path),
+            None => match table.raw_get::<Value>("message") {
+                Ok(Value::Nil) | Err(_) => {
+                    format!("{}: the script raised a table without a 'message' field", state.info.display_path)
+                }
+                Ok(other) => format!(
+                    "{}: the script raised a table whose 'message' is a {}, not a string",
+                    state.info.display_path,
+                    other.type_name()
+                ),
+            },
         };
         let code = text("code").map(|s| ScriptError::bounded_bytes(&s.as_bytes(), ScriptError::CODE_CAP));
         // The message and code count against the result limit too.
@@ -236,7 +245,7 @@ impl Vm {
         let data = match super::convert::to_json(self.lua(), &Value::Table(table.clone()), budget) {
             Ok(json) => json,
             Err(super::convert::ConvertError::TooLarge { .. }) => Json::String(format!(
-                "(the raised table is over the {budget} bytes of JSON that max_result_bytes leaves it; left out)"
+                "(the raised table is over the {budget} bytes of JSON that a raised table may keep; left out)"
             )),
             Err(super::convert::ConvertError::Invalid(why)) => {
                 Json::String(format!("(the raised table cannot be shown as JSON: {why})"))

@@ -303,17 +303,24 @@ pub fn describe(schema: &Value, document: &Value, dialect: Dialect) -> String {
             n.to_string()
         }
     };
-    match (num("minimum"), num("maximum")) {
-        (Some(lo), Some(hi)) => words += &format!(" between {} and {}", show(lo), show(hi)),
-        (Some(lo), None) => words += &format!(" ≥ {}", show(lo)),
-        (None, Some(hi)) => words += &format!(" ≤ {}", show(hi)),
+    // Bounds in words, one phrase: "between 1 and 30", "over 0 and at most 30", "under 5".
+    let low = match (num("minimum"), num("exclusiveMinimum")) {
+        (_, Some(lo)) => Some(format!("over {}", show(lo))),
+        (Some(lo), None) => Some(format!("at least {}", show(lo))),
+        (None, None) => None,
+    };
+    let high = match (num("maximum"), num("exclusiveMaximum")) {
+        (_, Some(hi)) => Some(format!("under {}", show(hi))),
+        (Some(hi), None) => Some(format!("at most {}", show(hi))),
+        (None, None) => None,
+    };
+    match (num("minimum"), num("maximum"), low, high) {
+        (Some(lo), Some(hi), Some(l), Some(h)) if l.starts_with("at") && h.starts_with("at") => {
+            words += &format!(" between {} and {}", show(lo), show(hi));
+        }
+        (_, _, Some(l), Some(h)) => words += &format!(" {l} and {h}"),
+        (_, _, Some(bound), None) | (_, _, None, Some(bound)) => words += &format!(" {bound}"),
         _ => {}
-    }
-    if let Some(lo) = num("exclusiveMinimum") {
-        words += &format!(" > {}", show(lo));
-    }
-    if let Some(hi) = num("exclusiveMaximum") {
-        words += &format!(" < {}", show(hi));
     }
     match (num("minLength"), num("maxLength")) {
         (Some(lo), Some(hi)) => words += &format!(" of {} to {} characters", show(lo), show(hi)),

@@ -811,7 +811,13 @@ pub fn check(config: &Config) -> Checked {
     let disabled = |p: &LoadProblem| config.broken_of(ScriptKind::Agent).any(|b| b.name == p.name);
     loaded.problems.extend(agent_problems.into_iter().filter(|p| !disabled(p)));
     loaded.problems.extend(unknown_tools);
-    let scripted = crate::code::tools::unmatched_globs(&config.scripted, &names);
+    let servers: Vec<&str> = config
+        .upstreams
+        .iter()
+        .map(|u| u.name.as_str())
+        .chain(config.broken_upstreams().map(|b| b.name.as_str()))
+        .collect();
+    let scripted = crate::code::tools::unmatched_globs(&config.scripted, &names, &servers);
     Checked { problems: loaded.problems, warnings: loaded.warnings, scripted }
 }
 

@@ -685,6 +685,9 @@ fn code_18_each_limit_trips_on_purpose_and_says_which() {
     assert!(reply.took < Duration::from_secs(5), "{:?}", reply.took);
     assert_eq!(reply.body["error"]["data"]["data"]["limit"], "timeout");
     assert!(was_cancelled(reply.trace(), "wait"), "{}", reply.body);
+    // The cancelled call is traced with the time it had had, not 0.
+    let ms = reply.trace()["calls"][0]["ms"].as_f64().unwrap_or_default();
+    assert!(ms >= 400.0, "{}", reply.body);
     // A timeout over the configured one is refused by the schema.
     let reply = run_script(&served, "execute", "return 1", json!({"timeout": 11}));
     assert_eq!(reply.status, 400, "{}", reply.body);
@@ -841,7 +844,7 @@ tools = ["search"]
 [tools.scripted.loop]
 description = "Lists itself among its tools."
 title = "Loop back"
-tools = ["loop", "search"]
+tools = ["loop", "search", "jira__*"]
 "#;
 
 #[test]
@@ -874,6 +877,11 @@ fn code_18_a_scripted_tool_sees_only_its_tools_and_its_description_is_its_catalo
         check.stderr()
     );
     assert!(!check.stderr().contains("glob \"search\""), "{}", check.stderr());
+    assert!(
+        check.stderr().contains("tools glob \"jira__*\" names upstream server 'jira', which is not configured"),
+        "{}",
+        check.stderr()
+    );
 
     let reply =
         run_script(&served, "searcher", "return ctx.search({query = 'wombat'}):await().results[1].title", json!({}));
@@ -898,7 +906,9 @@ fn code_18_a_scripted_tool_sees_only_its_tools_and_its_description_is_its_catalo
     run_script(&served, "loop", "return ctx.loop({script = 'return 1'}):await()", json!({}))
         .failed("script_error", "has no tool \"loop\"");
     execute(&served, "return ctx.execute({script = 'return 1'}):await()")
-        .failed("script_error", "has no tool \"execute\"");
+        .failed("script_error", "ctx.execute: a script does not start another script");
+    execute(&served, "return ctx.list_tools({server = 'ctx'}):await()")
+        .failed("script_error", "discovery is a global function in scripts; call list_tools(...)");
     // Nor from execute: a script never starts another script (each would get budgets of its
     // own), so execute does not list scripted tools and the registry refuses the call.
     execute(&served, "return ctx.loop({script = 'return 1'}):await()").failed("script_error", "has no tool \"loop\"");

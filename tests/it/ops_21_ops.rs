@@ -498,3 +498,43 @@ fn ops_21_metrics_parse_with_the_prometheus_client_and_are_not_for_scoped_tokens
     assert_eq!(sample("ctx_source_documents", "ctx_source_documents", json!({"source": "filesystem:docs"})), 1.0);
     assert_eq!(sample("ctx_call_log_dropped", "ctx_call_log_dropped_total", json!({})), 0.0);
 }
+
+/// One scoped token runs at most half of code mode's places at once: its ninth script is
+/// refused while its eight run, and another caller's script still runs.
+#[test]
+fn ops_21_one_token_cannot_take_every_code_mode_place() {
+    let s = serve("");
+    let url = s.url("/tools/execute");
+    let post = |url: String, token: &'static str| {
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+                let body = json!({"script": "sleep(3) return 'done'"});
+                let response = client.post(url).bearer_auth(token).json(&body).send().await.unwrap();
+                (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+            })
+        })
+    };
+    let eight: Vec<_> = (0..8).map(|_| post(url.clone(), CI)).collect();
+    // Until all eight run, a ninth may still get in: wait for the server to say so.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        let (status, body, _) = s.send_with("/tools/execute", Some(CI), &[], json!({"script": "return 1"}));
+        if status == 503 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "the ninth script of one token was never refused: {status} {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(refused["error"]["message"].as_str().unwrap().contains("token 'ci' already runs 8"), "{refused}");
+    let (status, body, _) = s.send_with("/tools/execute", Some(ADMIN), &[], json!({"script": "return 1"}));
+    assert_eq!((status, &body["result"]), (200, &json!(1)), "{body}");
+    for run in eight {
+        let (status, body) = run.join().unwrap();
+        assert_eq!((status, &body["result"]), (200, &json!("done")), "{body}");
+    }
+    // Their places are given back.
+    let (status, body, _) = s.send_with("/tools/execute", Some(CI), &[], json!({"script": "return 2"}));
+    assert_eq!((status, &body["result"]), (200, &json!(2)), "{body}");
+}

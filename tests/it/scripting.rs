@@ -430,7 +430,7 @@ function tool.execute(params) return params end
         "connector = {}\nfunction connector.scan()\n  return { { source_id = \"a\", body = \"b\", updated_at = -5 } }\nend\n",
     );
     let run = ws.ctx(&["connector", "test", "items.lua"]);
-    assert!(run.stderr().contains("updated_at: expected integer ≥ 0, got -5"), "{}", run.stderr());
+    assert!(run.stderr().contains("updated_at: expected integer at least 0, got -5"), "{}", run.stderr());
 }
 
 #[test]
