@@ -1,6 +1,7 @@
 //! What crosses the script boundary: an inner call's result as the script sees it, and the
 //! script's own result as a tool result, cut to its size limit without losing its shape.
 
+use base64::Engine;
 use mlua::{Lua, Value};
 use serde::Deserialize;
 use serde_json::{Map, Value as Json};
@@ -98,6 +99,18 @@ pub fn script_output(value: Json) -> Result<Output, String> {
     }
 }
 
+/// Whether a result that was cut (see [`truncate_lua`]) had been a full MCP result: its keys are
+/// an MCP result's (and the cut's `…`), and its first block still has a `type` or a `text`.
+/// A cut would break its blocks, so such a result is refused instead.
+pub fn was_mcp_result(value: &Json) -> bool {
+    let Json::Object(map) = value else { return false };
+    let Some(Json::Array(blocks)) = map.get("content") else { return false };
+    let first_is_block =
+        blocks.first().and_then(Json::as_object).is_some_and(|b| b.contains_key("type") || b.contains_key("text"));
+    first_is_block
+        && map.keys().all(|k| matches!(k.as_str(), "content" | "structuredContent" | "isError" | "_meta" | "…"))
+}
+
 /// Checks a full MCP result a script built as MCP clients will read it: every content block
 /// valid, `structuredContent` and `_meta` objects, `isError` a boolean.
 fn checked_mcp_result(map: &Map<String, Json>) -> Result<(), String> {
@@ -118,12 +131,24 @@ fn checked_mcp_result(map: &Map<String, Json>) -> Result<(), String> {
     }
     let blocks = map.get("content").and_then(Json::as_array).map_or(&[][..], Vec::as_slice);
     for (i, block) in blocks.iter().enumerate() {
+        let at = |why: String| problem(&format!("content[{}] {why}", i + 1));
         if let Err(e) = rmcp::model::ContentBlock::deserialize(block) {
-            let what = format!(
-                "content[{}] is not a content block ({e}); a text block is {{type = \"text\", text = \"...\"}}",
-                i + 1
-            );
-            return Err(problem(&what));
+            return Err(at(format!(
+                "is not a content block ({e}); a text block is {{type = \"text\", text = \"...\"}}"
+            )));
+        }
+        // What the SDKs check and serde's types do not.
+        let priority = block.pointer("/annotations/priority").and_then(Json::as_f64);
+        if priority.is_some_and(|p| !(0.0..=1.0).contains(&p)) {
+            return Err(at("has an annotations.priority outside 0 to 1".to_string()));
+        }
+        for key in ["data", "blob"] {
+            let encoded = block.get(key).or_else(|| block.pointer(&format!("/resource/{key}")));
+            if let Some(text) = encoded.and_then(Json::as_str) {
+                if base64::engine::general_purpose::STANDARD.decode(text).is_err() {
+                    return Err(at(format!("has a {key} that is not base64 (base64.encode makes it)")));
+                }
+            }
         }
     }
     Ok(())
@@ -466,6 +491,8 @@ mod tests {
             (json!({"content": [{"type": "text", "text": "a"}], "structuredContent": "s"}), "structuredContent"),
             (json!({"content": [], "isError": "yes"}), "isError is not a boolean"),
             (json!({"content": [], "_meta": [1]}), "_meta"),
+            (json!({"content": [{"type": "text", "text": "a", "annotations": {"priority": 7}}]}), "priority"),
+            (json!({"content": [{"type": "image", "data": "not base64!", "mimeType": "image/png"}]}), "not base64"),
         ] {
             let err = script_output(bad.clone()).err().unwrap_or_else(|| panic!("{bad} passed"));
             assert!(err.contains(says) && err.contains("looks like a full MCP result"), "{bad}: {err}");

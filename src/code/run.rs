@@ -465,6 +465,21 @@ impl Runner {
         if dropped_lines > 0 {
             trace["log_lines_dropped"] = json!(dropped_lines);
         }
+        if let Some(cut) = cut.as_ref().filter(|_| outcome::was_mcp_result(&value)) {
+            return Err(CallError::ScriptFailed {
+                code: ErrorCode::ResultTooLarge,
+                message: format!(
+                    "the script's result is a full MCP result of {} bytes of JSON, over max_output_bytes ({}); an MCP \
+                     result is not cut (its blocks would break): return less, or return plain data, which is cut \
+                     keeping its shape ({})",
+                    cut.original_bytes,
+                    cut.limit_bytes,
+                    calls.summary()
+                ),
+                reason: "result_too_large".to_string(),
+                data: Box::new(json!({"line": null, "trace": trace})),
+            });
+        }
         match outcome::script_output(value) {
             Ok(output) => Ok(Output::Traced { output: Box::new(output), trace }),
             Err(message) => Err(CallError::ScriptFailed {

@@ -74,8 +74,14 @@ pub fn output(output: &Output) -> Result<CallToolResult, McpError> {
     }
     let Output::Upstream(raw) = output else { return result(&output.mcp()) };
     let internal = |e: serde_json::Error| McpError::internal_error(format!("upstream tool result: {e}"), None);
-    let content: Vec<ContentBlock> =
-        serde_json::from_value(raw.get("content").cloned().unwrap_or(Json::Array(Vec::new()))).map_err(internal)?;
+    let mut content = raw.get("content").cloned().unwrap_or(Json::Array(Vec::new()));
+    // A block's `_meta` may not pass off `ctx/...` keys as ctx's either.
+    for block in content.as_array_mut().into_iter().flatten() {
+        if let Some(Json::Object(meta)) = block.get_mut("_meta") {
+            meta.retain(|k, _| !k.starts_with("ctx/"));
+        }
+    }
+    let content: Vec<ContentBlock> = serde_json::from_value(content).map_err(internal)?;
     let is_error = raw.get("isError").and_then(Json::as_bool).unwrap_or(false);
     let mut out = if is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
     // MCP allows only an object here: anything else would break the client's schema check.

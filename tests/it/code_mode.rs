@@ -650,6 +650,12 @@ fn code_18_inner_failures_are_catchable_and_uncaught_ones_carry_line_message_and
     // result() and a different return value: neither is silently dropped.
     execute(&served, "result(1) return 2").failed("script_error", "also returned a value");
     assert_eq!(execute(&served, "local t = {n = 1} result(t) return t").ok()["n"], 1);
+    // A full MCP result over max_output_bytes is refused, not cut into broken blocks.
+    let reply = execute(&served, "return {content = {{type = 'text', text = string.rep('a', 2e6)}}}");
+    reply.failed("result_too_large", "an MCP result is not cut");
+    // An invalid one says which block is wrong.
+    let reply = execute(&served, "return {content = {{type = 'text', text = 'a', annotations = {priority = 7}}}}");
+    reply.failed("script_error", "content[1] has an annotations.priority outside 0 to 1");
     // A forgotten :await().
     execute(&served, "return ctx.search({query = 'x'}).results").failed("script_error", "add :await()");
     // Arguments that are not a table.

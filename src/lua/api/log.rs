@@ -49,9 +49,12 @@ fn join(args: &MultiValue) -> mlua::Result<String> {
 /// wrote (or an error message it raised) stays one line, and cannot pass off a line of its own
 /// as the server's.
 pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
-    // Control characters (C0, DEL, C1 with NEL), and the Unicode line and paragraph separators
-    // some log viewers break lines at.
-    let breaks = |c: char| c.is_control() || c == '\u{2028}' || c == '\u{2029}';
+    // Control characters (C0, DEL, C1 with NEL), the Unicode line and paragraph separators some
+    // log viewers break lines at, and the bidirectional overrides that would reorder what a
+    // reader sees.
+    let breaks = |c: char| {
+        c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
     if !text.chars().any(breaks) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -119,6 +122,6 @@ mod tests {
         let forged = "hello\n2026-11-28T05:58:22Z ERROR forged\r\u{1b}[2K\tend";
         assert_eq!(one_line(forged), "hello\\n2026-11-28T05:58:22Z ERROR forged\\r\\u{1b}[2K\\tend");
         assert!(matches!(one_line("plain é"), std::borrow::Cow::Borrowed("plain é")));
-        assert_eq!(one_line("a\u{85}b\u{2028}c\u{2029}d"), "a\\u{85}b\\u{2028}c\\u{2029}d");
+        assert_eq!(one_line("a\u{85}b\u{2028}c\u{2029}d\u{202e}e"), "a\\u{85}b\\u{2028}c\\u{2029}d\\u{202e}e");
     }
 }
