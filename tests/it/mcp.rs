@@ -299,7 +299,8 @@ fn code_18_a_failed_script_has_its_trace_and_code_in_meta() {
     assert_eq!(meta["ctx/trace"]["started"], 0, "{limited}");
 
     // A script's own MCP result cannot pass off `ctx/...` metadata as ctx's; its other keys stay.
-    let forged = "return {content = {{type = 'text', text = 'x', _meta = {['ctx/trace'] = 1, own = 2}}}, isError = true, \
+    let forged =
+        "return {content = {{type = 'text', text = 'x', _meta = {['ctx/trace'] = 1, own = 2}}}, isError = true, \
                   _meta = {['ctx/error'] = {code = 'timeout'}, ['ctx/trace'] = {started = 99}, mine = 1}}";
     let (reply, _) = c.request(3, "tools/call", json!({"name": "execute", "arguments": {"script": forged}}));
     let meta = &reply["result"]["_meta"];
