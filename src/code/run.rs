@@ -465,29 +465,25 @@ impl Runner {
         if dropped_lines > 0 {
             trace["log_lines_dropped"] = json!(dropped_lines);
         }
+        // A result the run cannot send fails as the script's own, with the trace.
+        let refused = |reason: &str, message: String, trace: Json| CallError::ScriptFailed {
+            code: envelope_code(reason),
+            message: format!("{message} ({})", calls.summary()),
+            reason: reason.to_string(),
+            data: Box::new(json!({"line": null, "trace": trace})),
+        };
         if let Some(cut) = cut.as_ref().filter(|_| outcome::was_mcp_result(&value)) {
-            return Err(CallError::ScriptFailed {
-                code: ErrorCode::ResultTooLarge,
-                message: format!(
-                    "the script's result is a full MCP result of {} bytes of JSON, over max_output_bytes ({}); an MCP \
-                     result is not cut (its blocks would break): return less, or return plain data, which is cut \
-                     keeping its shape ({})",
-                    cut.original_bytes,
-                    cut.limit_bytes,
-                    calls.summary()
-                ),
-                reason: "result_too_large".to_string(),
-                data: Box::new(json!({"line": null, "trace": trace})),
-            });
+            let message = format!(
+                "the script's result is a full MCP result of {} bytes of JSON, over max_output_bytes ({}); an MCP \
+                 result is not cut (its blocks would break): return less, or return plain data, which is cut \
+                 keeping its shape",
+                cut.original_bytes, cut.limit_bytes
+            );
+            return Err(refused("result_too_large", message, trace));
         }
         match outcome::script_output(value) {
             Ok(output) => Ok(Output::Traced { output: Box::new(output), trace }),
-            Err(message) => Err(CallError::ScriptFailed {
-                code: ErrorCode::ToolError,
-                message: format!("{message} ({})", calls.summary()),
-                reason: "script_error".to_string(),
-                data: Box::new(json!({"line": null, "trace": trace})),
-            }),
+            Err(message) => Err(refused("script_error", message, trace)),
         }
     }
 
@@ -639,9 +635,8 @@ type Starting = HashMap<String, String>;
 fn starting_servers(registry: &crate::tools::Registry, catalog: &Catalog) -> Starting {
     let Some(upstreams) = registry.upstream_servers() else { return Starting::new() };
     upstreams
-        .status()
+        .not_ready()
         .into_iter()
-        .filter(|s| s.state != crate::upstream::State::Ready && s.state != crate::upstream::State::Disabled)
         .filter(|s| catalog.layout().group(&s.name).is_none())
         .map(|s| {
             let last = s.last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default();

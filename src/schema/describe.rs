@@ -304,23 +304,25 @@ pub fn describe(schema: &Value, document: &Value, dialect: Dialect) -> String {
         }
     };
     // Bounds in words, one phrase: "between 1 and 30", "over 0 and at most 30", "under 5".
-    let low = match (num("minimum"), num("exclusiveMinimum")) {
-        (_, Some(lo)) => Some(format!("over {}", show(lo))),
-        (Some(lo), None) => Some(format!("at least {}", show(lo))),
+    // Each bound is its value and whether it is inclusive.
+    let bound = |exclusive: &str, inclusive: &str| match (num(exclusive), num(inclusive)) {
+        (Some(n), _) => Some((n, false)),
+        (None, Some(n)) => Some((n, true)),
         (None, None) => None,
     };
-    let high = match (num("maximum"), num("exclusiveMaximum")) {
-        (_, Some(hi)) => Some(format!("under {}", show(hi))),
-        (Some(hi), None) => Some(format!("at most {}", show(hi))),
-        (None, None) => None,
+    let low = bound("exclusiveMinimum", "minimum");
+    let high = bound("exclusiveMaximum", "maximum");
+    let phrase = |(n, inclusive): (f64, bool), within: &str, beyond: &str| {
+        format!("{} {}", if inclusive { within } else { beyond }, show(n))
     };
-    match (num("minimum"), num("maximum"), low, high) {
-        (Some(lo), Some(hi), Some(l), Some(h)) if l.starts_with("at") && h.starts_with("at") => {
-            words += &format!(" between {} and {}", show(lo), show(hi));
+    match (low, high) {
+        (Some((lo, true)), Some((hi, true))) => words += &format!(" between {} and {}", show(lo), show(hi)),
+        (Some(lo), Some(hi)) => {
+            words += &format!(" {} and {}", phrase(lo, "at least", "over"), phrase(hi, "at most", "under"))
         }
-        (_, _, Some(l), Some(h)) => words += &format!(" {l} and {h}"),
-        (_, _, Some(bound), None) | (_, _, None, Some(bound)) => words += &format!(" {bound}"),
-        _ => {}
+        (Some(lo), None) => words += &format!(" {}", phrase(lo, "at least", "over")),
+        (None, Some(hi)) => words += &format!(" {}", phrase(hi, "at most", "under")),
+        (None, None) => {}
     }
     match (num("minLength"), num("maxLength")) {
         (Some(lo), Some(hi)) => words += &format!(" of {} to {} characters", show(lo), show(hi)),

@@ -131,23 +131,9 @@ impl CallError {
         let data = match self {
             // `MCP.error(code, ...)` always has a code; a raised table may have only its data.
             CallError::ToolFailed { tool_code, data, .. } if tool_code.is_some() || data.is_some() => {
-                let mut m = Map::new();
-                if let Some(code) = tool_code {
-                    m.insert("code".into(), Json::String(redact::string(code.clone())));
-                }
-                let mut data = data.clone().unwrap_or(Json::Null);
-                redact::current().apply_json(&mut data);
-                m.insert("data".into(), data);
-                m
+                code_and_data(tool_code.as_deref(), data.as_ref())
             }
-            CallError::ScriptFailed { reason, data, .. } => {
-                let mut m = Map::new();
-                m.insert("code".into(), Json::String(reason.clone()));
-                let mut data = Json::clone(data);
-                redact::current().apply_json(&mut data);
-                m.insert("data".into(), data);
-                m
-            }
+            CallError::ScriptFailed { reason, data, .. } => code_and_data(Some(reason), Some(data)),
             CallError::ApprovalRequired(pending) => {
                 let mut m = Map::new();
                 m.insert("approval".into(), serde_json::to_value(pending.body()).unwrap_or_default());
@@ -255,6 +241,19 @@ impl CallError {
             }
         }
     }
+}
+
+/// `{code, data}` of a failure a tool or script described itself, redacted: a script builds
+/// both freely.
+fn code_and_data(code: Option<&str>, data: Option<&Json>) -> Map<String, Json> {
+    let mut m = Map::new();
+    if let Some(code) = code {
+        m.insert("code".into(), Json::String(redact::string(code.to_string())));
+    }
+    let mut data = data.cloned().unwrap_or(Json::Null);
+    redact::current().apply_json(&mut data);
+    m.insert("data".into(), data);
+    m
 }
 
 /// The HTTP status of an error code. The only place the two meet.

@@ -600,10 +600,10 @@ impl Registry {
                         });
                 // Done waiting: the flag only covers the wait.
                 gone.0 = None;
-                match awaiting.release() {
-                    Some(started) => (prepared, started),
-                    None => return prepared.and_then(|_| Err(crashed(&name, "a call's start was lost"))),
-                }
+                let Some(started) = awaiting.release() else {
+                    return Err(crashed(&name, "a call's start was lost"));
+                };
+                (prepared, started)
             }
             false => (self.prepare(&name, params, &options, None), started),
         };

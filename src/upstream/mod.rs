@@ -345,12 +345,25 @@ impl Upstreams {
 
     /// Every configured server's health, by name.
     pub fn status(&self) -> Vec<Status> {
+        self.status_where(|_| true)
+    }
+
+    /// The health of the servers that are neither ready nor disabled (starting, restarting,
+    /// crash-looping). Cheap when all are ready: a script run asks at its start.
+    pub fn not_ready(&self) -> Vec<Status> {
+        self.status_where(|state| !matches!(state, State::Ready | State::Disabled))
+    }
+
+    fn status_where(&self, keep: impl Fn(State) -> bool) -> Vec<Status> {
         lock(&self.servers)
             .values()
-            .map(|server| {
+            .filter_map(|server| {
                 let s = server.shared.lock();
+                if !keep(s.state) {
+                    return None;
+                }
                 let section = &server.shared.section;
-                Status {
+                Some(Status {
                     name: section.name.clone(),
                     transport: match section.transport {
                         UpstreamTransport::Stdio { .. } => "stdio",
@@ -364,7 +377,7 @@ impl Upstreams {
                     latency_p50_ms: s.latency_p50_ms(),
                     calls: s.calls,
                     pid: s.pid,
-                }
+                })
             })
             .collect()
     }
