@@ -80,10 +80,11 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             served
         });
         crate::calllog::shutdown();
+        stop(runtime);
         return served.map_err(|e| CliError::from(anyhow::anyhow!(e)));
     }
     let registry = tools.current();
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr} (is another ctx already running there?)"))?;
@@ -111,8 +112,24 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
         served?;
         say!("ctx stopped");
         Ok::<(), anyhow::Error>(())
-    })?;
-    Ok(())
+    });
+    stop(runtime);
+    Ok(served?)
+}
+
+/// How long a stopping server waits for threads of the blocking pool that are still running.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Stops the runtime without waiting for ever: dropping it would wait for every thread of its
+/// blocking pool, and one stuck in a library call (a script past its deadline in a call the
+/// sandbox audit missed, which `tools::stuck` quarantines) would then keep the process from
+/// exiting on SIGTERM. Such a thread ends with the process.
+fn stop(runtime: tokio::runtime::Runtime) {
+    let started = std::time::Instant::now();
+    runtime.shutdown_timeout(STOP_WAIT);
+    if started.elapsed() >= STOP_WAIT {
+        tracing::warn!("a blocking thread was still running {} s after shutdown; exiting anyway", STOP_WAIT.as_secs());
+    }
 }
 
 /// How long `ctx serve` waits for the servers marked `required` before it gives up.
@@ -188,4 +205,19 @@ async fn shutdown_signal() {
         _ = terminate => {},
     }
     tracing::info!("shutting down: finishing in-flight requests");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stuck_blocking_thread_does_not_hold_the_stop() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        runtime.spawn_blocking(|| std::thread::sleep(std::time::Duration::from_secs(3600)));
+        let started = std::time::Instant::now();
+        stop(runtime);
+        let took = started.elapsed();
+        assert!(took >= STOP_WAIT && took < STOP_WAIT + std::time::Duration::from_secs(2), "{took:?}");
+    }
 }

@@ -3,8 +3,10 @@
 //! Removed: `dofile`, `loadfile`, `string.dump`, `os` except `time`/`clock`/`date`, and there is
 //! no `io`, `debug`, `package` or native `require`. `load` accepts text chunks only.
 //! `collectgarbage` keeps only its harmless options. The string metatable is locked.
-//! `pcall`, `xpcall`, `coroutine.resume` and `coroutine.close` are wrapped: after the inner call
-//! returns, a killed VM (deadline, cancel, memory cap) raises again, so no handler can swallow it.
+//! `pcall`, `xpcall`, `coroutine.resume`, `coroutine.wrap` and `coroutine.close` are wrapped: after
+//! the inner call returns, a killed VM (deadline, cancel, memory cap) raises again, so no handler
+//! can swallow it, and a coroutine the stop ended is never closed (its `__close` handlers would
+//! run with hooks off).
 //! `__gc` finalizers are refused, since they would run at close time, outside the deadline.
 //! `string.find`, `match`, `gmatch` and `gsub` are ctx's own matcher (`pattern.rs`), which checks
 //! the deadline as it goes; other C loops are bounded before they start (`bounds.rs`).
@@ -223,10 +225,32 @@ collectgarbage = function(opt, ...)
   return raw_collect(opt, ...)
 end
 -- Applied to the coroutine library when a script first touches it.
+-- A coroutine the stop ended is dead with hooks off (Lua does not turn them back on for a thread
+-- whose error nobody caught inside it), so closing it would run its `__close` handlers with no
+-- deadline: the kill is raised before any close. That is why `wrap` is written here on top of
+-- `create` and `resume`: Lua's own closes the dead coroutine before anyone can look.
 local function wrap_coroutine(co)
-  local resume, close = co.resume, co.close
+  local create, resume, close, status = co.create, co.resume, co.close, co.status
   co.resume = function(thread, ...) return guard(resume(thread, ...)) end
-  co.close = function(thread) return guard(close(thread)) end
+  co.close = function(thread)
+    guard()
+    return guard(close(thread))
+  end
+  co.wrap = function(f)
+    local thread = create(f)
+    return function(...)
+      local results = pack(guard(resume(thread, ...)))
+      if results[1] then return unpack(results, 2, results.n) end
+      local err = results[2]
+      if status(thread) == "dead" then
+        local closed, after = guard(close(thread))
+        if not closed then err = after end
+      end
+      -- As Lua's own: a message gets the caller's position.
+      if type(err) == "string" then error(err, 2) end
+      error(err, 0)
+    end
+  end
 end
 -- A run's globals. The base functions of the sandbox are copied in; each library table
 -- (`string`, `json`, ...) and host function (`print`, `sleep`, ...) arrives the first time the run

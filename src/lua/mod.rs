@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
+use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value};
 use serde_json::{Map, Value as Json};
 
 pub(crate) use error::seconds;
@@ -212,6 +212,8 @@ pub struct RunState {
     /// How many slots a run's globals table starts with (what the last `new_env` reported):
     /// sized once instead of grown through every power of two.
     env_slots: AtomicUsize,
+    /// Instructions between two calls of the deadline hook (what each call spends).
+    hook_every: std::sync::atomic::AtomicU32,
 }
 
 /// What [`RunState::defer`] runs.
@@ -249,6 +251,7 @@ impl RunState {
             deferred: AtomicU8::new(0),
             on_deferred: Mutex::new(None),
             env_slots: AtomicUsize::new(0),
+            hook_every: std::sync::atomic::AtomicU32::new(HOOK_EVERY),
         };
         state.set_deadline(Instant::now() + limits.timeout);
         state
@@ -707,18 +710,84 @@ fn begin_run(lua: &Lua, new_env: &Function, state: &RunState) -> mlua::Result<Ta
     Ok(env)
 }
 
-/// Installs the deadline hook, checking every `every` instructions (in coroutines too).
+/// Installs the deadline hook, checking every `every` instructions (in coroutines too: a
+/// coroutine takes the hook of the thread that creates it).
+///
+/// The hook is Lua's own C hook, not mlua's `set_global_hook`. When mlua's hook callback returns
+/// an error, mlua sets the stack top before raising it; inside a hook the stack is the
+/// interrupted Lua function's, and Lua 5.4's `lua_settop` runs the `__close` handlers of the
+/// to-be-closed variables it drops, there and then, inside the hook, where Lua calls no hooks.
+/// A `__close` that loops thus ran forever after the deadline stopped its run. This hook only
+/// pushes the message and raises it: the variables are closed while the error unwinds, after the
+/// protected call has turned hooks back on, so the same deadline stops every handler.
 fn set_hook(lua: &Lua, state: &Arc<RunState>, every: u32) -> mlua::Result<()> {
-    let hook_state = Arc::clone(state);
-    lua.set_global_hook(HookTriggers::new().every_nth_instruction(every), move |_, _| {
-        if !hook_state.spend_instructions(u64::from(every)) {
-            hook_state.kill(Kill::Instructions);
+    // The state the hook reads lives as long as the Lua state (app data is dropped after
+    // `lua_close`, which may still run the hook while it closes variables).
+    if lua.app_data_ref::<HookState>().is_none() {
+        lua.set_app_data(HookState(Arc::clone(state)));
+    }
+    state.hook_every.store(every, Ordering::Relaxed);
+    let run_state = Arc::as_ptr(state) as *mut std::ffi::c_void;
+    // SAFETY: the closure only uses Lua's C API on the state mlua hands it, with balanced stack
+    // use; the pointer it stores stays valid as long as the Lua state (see `HookState`).
+    unsafe {
+        lua.exec_raw::<()>((), |l| {
+            mlua::ffi::lua_pushlightuserdata(l, run_state);
+            mlua::ffi::lua_rawsetp(l, mlua::ffi::LUA_REGISTRYINDEX, hook_key());
+            mlua::ffi::lua_sethook(l, Some(deadline_hook), mlua::ffi::LUA_MASKCOUNT, every as std::ffi::c_int);
+        })
+    }
+}
+
+/// Keeps the [`RunState`] the deadline hook points at alive as long as its Lua state.
+struct HookState(#[allow(dead_code)] Arc<RunState>);
+
+/// The registry key of the hook's [`RunState`] pointer: the address of a static, unique per
+/// process, which is how Lua's C API names private registry entries.
+fn hook_key() -> *const std::ffi::c_void {
+    static KEY: u8 = 0;
+    &KEY as *const u8 as *const std::ffi::c_void
+}
+
+/// Lua's count hook: spends the run's instructions, runs put-off work, and raises once the run
+/// is stopped (deadline, cancel, memory, instruction budget).
+unsafe extern "C-unwind" fn deadline_hook(l: *mut mlua::ffi::lua_State, _ar: *mut mlua::ffi::lua_Debug) {
+    mlua::ffi::lua_rawgetp(l, mlua::ffi::LUA_REGISTRYINDEX, hook_key());
+    let state = mlua::ffi::lua_touserdata(l, -1) as *const RunState;
+    mlua::ffi::lua_settop(l, -2);
+    if state.is_null() {
+        return;
+    }
+    // SAFETY: set by `set_hook`, kept alive by `HookState`.
+    let stopped = hook_check(&*state);
+    if let Some(message) = stopped {
+        // Nothing that needs dropping is alive here: `lua_error` does not return.
+        mlua::ffi::lua_pushlstring(l, message.as_ptr() as *const std::ffi::c_char, message.len());
+        mlua::ffi::lua_error(l);
+    }
+}
+
+/// The hook's work; `Some(message)` when the run must stop. A panic (in put-off work) stops the
+/// run rather than unwind through Lua's C frames.
+fn hook_check(state: &RunState) -> Option<&'static str> {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if !state.spend_instructions(u64::from(state.hook_every.load(Ordering::Relaxed))) {
+            state.kill(Kill::Instructions);
         }
-        if hook_state.deferred.load(Ordering::Relaxed) != 0 {
-            hook_state.tick_deferred();
+        if state.deferred.load(Ordering::Relaxed) != 0 {
+            state.tick_deferred();
         }
-        hook_state.check().map(|_| VmState::Continue)
-    })
+        state.check().is_err()
+    }));
+    match outcome {
+        Ok(false) => None,
+        Ok(true) => Some("ctx: script stopped"),
+        Err(_) => {
+            tracing::error!("{}: the deadline hook panicked; the run is stopped", state.info.what());
+            state.kill(Kill::Cancelled);
+            Some("ctx: script stopped")
+        }
+    }
 }
 
 fn build(state: &Arc<RunState>) -> mlua::Result<(Lua, Function)> {

@@ -237,6 +237,27 @@ fn probes(marker: &str) -> Vec<(String, Expect)> {
             Fails(LOOPS, "stopped"),
         ),
         p("for i = 1, math.huge do local _ = tostring(i) end", Fails(LOOPS, "stopped")),
+        // Lua that runs after the stop: to-be-closed variables, a coroutine's closes, handlers.
+        p(
+            "local x <close> = setmetatable({}, {__close = function() while true do end end})\nwhile true do end",
+            Fails(LOOPS, "stopped"),
+        ),
+        p(
+            "local co = coroutine.wrap(function() local x <close> = setmetatable({}, {__close = function() while true do end end}) while true do end end) co()",
+            Fails(LOOPS, "stopped"),
+        ),
+        p(
+            "pcall(function() local x <close> = setmetatable({}, {__close = function() while true do end end}) while true do end end) return 'survived'",
+            Fails(LOOPS, "stopped"),
+        ),
+        p(
+            "local co = coroutine.create(function() local x <close> = setmetatable({}, {__close = function() while true do end end}) while true do end end) pcall(coroutine.resume, co) coroutine.close(co) return 'survived'",
+            Fails(LOOPS, "stopped"),
+        ),
+        p(
+            "local mt = {__close = function() end} local x <close> = setmetatable({}, mt) mt.__close = function() while true do end end while true do end",
+            Fails(LOOPS, "stopped"),
+        ),
         p("while true do load(function() while true do end end) end", Fails(LOOPS, "stopped")),
         p("while true do pcall(load, function() while true do end end) end", Fails(LOOPS, "stopped")),
         // Memory bombs (memory_mb = 16).

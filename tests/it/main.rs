@@ -35,5 +35,6 @@ mod scripting;
 mod search_20;
 mod search_22;
 mod semantic;
+mod stopped_runs;
 mod tools;
 mod wire;

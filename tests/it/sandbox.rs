@@ -175,6 +175,61 @@ fn infinite_loops_time_out_everywhere() {
     timeout(p.run("for i = 1, math.huge do local _ = tostring(i) end"));
 }
 
+/// Runs `body` on its own thread and fails the test if the run has not ended `within` (a run
+/// that never stops would otherwise hang the test binary instead of failing it).
+#[track_caller]
+fn ends_within(body: &'static str, within: Duration) -> Result<Value, ScriptError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let p = probe();
+        let _ = tx.send(p.run(body));
+    });
+    match rx.recv_timeout(within) {
+        Ok(result) => result,
+        Err(_) => panic!("the run was not stopped within {within:?} (it still spins on its thread): {body}"),
+    }
+}
+
+/// A stopped run stays stopped: Lua that would run after the stop (a to-be-closed variable's
+/// `__close`, a coroutine's pending closes, a message handler) is stopped by the same deadline.
+/// Lua runs `__close` while it unwinds from the stop, on a thread whose hooks the stop left off.
+#[test]
+fn no_handler_outlives_a_stopped_run() {
+    const CLOSE_SPINS: &str = "setmetatable({}, {__close = function() while true do end end})";
+    let bodies: Vec<String> = vec![
+        // The issue's own probe: the deadline stops the body, then `__close` would spin.
+        format!("local x <close> = {CLOSE_SPINS}\nwhile true do end"),
+        // A `__close` of a coroutine, closed by coroutine.wrap when the stop unwinds it.
+        format!("local co = coroutine.wrap(function() local x <close> = {CLOSE_SPINS} while true do end end) co()"),
+        format!(
+            "local co = coroutine.create(function() local x <close> = {CLOSE_SPINS} while true do end end) coroutine.resume(co) return 'survived'"
+        ),
+        format!(
+            "local co = coroutine.create(function() local x <close> = {CLOSE_SPINS} while true do end end) pcall(coroutine.resume, co) coroutine.close(co) return 'survived'"
+        ),
+        // Inside pcall, inside a coroutine inside pcall, and a close that calls back in.
+        format!("pcall(function() local x <close> = {CLOSE_SPINS} while true do end end) return 'survived'"),
+        format!(
+            "pcall(coroutine.wrap(function() pcall(function() local x <close> = {CLOSE_SPINS} while true do end end) end)) return 'survived'"
+        ),
+        "local x <close> = setmetatable({}, {__close = function() pcall(function() while true do end end) while true do end end})\nwhile true do end".to_string(),
+        // The metamethod put in place after the variable was marked.
+        "local mt = {__close = function() end} local x <close> = setmetatable({}, mt) mt.__close = function() while true do end end while true do end".to_string(),
+        // A handler that runs when the stop's error is handled.
+        "xpcall(function() local x <close> = setmetatable({}, {__close = function() error('again') end}) while true do end end, function() while true do end end) return 'survived'".to_string(),
+        // Nested closes: each one spins.
+        format!("local a <close> = {CLOSE_SPINS}\nlocal b <close> = {CLOSE_SPINS}\nwhile true do end"),
+        // A plain error (not a stop) reaches the same handler: the deadline still stops it.
+        format!("local x <close> = {CLOSE_SPINS}\nerror('boom')"),
+    ];
+    for body in bodies {
+        let started = Instant::now();
+        let body: &'static str = Box::leak(body.into_boxed_str());
+        timeout(ends_within(body, Duration::from_secs(10)));
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?} for {body}", started.elapsed());
+    }
+}
+
 #[test]
 fn sleep_cannot_outrun_the_deadline() {
     let p = probe();
