@@ -110,13 +110,20 @@ impl Policy {
         }
     }
 
+    /// Whether every tool of upstream server `server` needs approval: the server says `approve =
+    /// true`, or an `[approval] tools` glob matches all its names (`server__*`, `*`).
+    pub fn covers_server(&self, server: &str) -> bool {
+        self.servers.iter().any(|(name, tools)| name == server && tools.is_none())
+            || (!self.globs.is_empty() && self.globs.is_match(format!("{server}__*")))
+    }
+
     /// Whether calls of the tool `spec` need approval.
     pub fn needs(&self, spec: &ToolSpec) -> bool {
         // Every call asks this; with nothing configured it costs no glob match.
         if !self.globs.is_empty() && self.globs.is_match(&spec.name) {
             return true;
         }
-        if spec.section.as_ref().is_some_and(|s| self.sections.contains(s)) {
+        if spec.approve || spec.section.as_ref().is_some_and(|s| self.sections.contains(s)) {
             return true;
         }
         if let Some(origin) = &spec.upstream {

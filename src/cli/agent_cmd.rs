@@ -75,7 +75,7 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
     let problems: Vec<_> =
         registry.problems().iter().filter(|p| p.kind == crate::types::LoadProblemKind::Agent).cloned().collect();
     if json {
-        let listing = serde_json::to_value(registry.agent_listing()).unwrap_or(Json::Null);
+        let listing = serde_json::to_value(registry.agent_listing(None)).unwrap_or(Json::Null);
         println!("{}", json!({"agents": listing["agents"], "problems": problems}));
         return Ok(());
     }

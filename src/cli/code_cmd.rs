@@ -134,7 +134,7 @@ pub fn catalog(args: CatalogArgs, globals: &Globals) -> Result<(), CliError> {
     let (runtime, upstreams) = upstreams_of(&config)?;
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
-    let text = crate::code::catalog_prompt(&registry, args.scripted.as_deref()).map_err(CliError::Usage);
+    let text = crate::code::catalog_prompt(&registry, args.scripted.as_deref(), None).map_err(CliError::Usage);
     if let (Some(runtime), Some(upstreams)) = (&runtime, &upstreams) {
         runtime.block_on(upstreams.shutdown());
     }

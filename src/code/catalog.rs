@@ -1009,6 +1009,7 @@ mod tests {
             section: None,
             hidden: false,
             upstream: server.map(|s| UpstreamOrigin { server: s.into(), tool: name.into(), raw: Map::new() }),
+            approve: false,
         }
     }
 

@@ -17,27 +17,47 @@ use crate::tools::{Registry, ToolSpec};
 
 /// The catalog a script of `execute` (or of the scripted tool `scripted`) sees in `registry`:
 /// what the catalog prompt and `ctx catalog` render.
-pub fn catalog_for(registry: &Registry, scripted: Option<&str>) -> Result<catalog::Catalog, String> {
+pub fn catalog_for(
+    registry: &Registry,
+    scripted: Option<&str>,
+    principal: Option<&crate::tools::Principal>,
+) -> Result<catalog::Catalog, String> {
     let config = registry.kb().config();
     let is_scripted = |s: &ToolSpec| config.scripted.iter().any(|section| section.name == s.name);
     let code_tool = |s: &ToolSpec| s.builtin && CODE_MODE_TOOLS.contains(&s.name.as_str());
+    let allowed = |s: &ToolSpec| crate::tools::principal::allows(principal, &s.name);
     match scripted {
         None if !config.code_mode.enabled => {
             Err("code mode is disabled ([code_mode] enabled = false in ctx.toml)".to_string())
         }
-        None => Ok(catalog::Catalog::new(registry.all_specs().filter(|s| !code_tool(s) && !is_scripted(s)))),
+        None => {
+            Ok(catalog::Catalog::new(registry.all_specs().filter(|s| !code_tool(s) && !is_scripted(s) && allowed(s))))
+        }
         Some(name) => {
-            let Some(section) = config.scripted.iter().find(|s| s.name == name) else {
-                let names: Vec<&str> = config.scripted.iter().map(|s| s.name.as_str()).collect();
+            // A scoped caller learns nothing of a scripted tool it may not call, not even its name.
+            let section = config.scripted.iter().find(|s| s.name == name && allowed_name(principal, &s.name));
+            let Some(section) = section else {
+                let names: Vec<&str> = config
+                    .scripted
+                    .iter()
+                    .filter(|s| allowed_name(principal, &s.name))
+                    .map(|s| s.name.as_str())
+                    .collect();
                 let names = if names.is_empty() { "none configured".to_string() } else { names.join(", ") };
                 return Err(format!("no scripted tool '{name}' ([tools.scripted.{name}]); scripted tools: {names}"));
             };
             let allow = section.tool_set();
             Ok(catalog::Catalog::new(
-                registry.all_specs().filter(|s| !code_tool(s) && !is_scripted(s) && allow.is_match(&s.name)),
+                registry
+                    .all_specs()
+                    .filter(|s| !code_tool(s) && !is_scripted(s) && allow.is_match(&s.name) && allowed(s)),
             ))
         }
     }
+}
+
+fn allowed_name(principal: Option<&crate::tools::Principal>, name: &str) -> bool {
+    crate::tools::principal::allows(principal, name)
 }
 
 /// The catalog of `execute` as `principal` (a scoped token) sees it: only its tools.
@@ -48,6 +68,15 @@ pub fn catalog_of(registry: &Registry, principal: &crate::tools::Principal) -> c
     catalog::Catalog::new(
         registry.all_specs().filter(|s| !code_tool(s) && !is_scripted(s) && principal.allows(&s.name)),
     )
+}
+
+/// A scripted tool's description as `principal` sees it: the signatures of only the tools both
+/// its globs and the token allow.
+pub fn scripted_description(registry: &Registry, name: &str, principal: &crate::tools::Principal) -> Option<String> {
+    let config = registry.kb().config();
+    let section = config.scripted.iter().find(|s| s.name == name)?;
+    let catalog = catalog_for(registry, Some(name), Some(principal)).ok()?;
+    Some(format!("{}\n\n{}", section.description.trim_end(), catalog.prompt(name)))
 }
 
 /// Whether `name` runs a script: `execute`, or a scripted tool.
@@ -73,8 +102,12 @@ pub fn nested_script(config: &crate::config::Config, chain: &[String], name: &st
 }
 
 /// The catalog prompt (seed 002's `system_prompt()`) of `execute` or of a scripted tool.
-pub fn catalog_prompt(registry: &Registry, scripted: Option<&str>) -> Result<String, String> {
-    let catalog = catalog_for(registry, scripted)?;
+pub fn catalog_prompt(
+    registry: &Registry,
+    scripted: Option<&str>,
+    principal: Option<&crate::tools::Principal>,
+) -> Result<String, String> {
+    let catalog = catalog_for(registry, scripted, principal)?;
     Ok(catalog.prompt(scripted.unwrap_or("execute")))
 }
 

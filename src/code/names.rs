@@ -321,6 +321,7 @@ mod tests {
             section: None,
             hidden: false,
             upstream: server.map(|s| UpstreamOrigin { server: s.into(), tool: tool.into(), raw: Map::new() }),
+            approve: false,
         }
     }
 

@@ -223,7 +223,8 @@ impl Runner {
             // A scripted tool's scope is its globs; a scoped token sees only its own tools.
             _ => HashMap::new(),
         });
-        let result = self.run_in(&vm, &calls, (&catalog, &starting), script);
+        let scoped = env.principal.is_some();
+        let result = self.run_in(&vm, &calls, (&catalog, &starting, scoped), script);
         vm.state().set_deferred_work(None);
         if result.is_err() {
             calls.cancel_all();
@@ -240,10 +241,10 @@ impl Runner {
         &self,
         vm: &Vm,
         calls: &Arc<Calls>,
-        (catalog, starting): (&Arc<Catalog>, &Arc<Starting>),
+        (catalog, starting, scoped): (&Arc<Catalog>, &Arc<Starting>, bool),
         script: &str,
     ) -> Result<(Json, Option<outcome::Cut>), ScriptError> {
-        let outcome = self.install(vm, calls, catalog, starting).map_err(|e| vm.classify(&e))?;
+        let outcome = self.install(vm, calls, catalog, (starting, scoped)).map_err(|e| vm.classify(&e))?;
         let returned = vm.run_source("script", script.as_bytes())?;
         let (has, captured): (bool, Value) = outcome.call(()).map_err(|e| vm.classify(&e))?;
         // Two answers would leave one silently lost: say so instead of picking one.
@@ -276,7 +277,7 @@ impl Runner {
         vm: &Vm,
         calls: &Arc<Calls>,
         shared: &Arc<Catalog>,
-        starting: &Arc<Starting>,
+        (starting, scoped): (&Arc<Starting>, bool),
     ) -> mlua::Result<mlua::Function> {
         let lua = vm.lua();
         let env = vm.env();
@@ -284,7 +285,8 @@ impl Runner {
         let wait = wait_fn(lua, calls)?;
         let catalog = Arc::clone(shared);
         // In a scripted tool, a tool outside its globs is missing for a reason worth saying.
-        let scope = self.allow.as_ref().map(|_| {
+        // A scoped caller is not told the globs: they may name tools outside its scope.
+        let scope = self.allow.as_ref().filter(|_| !scoped).map(|_| {
             format!(
                 "; scripted tool '{}' may call only the tools its `tools` globs select ({})",
                 self.name,

@@ -170,6 +170,7 @@ fn script_spec(name: &str, description: String, runner: &Runner) -> ToolSpec {
         section: None,
         hidden: false,
         upstream: None,
+        approve: false,
     }
 }
 
@@ -274,5 +275,6 @@ fn discovery_spec(kind: Discovery) -> ToolSpec {
         section: None,
         hidden: false,
         upstream: None,
+        approve: false,
     }
 }

@@ -171,8 +171,13 @@ impl Mcp {
         let answered_token = request.request_state.clone();
         let params = Json::Object(request.arguments.unwrap_or_default());
         if let (Some(answer), Some(state)) = (answer, answered_token) {
-            let result = match self.inner.tools.current().approvals().asked(&state) {
-                Some(token) => self.decide_and_run(&cx, &name, params, &token, answer, principal(&cx)).await,
+            let caller = principal(&cx);
+            let asked = match may_ask(self.inner.tools.current().approvals(), caller.as_deref()) {
+                true => self.inner.tools.current().approvals().asked(&state),
+                false => None,
+            };
+            let result = match asked {
+                Some(token) => self.decide_and_run(&cx, &name, params, &token, answer, caller).await,
                 None => Err(CallError::ApprovalRefused(format!(
                     "tool '{name}' did not run: the answer does not come from a question this server asked (it restarted, or the state was changed); call again without it"
                 ))),
@@ -235,7 +240,7 @@ impl Mcp {
                 progress::QUEUE_LEN
             );
         }
-        let asking = match self.inner.tools.current().approvals().ask_clients {
+        let asking = match may_ask(self.inner.tools.current().approvals(), principal.as_deref()) {
             true => approve::asking(&cx),
             false => approve::Asking::No,
         };
@@ -323,6 +328,19 @@ impl Mcp {
 fn principal(cx: &RequestContext<RoleServer>) -> Option<Arc<crate::tools::Principal>> {
     let parts = cx.extensions.get::<axum::http::request::Parts>()?;
     parts.extensions.get::<crate::server::Caller>().and_then(|c| c.0.clone())
+}
+
+/// Whether the caller's own client may be asked to approve its calls: only when the operator
+/// turned it on (`[approval] ask_clients`), and for a scoped token only when its entry says
+/// `approve_own_calls = true`. Otherwise holding a token would be enough to approve its calls.
+fn may_ask(approvals: &crate::approval::Policy, principal: Option<&crate::tools::Principal>) -> bool {
+    approvals.ask_clients && principal.is_none_or(|p| p.approves_own_calls())
+}
+
+/// Starts the call-log entry of an MCP request that is not a tool call, with its caller.
+fn observe(cx: &RequestContext<RoleServer>, method: &str, params: &Json) -> crate::tools::Observed {
+    let options = CallOptions { caller: "mcp", principal: principal(cx), ..Default::default() };
+    crate::tools::Observed::start(method, params, &options)
 }
 
 /// rmcp's body limit: the server's, but never below what MCP handshakes need.
@@ -421,14 +439,20 @@ impl ServerHandler for Mcp {
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _cx: RequestContext<RoleServer>,
+        cx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
+        let principal = principal(&cx);
+        let observed = observe(&cx, "prompts/list", &Json::Null);
         let registry = self.inner.tools.current();
-        let mut prompts: Vec<_> = registry.agents().map(convert::prompt).collect();
-        if let Some(catalog) = convert::catalog_prompt(&registry) {
-            prompts.push(catalog);
+        let mut prompts: Vec<_> = registry.agents_for(principal.as_deref()).map(convert::prompt).collect();
+        // The catalog prompt shows what `execute` can reach: only for a caller that may call it.
+        if crate::tools::principal::allows(principal.as_deref(), "execute") {
+            prompts.extend(convert::catalog_prompt(&registry));
         }
-        prompts.extend(upstream::prompts(&self.inner.tools));
+        let approvals = Arc::clone(registry.approvals());
+        let reach = upstream::Reach { principal: principal.as_deref(), approvals: &approvals };
+        prompts.extend(upstream::prompts(&self.inner.tools, &reach));
+        observed.finish(Ok(json!({ "count": prompts.len() })));
         Ok(ListPromptsResult::with_all_items(prompts))
     }
 
@@ -438,28 +462,52 @@ impl ServerHandler for Mcp {
         cx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let tools = &self.inner.tools;
-        let is_agent = tools.current().agents().any(|a| a.name == request.name);
-        if !is_agent && request.name == crate::code::PROMPT {
-            let scripted = request.arguments.as_ref().and_then(|a| a.get("tool")).and_then(Json::as_str);
-            let scripted = scripted.filter(|t| *t != "execute");
-            return match crate::code::catalog_prompt(&tools.current(), scripted) {
+        let principal = principal(&cx);
+        let registry = tools.current();
+        let is_agent = registry.agents_for(principal.as_deref()).any(|a| a.name == request.name);
+        let scripted = request.arguments.as_ref().and_then(|a| a.get("tool")).and_then(Json::as_str);
+        let scripted = scripted.filter(|t| *t != "execute");
+        // The catalog prompt is for callers that may run the script it is about; to any other,
+        // it does not exist (the agent path answers "unknown").
+        let may_script = crate::tools::principal::allows(principal.as_deref(), scripted.unwrap_or("execute"));
+        if !is_agent && request.name == crate::code::PROMPT && may_script {
+            let params = json!({ "name": request.name, "arguments": request.arguments });
+            let observed = observe(&cx, "prompts/get", &params);
+            let result = crate::code::catalog_prompt(&registry, scripted, principal.as_deref());
+            let summary = result
+                .as_ref()
+                .map(|text| json!({ "bytes": text.len() }))
+                .map_err(|m| CallError::BadRequest(m.clone()));
+            observed.finish(summary.as_ref().cloned());
+            return match result {
                 Ok(text) => Ok(convert::catalog_result(text).into()),
                 Err(message) => Err(McpError::invalid_params(message, None)),
             };
         }
         if !is_agent {
+            let params = json!({ "name": request.name, "arguments": request.arguments });
+            let observed = observe(&cx, "prompts/get", &params);
             let arguments = request.arguments.clone().unwrap_or_default();
-            let upstream = upstream::get_prompt(tools, &request.name, arguments);
+            let approvals = Arc::clone(registry.approvals());
+            let reach = upstream::Reach { principal: principal.as_deref(), approvals: &approvals };
+            let upstream = upstream::get_prompt(tools, &reach, &request.name, arguments);
             let found = tokio::select! {
                 found = upstream => found,
                 _ = cx.ct.cancelled() => return Err(McpError::internal_error("cancelled", None)),
             };
             if let Some(result) = found {
+                let summary = match &result {
+                    Ok(prompt) => Ok(json!({ "messages": prompt.messages.len() })),
+                    Err(e) => Err(CallError::Internal(e.message.to_string())),
+                };
+                observed.finish(summary.as_ref().cloned());
                 return result.map(Into::into);
             }
+            // Not an upstream prompt either: the agent path below answers (and logs) "unknown".
+            observed.forget();
         }
         let args = request.arguments.map(Json::Object).unwrap_or(Json::Null);
-        let options = CallOptions { caller: "mcp", ..Default::default() };
+        let options = CallOptions { caller: "mcp", principal, ..Default::default() };
         let resolve = self.inner.tools.prompt(request.name, args, options);
         let result = tokio::select! {
             result = resolve => result,
@@ -477,23 +525,35 @@ impl ServerHandler for Mcp {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _cx: RequestContext<RoleServer>,
+        cx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         if !upstream::has_resources(&self.inner.tools) {
             return Err(McpError::method_not_found::<ListResourcesRequestMethod>());
         }
-        Ok(ListResourcesResult::with_all_items(upstream::resources(&self.inner.tools)))
+        let observed = observe(&cx, "resources/list", &Json::Null);
+        let principal = principal(&cx);
+        let approvals = Arc::clone(self.inner.tools.current().approvals());
+        let reach = upstream::Reach { principal: principal.as_deref(), approvals: &approvals };
+        let resources = upstream::resources(&self.inner.tools, &reach);
+        observed.finish(Ok(json!({ "count": resources.len() })));
+        Ok(ListResourcesResult::with_all_items(resources))
     }
 
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _cx: RequestContext<RoleServer>,
+        cx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         if !upstream::has_resources(&self.inner.tools) {
             return Err(McpError::method_not_found::<ListResourceTemplatesRequestMethod>());
         }
-        Ok(ListResourceTemplatesResult::with_all_items(upstream::templates(&self.inner.tools)))
+        let observed = observe(&cx, "resources/templates/list", &Json::Null);
+        let principal = principal(&cx);
+        let approvals = Arc::clone(self.inner.tools.current().approvals());
+        let reach = upstream::Reach { principal: principal.as_deref(), approvals: &approvals };
+        let templates = upstream::templates(&self.inner.tools, &reach);
+        observed.finish(Ok(json!({ "count": templates.len() })));
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
 
     async fn read_resource(
@@ -501,10 +561,20 @@ impl ServerHandler for Mcp {
         request: ReadResourceRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        tokio::select! {
-            result = upstream::read(&self.inner.tools, &request.uri) => result.map(Into::into),
-            _ = cx.ct.cancelled() => Err(McpError::internal_error("cancelled", None)),
-        }
+        let observed = observe(&cx, "resources/read", &json!({ "uri": request.uri }));
+        let principal = principal(&cx);
+        let approvals = Arc::clone(self.inner.tools.current().approvals());
+        let reach = upstream::Reach { principal: principal.as_deref(), approvals: &approvals };
+        let result = tokio::select! {
+            result = upstream::read(&self.inner.tools, &reach, &request.uri) => result,
+            _ = cx.ct.cancelled() => return Err(McpError::internal_error("cancelled", None)),
+        };
+        let summary = match &result {
+            Ok(read) => Ok(json!({ "contents": read.contents.len() })),
+            Err(e) => Err(CallError::BadRequest(e.message.to_string())),
+        };
+        observed.finish(summary.as_ref().cloned());
+        result.map(Into::into)
     }
 
     /// Session-era clients (2025-11-25) get `list_changed` on their session's stream.

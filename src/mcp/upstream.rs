@@ -1,12 +1,18 @@
 //! Upstream resources and prompts on ctx's MCP server: listed under namespaced names
 //! (`mcp://<server>/<uri>`, `<server>__<prompt>`) and routed back to their server.
+//!
+//! Each function takes the caller's [`Reach`]: a scoped token reaches a server's resources and
+//! templates when its globs allow the whole server (`<server>__*`, or `*`), and a prompt when they
+//! allow the prompt's name; nobody reaches the resources or prompts of a server whose every tool
+//! needs approval (reading them would skip it).
 
 use rmcp::model::{ErrorCode as RpcCode, GetPromptResult, Prompt, ReadResourceResult, Resource, ResourceTemplate};
 use rmcp::ErrorData as McpError;
 use serde_json::{json, Map, Value as Json};
 
+use crate::tools::principal::allows;
 use crate::tools::upstream_tool::{namespaced_uri, owner, registry_name, split_uri};
-use crate::tools::Tools;
+use crate::tools::{Principal, Tools};
 use crate::upstream::client::{PROMPTS, RESOURCES};
 use crate::upstream::{ServerCatalog, UpstreamError};
 
@@ -24,26 +30,55 @@ fn catalog(tools: &Tools, which: u8) -> Vec<ServerCatalog> {
     tools.upstreams().map(|u| u.lists(which)).unwrap_or_default()
 }
 
-/// Every upstream resource, its URI namespaced.
-pub fn resources(tools: &Tools) -> Vec<Resource> {
-    namespaced(tools, |s| &s.resources, "uri", "resource")
+/// What one caller may reach of the upstream servers' resources and prompts.
+pub struct Reach<'a> {
+    pub principal: Option<&'a Principal>,
+    pub approvals: &'a crate::approval::Policy,
 }
 
-/// Every upstream resource template, its URI template namespaced.
-pub fn templates(tools: &Tools) -> Vec<ResourceTemplate> {
-    namespaced(tools, |s| &s.resource_templates, "uriTemplate", "resource template")
+impl Reach<'_> {
+    /// Why `server`'s resources and prompts are not served to this caller, if they are not.
+    pub fn refusal(&self, server: &str) -> Option<String> {
+        if !allows(self.principal, &format!("{server}__*")) {
+            return Some(String::new());
+        }
+        self.approvals.covers_server(server).then(|| {
+            format!(
+                "every tool of upstream server '{server}' needs approval ([approval] or [mcp.servers.{server}] approve), so ctx does not serve its resources and prompts: reading them would skip the approval; call its tools instead"
+            )
+        })
+    }
+
+    fn server(&self, server: &str) -> bool {
+        self.refusal(server).is_none()
+    }
+
+    fn prompt(&self, server: &str, name: &str) -> bool {
+        allows(self.principal, name) && !self.approvals.covers_server(server)
+    }
+}
+
+/// Every upstream resource the caller may reach, its URI namespaced.
+pub fn resources(tools: &Tools, reach: &Reach<'_>) -> Vec<Resource> {
+    namespaced(tools, reach, |s| &s.resources, "uri", "resource")
+}
+
+/// Every upstream resource template the caller may reach, its URI template namespaced.
+pub fn templates(tools: &Tools, reach: &Reach<'_>) -> Vec<ResourceTemplate> {
+    namespaced(tools, reach, |s| &s.resource_templates, "uriTemplate", "resource template")
 }
 
 /// The entries `list` picks from each server, with the URI under `key` namespaced; an entry
 /// that is not valid MCP is left out and logged.
 fn namespaced<T: serde::de::DeserializeOwned>(
     tools: &Tools,
+    reach: &Reach<'_>,
     list: fn(&ServerCatalog) -> &Vec<Map<String, Json>>,
     key: &str,
     what: &str,
 ) -> Vec<T> {
     let mut out = Vec::new();
-    for server in catalog(tools, RESOURCES) {
+    for server in catalog(tools, RESOURCES).into_iter().filter(|s| reach.server(&s.name)) {
         for raw in list(&server) {
             let mut raw = raw.clone();
             if let Some(Json::String(uri)) = raw.get_mut(key) {
@@ -59,7 +94,7 @@ fn namespaced<T: serde::de::DeserializeOwned>(
 }
 
 /// `resources/read` of a namespaced URI: read from its server, the contents' URIs namespaced.
-pub async fn read(tools: &Tools, uri: &str) -> Result<ReadResourceResult, McpError> {
+pub async fn read(tools: &Tools, reach: &Reach<'_>, uri: &str) -> Result<ReadResourceResult, McpError> {
     let not_found = || {
         McpError::new(
             RpcCode::RESOURCE_NOT_FOUND,
@@ -70,6 +105,12 @@ pub async fn read(tools: &Tools, uri: &str) -> Result<ReadResourceResult, McpErr
         )
     };
     let (server, original) = split_uri(uri).ok_or_else(not_found)?;
+    match reach.refusal(server) {
+        None => {}
+        // Out of a scoped token's reach: as if it did not exist.
+        Some(why) if why.is_empty() => return Err(not_found()),
+        Some(why) => return Err(McpError::invalid_request(why, Some(json!({ "uri": uri })))),
+    }
     let upstreams = tools.upstreams().ok_or_else(not_found)?;
     let mut result = upstreams.read_resource(server, original).await.map_err(|e| error(e, "resources/read"))?;
     if let Some(Json::Array(contents)) = result.get_mut("contents") {
@@ -107,10 +148,10 @@ fn served_prompts(tools: &Tools) -> Vec<(String, String, Map<String, Json>)> {
     out
 }
 
-/// Every upstream prompt, named `<server>__<prompt>`.
-pub fn prompts(tools: &Tools) -> Vec<Prompt> {
+/// Every upstream prompt the caller may reach, named `<server>__<prompt>`.
+pub fn prompts(tools: &Tools, reach: &Reach<'_>) -> Vec<Prompt> {
     let mut out = Vec::new();
-    for (name, server, mut raw) in served_prompts(tools) {
+    for (name, server, mut raw) in served_prompts(tools).into_iter().filter(|(n, s, _)| reach.prompt(s, n)) {
         raw.insert("name".into(), Json::String(name));
         match serde_json::from_value(Json::Object(raw)) {
             Ok(prompt) => out.push(prompt),
@@ -123,6 +164,7 @@ pub fn prompts(tools: &Tools) -> Vec<Prompt> {
 /// `prompts/get` of an upstream prompt; `None` when `name` is no upstream prompt.
 pub async fn get_prompt(
     tools: &Tools,
+    reach: &Reach<'_>,
     name: &str,
     arguments: Map<String, Json>,
 ) -> Option<Result<GetPromptResult, McpError>> {
@@ -131,6 +173,12 @@ pub async fn get_prompt(
             let original = raw.get("name").and_then(Json::as_str)?.to_string();
             Some((server, original))
         })?;
+    if !allows(reach.principal, name) {
+        return None;
+    }
+    if let Some(why) = reach.refusal(&server).filter(|w| !w.is_empty()) {
+        return Some(Err(McpError::invalid_request(why, Some(json!({ "name": name })))));
+    }
     let upstreams = tools.upstreams()?;
     let result = match upstreams.get_prompt(&server, &original, arguments).await {
         Ok(result) => serde_json::from_value(Json::Object(result)).map_err(|e| {

@@ -193,6 +193,7 @@ pub fn settings(config: &crate::config::Config) -> Result<(SocketAddr, Security)
         let patterns: Vec<String> = entry.tools.iter().map(|t| t.to_string()).collect();
         let principal = crate::tools::Principal::new(entry.name.as_str(), &patterns)
             .map_err(|e| format!("[[server.tokens]] {:?}: {e}", entry.name.as_str()))?;
+        let principal = principal.approving_own_calls(entry.approve_own_calls);
         tokens.push(guard::NamedToken { principal: Arc::new(principal), token: entry.token.to_string() });
     }
     Ok((addr, Security::with_tokens(addr, token, tokens, origins)?))

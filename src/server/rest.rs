@@ -31,7 +31,11 @@ use crate::types::{
 /// many scripts failed: load errors can quote script source.
 #[utoipa::path(get, path = "/health", operation_id = "health", tag = "server", security(()),
     responses((status = 200, description = "Up.", body = HealthSchema)))]
-pub async fn health(State(app): State<Arc<App>>, authorized: Option<Extension<guard::Authorized>>) -> Response {
+pub async fn health(
+    State(app): State<Arc<App>>,
+    authorized: Option<Extension<guard::Authorized>>,
+    caller: Option<Extension<guard::Caller>>,
+) -> Response {
     let registry = app.tools.current();
     let mut problems = registry.problems().to_vec();
     // Calls abandoned past their deadline (the sandbox's last line of defence) hold a thread and
@@ -58,7 +62,24 @@ pub async fn health(State(app): State<Arc<App>>, authorized: Option<Extension<gu
     let status = if problems.is_empty() { HealthStatus::Ok } else { HealthStatus::Degraded };
     let problem_count = problems.len() as u64;
     let full = authorized.is_some_and(|Extension(guard::Authorized(yes))| yes);
-    let body = if full {
+    let scoped = principal(&caller);
+    let body = if let (true, Some(principal)) = (full, scoped.as_deref()) {
+        // A scoped token sees only what it may use: its tools and agents, and the problems of
+        // those; not the upstream servers (processes, calls, latency), the config or the load.
+        let mine = |name: &str| principal.allows(name);
+        let problems: Vec<LoadProblem> = problems.into_iter().filter(|p| mine(&p.name)).collect();
+        Health {
+            status,
+            problem_count,
+            version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            tools: Some(registry.specs_for(Some(principal)).count() as u64),
+            agents: Some(registry.agents_for(Some(principal)).count() as u64),
+            problems,
+            upstreams: Vec::new(),
+            config: None,
+            load: None,
+        }
+    } else if full {
         Health {
             status,
             problem_count,
@@ -233,8 +254,9 @@ async fn respond(
 /// Every agent: inline ones first, then Lua ones, each by name.
 #[utoipa::path(get, path = "/agents/list", operation_id = "listAgents", tag = "agents",
     responses((status = 200, description = "The agents.", body = AgentsList), GuardErrors))]
-pub async fn list_agents(State(app): State<Arc<App>>) -> Response {
-    ok(&serde_json::to_value(app.tools.current().agent_listing()).unwrap_or(Json::Null))
+pub async fn list_agents(State(app): State<Arc<App>>, caller: Option<Extension<guard::Caller>>) -> Response {
+    let principal = principal(&caller);
+    ok(&serde_json::to_value(app.tools.current().agent_listing(principal.as_deref())).unwrap_or(Json::Null))
 }
 
 /// Resolve an agent's prompt: system prompt, opening messages and tools.

@@ -94,6 +94,7 @@ fn spec(kind: Kind) -> ToolSpec {
         section: None,
         hidden: false,
         upstream: None,
+        approve: false,
     }
 }
 

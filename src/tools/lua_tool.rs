@@ -44,6 +44,38 @@ pub struct LuaTool {
     skip_inline: AtomicU32,
 }
 
+/// The keys a `tool` table may hold besides functions (`schemas/tool.schema.json`).
+const TOOL_KEYS: [&str; 8] = [
+    "name",
+    "description",
+    "version",
+    "parameters",
+    "additional_parameters",
+    "annotations",
+    "output_schema",
+    "approve",
+];
+
+/// Keys of a `[tools.script.<name>]` section that authors put in the `tool` table by mistake.
+const SECTION_KEYS: [&str; 9] =
+    ["path", "timeout", "memory_mb", "max_result_bytes", "allow_hosts", "allow_private", "allow_env", "rate", "burst"];
+
+/// A key of the `tool` table that ctx does not know is a load problem, not silently dropped: it is
+/// usually a setting meant for ctx (`approve`, `timeout`) in the wrong place, which would
+/// otherwise do nothing.
+fn unknown_keys(meta: &Map<String, Json>, section: &str) -> Result<(), String> {
+    let Some(key) = meta.keys().find(|k| !TOOL_KEYS.contains(&k.as_str())) else { return Ok(()) };
+    if SECTION_KEYS.contains(&key.as_str()) {
+        return Err(format!(
+            "tool.{key} is not a key of the tool table: it is a setting of the tool's section; move it to [tools.script.{section}] in ctx.toml"
+        ));
+    }
+    Err(format!(
+        "tool.{key} is not a key of the tool table (it takes {}, and functions); keep the script's own data in a local variable, or set it in [tools.script.{section}] in ctx.toml and read it as context.config.{key}",
+        TOOL_KEYS.join(", ")
+    ))
+}
+
 impl LuaTool {
     /// Loads the script of `section` and reads its metadata. The error names the script, the
     /// field and what was expected.
@@ -59,6 +91,7 @@ impl LuaTool {
         // The config key names the tool when the script does not.
         let name = Map::from_iter([("name".to_string(), Json::String(section.name.clone()))]);
         let mut meta = vm.metadata(&ext, "tool", METADATA_BUDGET, metadata_validator(), name)?;
+        unknown_keys(&meta, &section.name).map_err(|e| format!("{path}: {e}"))?;
         // The JSON Schema form is itself checked against JSON Schema's own schema, which says
         // where it expects lists (`required = {}`, `enum = {}`).
         if let Some(schema @ Json::Object(_)) = meta.get_mut("parameters") {
@@ -109,6 +142,7 @@ impl LuaTool {
                 section: Some(section.name.clone()),
                 hidden: false,
                 upstream: None,
+                approve: tool.approve,
             },
             info,
             limits,

@@ -24,7 +24,9 @@ pub use error::{http_status, retry_secs, CallError};
 pub use output::Output;
 pub use params::Params;
 pub use principal::Principal;
-pub use registry::{check, CallOptions, Checked, NotInline, Registry, Tools, MAX_CHAIN, MAX_NAME_BYTES, MAX_REENTRY};
+pub use registry::{
+    check, CallOptions, Checked, NotInline, Observed, Registry, Tools, MAX_CHAIN, MAX_NAME_BYTES, MAX_REENTRY,
+};
 
 use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};
@@ -55,6 +57,9 @@ pub struct ToolSpec {
     pub hidden: bool,
     /// Where an upstream tool comes from, with its `tools/list` entry as the server sent it.
     pub upstream: Option<UpstreamOrigin>,
+    /// The tool's own script asks that every call wait for approval (`approve = true` in its
+    /// `tool` table); its config section can ask too, and either is enough.
+    pub approve: bool,
 }
 
 /// The server and original name of an upstream tool, and its listing entry unchanged.

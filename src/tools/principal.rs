@@ -13,6 +13,8 @@ pub struct Principal {
     name: String,
     patterns: Vec<String>,
     tools: GlobSet,
+    /// Its MCP client may approve its own calls when asked (`approve_own_calls`).
+    approves_own_calls: bool,
 }
 
 impl Principal {
@@ -24,7 +26,18 @@ impl Principal {
             builder.add(glob);
         }
         let tools = builder.build().map_err(|e| format!("tool patterns: {e}"))?;
-        Ok(Principal { name: name.to_string(), patterns: patterns.to_vec(), tools })
+        Ok(Principal { name: name.to_string(), patterns: patterns.to_vec(), tools, approves_own_calls: false })
+    }
+
+    /// Lets its MCP client approve its own calls when ctx asks (`approve_own_calls = true`).
+    pub fn approving_own_calls(mut self, yes: bool) -> Principal {
+        self.approves_own_calls = yes;
+        self
+    }
+
+    /// Whether its client may answer ctx's approval questions about its own calls.
+    pub fn approves_own_calls(&self) -> bool {
+        self.approves_own_calls
     }
 
     /// The token's name, as logs, rate limits and approvals show it.

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use serde_json::Value as Json;
+use serde_json::{json, Value as Json};
 
 use super::lua_tool::LuaTool;
 use super::{builtin, stuck, CallEnv, CallError, Output, ToolRef, ToolSpec, BUILTINS};
@@ -234,9 +234,15 @@ impl Registry {
         self.agents.iter().map(|a| a.spec())
     }
 
-    /// `GET /agents/list`.
-    pub fn agent_listing(&self) -> AgentsList {
-        AgentsList { agents: self.agents().map(AgentSpec::info).collect() }
+    /// `GET /agents/list`: the agents `principal` may use (every one without a principal).
+    pub fn agent_listing(&self, principal: Option<&super::Principal>) -> AgentsList {
+        AgentsList { agents: self.agents_for(principal).map(AgentSpec::info).collect() }
+    }
+
+    /// The agents `principal` may see and resolve: a scoped token's globs name agents as they
+    /// name tools.
+    pub fn agents_for<'a>(&'a self, principal: Option<&'a super::Principal>) -> impl Iterator<Item = &'a AgentSpec> {
+        self.agents().filter(move |a| super::principal::allows(principal, &a.name))
     }
 
     /// Resolves an agent's prompt: the one path REST, MCP and the CLI take. Checks the
@@ -262,11 +268,13 @@ impl Registry {
         args: Json,
         options: &CallOptions,
     ) -> Result<AgentPrompt, CallError> {
-        let agent = self.agents.iter().find(|a| a.spec().name == name).ok_or_else(|| {
-            if let Some(broken) = self.not_loaded(LoadProblemKind::Agent, name) {
+        let principal = options.principal.as_deref();
+        let visible = |agent: &str| super::principal::allows(principal, agent);
+        let agent = self.agents.iter().find(|a| a.spec().name == name && visible(name)).ok_or_else(|| {
+            if let Some(broken) = self.not_loaded(LoadProblemKind::Agent, name).filter(|_| visible(name)) {
                 return broken;
             }
-            let names: Vec<&str> = self.agents().map(|s| s.name.as_str()).collect();
+            let names: Vec<&str> = self.agents_for(principal).map(|s| s.name.as_str()).collect();
             let names = if names.is_empty() { "none configured".to_string() } else { names.join(", ") };
             CallError::UnknownAgent(format!("unknown agent '{name}'; available agents: {names}"))
         })?;
@@ -326,6 +334,15 @@ impl Registry {
         self.specs().filter(move |s| super::principal::allows(principal, &s.name)).map(move |s| match principal {
             Some(p) if s.builtin && s.name == "execute" => {
                 (s, Some(crate::code::catalog_of(self, p).execute_description()))
+            }
+            // A scripted tool's description lists the signatures of the tools it may call:
+            // a scoped token sees only those it may call itself.
+            Some(p)
+                if crate::code::runs_scripts(self.kb().config(), &s.name)
+                    && s.upstream.is_none()
+                    && s.script.is_none() =>
+            {
+                (s, crate::code::scripted_description(self, &s.name, p))
             }
             _ => (s, None),
         })
@@ -707,6 +724,45 @@ impl Drop for Awaiting {
     }
 }
 
+/// A request that is not a tool call (an MCP prompt or resource request, an agent's prompt),
+/// logged and counted like one under its MCP method's name (`prompts/get`, `resources/read`):
+/// names with a `/`, which no tool can have. Dropped before [`Observed::finish`] (the client went
+/// away), it is logged as cancelled.
+pub struct Observed {
+    request: Option<(String, CallOptions, Started)>,
+}
+
+impl Observed {
+    pub fn start(method: &str, params: &Json, options: &CallOptions) -> Observed {
+        Observed { request: Some((method.to_string(), options.clone(), Started::now(options, params))) }
+    }
+
+    /// Lets the request go unlogged: it is handed to a path that logs it itself.
+    pub fn forget(mut self) {
+        self.request = None;
+    }
+
+    /// Logs the outcome: a small summary of what was served, or the error.
+    pub fn finish(mut self, result: Result<Json, &CallError>) {
+        if let Some((method, options, started)) = self.request.take() {
+            let result = match result {
+                Ok(summary) => Ok(Output::Value(summary)),
+                Err(e) => Err(e.clone()),
+            };
+            log_call(&method, true, &options, started, &result);
+        }
+    }
+}
+
+impl Drop for Observed {
+    fn drop(&mut self) {
+        if let Some((method, options, started)) = self.request.take() {
+            let cancelled = Err(CallError::cancelled(&method));
+            log_call(&method, true, &options, started, &cancelled);
+        }
+    }
+}
+
 /// A call [`Registry::try_inline`] could not run inline; [`Registry::call_deferred`] makes it.
 pub struct NotInline(Deferred);
 
@@ -1011,10 +1067,18 @@ impl Tools {
 impl Tools {
     /// Runs [`Registry::prompt`] on the blocking pool, like [`Tools::call`].
     pub async fn prompt(&self, name: String, args: Json, options: CallOptions) -> Result<AgentPrompt, CallError> {
+        let observed = Observed::start("prompts/get", &json!({"name": name, "arguments": args}), &options);
+        let result = self.resolve_prompt(name, args, options).await;
+        observed.finish(result.as_ref().map(|p| json!({"agent": p.agent, "messages": p.messages.len()})));
+        result
+    }
+
+    async fn resolve_prompt(&self, name: String, args: Json, options: CallOptions) -> Result<AgentPrompt, CallError> {
         let registry = self.current();
         // A Lua agent is watched like a tool call (see `stuck`): past its deadline plus grace
         // the caller gets a timeout, and the agent is quarantined while its run goes on.
-        let found = registry.agents.iter().find(|a| a.spec().name == name).cloned();
+        let visible = super::principal::allows(options.principal.as_deref(), &name);
+        let found = registry.agents.iter().find(|a| visible && a.spec().name == name).cloned();
         let identity = found.as_ref().map(|a| Arc::as_ptr(a) as *const () as usize).unwrap_or(0);
         if let Some(run) = found.as_ref().and_then(|_| stuck::quarantined(identity)) {
             return Err(CallError::Unavailable(format!(

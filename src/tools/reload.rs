@@ -107,8 +107,8 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
     let registry = tools.current();
     let before = serde_json::to_value((previous.listing(), previous.problems())).ok();
     let after = serde_json::to_value((registry.listing(), registry.problems())).ok();
-    let agents_changed =
-        serde_json::to_value(previous.agent_listing()).ok() != serde_json::to_value(registry.agent_listing()).ok();
+    let agents_changed = serde_json::to_value(previous.agent_listing(None)).ok()
+        != serde_json::to_value(registry.agent_listing(None)).ok();
     let names: Vec<String> = registry
         .specs()
         .map(|s| s.name.clone())

@@ -184,6 +184,7 @@ pub fn build(
                     tool: original.to_string(),
                     raw: raw.clone(),
                 }),
+                approve: false,
             };
             tools
                 .push(Arc::new(UpstreamTool { spec, upstreams: Arc::clone(upstreams), timeout: server.timeout })

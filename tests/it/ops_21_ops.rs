@@ -242,12 +242,12 @@ fn ops_21_approval_in_code_mode_fails_with_the_waiting_call_or_waits_for_a_perso
 }
 
 /// Runs tests/clients/ops_client.py `call` against the server (a 2025-11-25 session).
-fn mcp_client_call(s: &Server, token: &str, answer: &str, args: Value) -> Option<Value> {
+pub(crate) fn mcp_client_call(s: &Server, token: &str, answer: &str, args: Value) -> Option<Value> {
     mcp_client_call_in(s, token, answer, "2025", args)
 }
 
 /// [`mcp_client_call`] in a protocol era: `2025` (a session) or `2026` (stateless).
-fn mcp_client_call_in(s: &Server, token: &str, answer: &str, era: &str, args: Value) -> Option<Value> {
+pub(crate) fn mcp_client_call_in(s: &Server, token: &str, answer: &str, era: &str, args: Value) -> Option<Value> {
     let python = test_python()?;
     let output = std::process::Command::new(python)
         .arg(repo().join("tests/clients/ops_client.py"))
@@ -262,37 +262,39 @@ fn mcp_client_call_in(s: &Server, token: &str, answer: &str, era: &str, args: Va
 
 #[test]
 fn ops_21_approval_over_mcp_asks_a_client_that_can_elicit_and_tells_one_that_cannot() {
-    let s = serve("\n[approval]\ntools = [\"echo\"]\n");
-    let Some(approved) = mcp_client_call(&s, CI, "approve", json!({"message": "from mcp"})) else { return };
+    // Asking clients is the operator's choice, and then for the unscoped token (a scoped one needs
+    // approve_own_calls: see security_scopes).
+    let s = serve("\n[approval]\ntools = [\"echo\"]\nask_clients = true\n");
+    let Some(approved) = mcp_client_call(&s, ADMIN, "approve", json!({"message": "from mcp"})) else { return };
     assert_eq!(approved["isError"], false, "{approved}");
     assert!(approved["text"].as_str().unwrap().contains("from mcp"), "{approved}");
     let asked = &approved["elicited"][0];
     assert!(asked["message"].as_str().unwrap().contains("Allow the tool 'echo'"), "{approved}");
     assert_eq!(asked["schema"]["properties"]["approve"]["type"], "boolean", "{approved}");
 
-    let declined = mcp_client_call(&s, CI, "decline", json!({"message": "no"})).unwrap();
+    let declined = mcp_client_call(&s, ADMIN, "decline", json!({"message": "no"})).unwrap();
     assert_eq!(declined["isError"], true, "{declined}");
     assert!(declined["text"].as_str().unwrap().contains("the user declined it"), "{declined}");
 
-    let pending = mcp_client_call(&s, CI, "none", json!({"message": "later"})).unwrap();
+    let pending = mcp_client_call(&s, ADMIN, "none", json!({"message": "later"})).unwrap();
     assert_eq!(pending["isError"], true, "{pending}");
     assert!(pending["text"].as_str().unwrap().contains("needs approval"), "{pending}");
     let approval = &pending["structured"]["approval"];
     let (id, token) = (approval["id"].as_str().unwrap(), approval["token"].as_str().unwrap());
     // A person approves it; the same call with the token beside the arguments runs.
     s.cli(&["approvals", "approve", id]).ok();
-    let ran = mcp_client_call(&s, CI, "none", json!({"message": "later", "_approval": token})).unwrap();
+    let ran = mcp_client_call(&s, ADMIN, "none", json!({"message": "later", "_approval": token})).unwrap();
     assert_eq!(ran["isError"], false, "{ran}");
     let (_, all) = s.get("/approvals?all=true", Some(ADMIN));
     let by: Vec<&str> = all["approvals"].as_array().unwrap().iter().filter_map(|a| a["decided_by"].as_str()).collect();
     assert_eq!(by, ["cli", "mcp elicitation", "mcp elicitation"], "{all}");
 
     // 2026-07-28 (stateless): an input-required result, answered by calling again.
-    let modern = mcp_client_call_in(&s, CI, "approve", "2026", json!({"message": "stateless"})).unwrap();
+    let modern = mcp_client_call_in(&s, ADMIN, "approve", "2026", json!({"message": "stateless"})).unwrap();
     assert_eq!(modern["isError"], false, "{modern}");
     assert!(modern["text"].as_str().unwrap().contains("stateless"), "{modern}");
     assert!(modern["elicited"][0]["message"].as_str().unwrap().contains("Allow the tool 'echo'"), "{modern}");
-    let declined = mcp_client_call_in(&s, CI, "decline", "2026", json!({"message": "stateless no"})).unwrap();
+    let declined = mcp_client_call_in(&s, ADMIN, "decline", "2026", json!({"message": "stateless no"})).unwrap();
     assert_eq!(declined["isError"], true, "{declined}");
     assert!(declined["text"].as_str().unwrap().contains("declined"), "{declined}");
 

@@ -450,6 +450,8 @@ function Context.sources() end
 ---@field annotations? ctx.ToolAnnotations
 ---JSON Schema of the result, when the tool always returns an object.
 ---@field output_schema? table
+---Every call waits for a person's approval (as `approve = true` in the tool's section).
+---@field approve? boolean
 ---Required: runs the tool. `params` has been validated and has its defaults filled in. Return any
 ---JSON-able value, an `MCP.*` result, or a table with an `error` key for a failure the script
 ---handled. An error raised here (or a timeout, or the memory cap) fails the call with a message
