@@ -1,6 +1,8 @@
-//! A flooding upstream on a real `ctx serve`: an upstream that sends notifications without end
-//! (the fault upstream's `spew`) costs ctx nothing once its call is cancelled, is restarted when
-//! it keeps it up, and is not a log line per notification with `-v`.
+//! A flooding upstream and parameters that read differently than they are, on a real `ctx serve`:
+//! an upstream that sends notifications without end (the fault upstream's `spew`) costs ctx
+//! nothing once its call is cancelled, is restarted when it keeps it up, and is not a log line
+//! per notification with `-v`; bidirectional controls in a call's parameters show escaped
+//! wherever a person reads them.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -134,4 +136,39 @@ fn with_v_a_notification_flood_is_not_a_log_line_per_notification() {
         "{sent} notifications made {lines} log lines with -v:\n{}",
         &log[log.len().saturating_sub(3000)..]
     );
+}
+
+#[test]
+fn bidi_controls_in_parameters_show_escaped_in_approvals_list_and_log() {
+    use crate::ops_21::{serve, CI};
+    let s = serve("\n[approval]\ntools = [\"echo\"]\n");
+    // Reads "refund $100 to bob" in a terminal that honours the override.
+    let message = "refund \u{202e}001$\u{202c} to bob";
+    let escaped = "refund \\u{202e}001$\\u{202c} to bob";
+    let raw = ['\u{202e}', '\u{202c}'];
+    let (status, pending, _) = s.send_with("/tools/echo", Some(CI), &[], json!({"message": message}));
+    assert_eq!(status, 202, "{pending}");
+    let (id, token) = (pending["id"].as_str().unwrap(), pending["token"].as_str().unwrap());
+
+    let listed = s.cli(&["approvals", "list"]).ok();
+    assert!(listed.contains(escaped) && !listed.contains(raw), "{listed}");
+    let approved = s.cli(&["approvals", "approve", id]).ok();
+    assert!(approved.contains(escaped) && !approved.contains(raw), "{approved}");
+    let (status, ran, _) =
+        s.send_with("/tools/echo", Some(CI), &[("ctx-approval", token)], json!({"message": message}));
+    assert_eq!(status, 200, "{ran}");
+    // The JSON keeps the text as it is (JSON readers are not fooled by it).
+    assert_eq!(ran["result"]["message"], message);
+
+    // The call log: the human view escapes it (the writer is behind the call path).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let shown = loop {
+        let shown = s.cli(&["log", "--tool", "echo"]).ok();
+        if shown.lines().filter(|l| l.contains("refund")).count() >= 2 || Instant::now() > deadline {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(shown.contains(escaped) && !shown.contains(raw), "{shown}");
+    assert!(shown.lines().filter(|l| l.contains(escaped)).count() >= 2, "the asking call and the run: {shown}");
 }
