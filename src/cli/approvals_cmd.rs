@@ -2,6 +2,7 @@
 
 use super::{CliError, Globals};
 use crate::approval::{store_path, Store};
+use crate::lua::api::log::one_line;
 use crate::types::{Approval, ApprovalsList};
 
 #[derive(Debug, clap::Subcommand)]
@@ -70,7 +71,8 @@ fn decide(store: &Store, id: &str, approve: bool, reason: Option<&str>, json: bo
         }
         Ok(approval) => {
             let verb = if approve { "approved" } else { "denied" };
-            println!("{verb} {}: {} {}", approval.id, approval.tool, approval.params);
+            let params = approval.params.to_string();
+            println!("{verb} {}: {} {}", approval.id, one_line(&approval.tool), one_line(&params));
             if approve {
                 println!(
                     "its caller runs it by sending the same call again with its token, before {}",
@@ -83,20 +85,24 @@ fn decide(store: &Store, id: &str, approve: bool, reason: Option<&str>, json: bo
     }
 }
 
+/// One approval for a person to read. What the caller sent is escaped (control characters,
+/// bidirectional overrides: [`one_line`]): the parameters a person approves read as they are,
+/// never reordered by a U+202E inside a string.
 fn print(a: &Approval) {
     let who = a.caller.as_deref().map(|c| format!("{}/{c}", a.via)).unwrap_or_else(|| a.via.clone());
     let state = serde_json::to_value(a.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
     println!(
-        "{}  {state:<8}  {}  {who}  asked {}  expires {}",
+        "{}  {state:<8}  {}  {}  asked {}  expires {}",
         a.id,
-        a.tool,
+        one_line(&a.tool),
+        one_line(&who),
         a.created_at.format("%Y-%m-%d %H:%M:%S"),
         a.expires_at.format("%H:%M:%S")
     );
     let params = a.params.to_string();
     let shown: String = params.chars().take(300).collect();
-    println!("    {shown}{}", if shown.len() < params.len() { "…" } else { "" });
+    println!("    {}{}", one_line(&shown), if shown.len() < params.len() { "…" } else { "" });
     if let Some(reason) = &a.reason {
-        println!("    reason: {reason}");
+        println!("    reason: {}", one_line(reason));
     }
 }

@@ -4,6 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{CliError, Globals};
 use crate::calllog::{self, Filter, Settings, Store};
+use crate::lua::api::log::one_line;
 use crate::types::{CallRecord, CallsResponse};
 
 #[derive(Debug, clap::Args)]
@@ -127,8 +128,9 @@ fn print(record: &CallRecord, json: bool) {
     }
 }
 
-/// At most `max` characters, control characters escaped: what a client sent never drives the
-/// operator's terminal.
+/// At most `max` characters, control characters and bidirectional controls escaped (as
+/// [`one_line`] escapes them): what a client sent never drives the operator's terminal, nor
+/// reorders the parameters the operator reads.
 fn cut(text: &str, max: usize) -> String {
     let mut out = String::new();
     for (i, c) in text.chars().enumerate() {
@@ -136,11 +138,18 @@ fn cut(text: &str, max: usize) -> String {
             out.push('…');
             break;
         }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
+        out.push_str(&one_line(c.encode_utf8(&mut [0; 4])));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_escapes_controls_and_bidi_overrides_and_counts_characters() {
+        assert_eq!(cut("pay \u{202e}evil\u{202c} now\n", 100), "pay \\u{202e}evil\\u{202c} now\\n");
+        assert_eq!(cut("a\u{2067}bcdef", 3), "a\\u{2067}b…");
+    }
 }

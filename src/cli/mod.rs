@@ -220,8 +220,14 @@ fn init_logging(verbose: u8, quiet: bool, scripts: bool) {
         _ => "trace",
     };
     // rmcp warns about every JSON-RPC error it sends (a client's bad arguments, say); those are
-    // the client's business, so its warnings show only with -v.
-    let rmcp = if verbose > 0 { level } else { "error" };
+    // the client's business, so its warnings show only with -v. Its info and debug lines are one
+    // per message, payload and all (an upstream's flood of notifications was gigabytes of log
+    // with -v): only -vvv, or CTX_LOG, shows them.
+    let rmcp = match (quiet, verbose) {
+        (true, _) | (false, 0) => "error",
+        (false, 1 | 2) => "warn",
+        _ => "trace",
+    };
     let script = if scripts && !quiet && verbose < 2 { ",ctx::script=info" } else { "" };
     let filter = EnvFilter::try_from_env("CTX_LOG")
         .unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},rmcp={rmcp},warn{script}")));

@@ -12,6 +12,7 @@ use rmcp::RoleServer;
 use serde_json::Value as Json;
 
 use crate::approval::Pending;
+use crate::lua::api::log::one_line;
 use crate::tools::CallError;
 
 /// How a person answered.
@@ -52,11 +53,15 @@ pub fn asking(cx: &RequestContext<RoleServer>) -> Asking {
 fn question(pending: &Pending) -> Option<ElicitRequest> {
     let a = &pending.approval;
     // Whole: parameters that need approval are capped (approval::MAX_PARAMS_BYTES), and a
-    // person must see everything that would run.
-    let shown = serde_json::to_string_pretty(&a.params).unwrap_or_default();
+    // person must see everything that would run, as it is: JSON leaves U+202E and the like raw,
+    // and they would reorder what the person reads, so they are escaped line by line.
+    let pretty = serde_json::to_string_pretty(&a.params).unwrap_or_default();
+    let shown: Vec<_> = pretty.lines().map(one_line).collect();
     let message = format!(
-        "Allow the tool '{}' to run with these parameters?\n\n{shown}\n\n(ctx approval {}; declining means it does not run)",
-        a.tool, a.id
+        "Allow the tool '{}' to run with these parameters?\n\n{}\n\n(ctx approval {}; declining means it does not run)",
+        one_line(&a.tool),
+        shown.join("\n"),
+        a.id
     );
     let schema = ElicitationSchema::builder()
         .required_bool_with("approve", |b| b.title("Approve").description("Run this tool call now"))
@@ -124,4 +129,29 @@ pub fn declined(pending: &Pending) -> CallError {
         "tool '{}' did not run: the user declined it (approval {})",
         pending.approval.tool, pending.approval.id
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_question_shows_bidi_controls_in_parameters_escaped() {
+        let approval = serde_json::from_value(serde_json::json!({
+            "id": "ap-1", "tool": "pay", "via": "mcp", "state": "pending",
+            "params": {"to": "alice\u{202e}txt.exe\u{202c}", "memo": "line\u{2028}two"},
+            "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-01T01:00:00Z",
+        }))
+        .expect("an approval");
+        let pending = Pending { approval, token: "t".into() };
+        let Some(ElicitRequest { params: ElicitRequestParams::FormElicitationParams { message, .. }, .. }) =
+            question(&pending)
+        else {
+            panic!("a form question")
+        };
+        assert!(message.contains(r#""to": "alice\u{202e}txt.exe\u{202c}""#), "{message}");
+        assert!(message.contains(r#""memo": "line\u{2028}two""#), "{message}");
+        assert!(!message.contains(['\u{202e}', '\u{202c}', '\u{2028}']), "{message}");
+        assert!(message.contains("{\n  "), "the JSON stays on its lines: {message}");
+    }
 }

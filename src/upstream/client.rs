@@ -1,6 +1,7 @@
 //! ctx's MCP client side of one upstream connection: the handler that receives the upstream's
 //! notifications (progress, `list_changed`), connecting over stdio or Streamable HTTP, and one
 //! request with a deadline, progress routing and `notifications/cancelled` when abandoned.
+//! What the upstream sends unasked is bounded (see [`flood`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -24,6 +25,7 @@ use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::{Map, Value as Json};
 use tokio::sync::Notify;
 
+use super::flood::{self, ByteCount, CallMeter, ServerMeter, Verdict};
 use super::process::{self, Child};
 use crate::config::upstream::{UpstreamSection, UpstreamTransport};
 use crate::lua::{Progress, ProgressSink};
@@ -60,7 +62,8 @@ pub struct ProgressRouter {
 
 #[derive(Default)]
 struct Routes {
-    sinks: HashMap<ProgressToken, ProgressSink>,
+    /// Each call's sink, and its progress so far against [`flood::Limits::per_call`].
+    sinks: HashMap<ProgressToken, (ProgressSink, CallMeter)>,
     /// Notifications that arrived before their request's sink was registered (rmcp picks the
     /// token while sending, and handles notifications on their own tasks).
     early: VecDeque<(Instant, ProgressNotificationParam)>,
@@ -73,7 +76,7 @@ impl ProgressRouter {
     fn register(&self, token: ProgressToken, sink: ProgressSink) {
         let early: Vec<ProgressNotificationParam> = {
             let mut routes = self.lock();
-            routes.sinks.insert(token.clone(), sink.clone());
+            routes.sinks.insert(token.clone(), (sink.clone(), CallMeter::new(Instant::now())));
             let (mine, rest) = routes.early.drain(..).partition(|(_, p)| p.progress_token == token);
             routes.early = rest;
             mine.into_iter().map(|(_, p)| p).collect::<Vec<_>>()
@@ -83,15 +86,24 @@ impl ProgressRouter {
         }
     }
 
-    fn unregister(&self, token: &ProgressToken) {
-        self.lock().sinks.remove(token);
+    /// Stops routing `token`'s progress; returns how many of its notifications were dropped
+    /// over the per-call rate.
+    fn unregister(&self, token: &ProgressToken) -> u64 {
+        self.lock().sinks.remove(token).map_or(0, |(_, meter)| meter.dropped)
     }
 
     fn deliver(&self, p: ProgressNotificationParam) {
         let sink = {
             let mut routes = self.lock();
-            match routes.sinks.get(&p.progress_token) {
-                Some(sink) => sink.clone(),
+            match routes.sinks.get_mut(&p.progress_token) {
+                Some((sink, meter)) => {
+                    // Past the call's rate the rest of the second's progress is dropped: the
+                    // caller still learns how far it got from the next second's.
+                    if !meter.admit(Instant::now(), &flood::LIMITS) {
+                        return;
+                    }
+                    sink.clone()
+                }
                 None => {
                     let now = Instant::now();
                     routes.early.retain(|(at, _)| now.duration_since(*at) < EARLY_KEEP);
@@ -120,14 +132,42 @@ pub struct Handler {
     changes: Arc<Changes>,
 }
 
-/// The transport, with the upstream's progress notifications routed as they are read.
+/// The transport, with the upstream's progress notifications routed as they are read, and
+/// what it sends unasked metered.
 ///
 /// rmcp hands notifications to the handler on tasks of their own, so a progress notification
 /// sent just before the result could reach the handler after the caller got the result and
 /// stopped listening. Routed here, in the order of the stream, none is lost.
+///
+/// Metered here, a message over the server's rate is dropped before rmcp turns it into a task
+/// and logs it, and a server that floods is cut off: the stream ends (ctx stops reading, so
+/// the flood costs nothing more), with the reason in `cut` for the supervisor.
 struct Tap<T> {
     inner: T,
     progress: Arc<ProgressRouter>,
+    /// A dropped `list_changed` still marks its list here: it only says "relist", and the last
+    /// one of a burst may be a real change.
+    changes: Arc<Changes>,
+    meter: ServerMeter,
+    cut: Cut,
+    /// Cut off: the stream stays ended.
+    ended: bool,
+}
+
+/// Why the connection was cut off by ctx, once it was.
+type Cut = Arc<Mutex<Option<String>>>;
+
+impl<T> Tap<T> {
+    fn new(inner: T, server: &str, progress: Arc<ProgressRouter>, changes: &Arc<Changes>, cut: &Cut) -> Tap<T> {
+        Tap {
+            inner,
+            progress,
+            changes: Arc::clone(changes),
+            meter: ServerMeter::new(server, flood::LIMITS, Instant::now()),
+            cut: Arc::clone(cut),
+            ended: false,
+        }
+    }
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
@@ -141,21 +181,60 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        let progress = &self.progress;
-        let next = self.inner.receive();
+        let Tap { inner, progress, changes, meter, cut, ended } = self;
         async move {
-            let message = next.await;
-            if let Some(JsonRpcMessage::Notification(n)) = &message {
-                if let ServerNotification::ProgressNotification(p) = &n.notification {
-                    progress.deliver(p.params.clone());
-                }
+            if *ended {
+                return None;
             }
-            message
+            loop {
+                let message = inner.receive().await?;
+                // Answers to ctx's own requests are never dropped; everything else is unasked.
+                if matches!(message, JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) {
+                    return Some(message);
+                }
+                let size = || {
+                    let mut count = ByteCount::default();
+                    let _ = serde_json::to_writer(&mut count, &message);
+                    count.0
+                };
+                match meter.admit(Instant::now(), size) {
+                    Verdict::Pass => {}
+                    Verdict::Drop => {
+                        if let JsonRpcMessage::Notification(n) = &message {
+                            if let Some(bit) = list_bit(&n.notification) {
+                                changes.mark(bit);
+                            }
+                        }
+                        continue;
+                    }
+                    Verdict::CutOff(why) => {
+                        *cut.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                        *ended = true;
+                        return None;
+                    }
+                }
+                if let JsonRpcMessage::Notification(n) = &message {
+                    if let ServerNotification::ProgressNotification(p) = &n.notification {
+                        progress.deliver(p.params.clone());
+                    }
+                }
+                return Some(message);
+            }
         }
     }
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
         self.inner.close()
+    }
+}
+
+/// The list a `list_changed` notification is about.
+fn list_bit(notification: &ServerNotification) -> Option<u8> {
+    match notification {
+        ServerNotification::ToolListChangedNotification(_) => Some(TOOLS),
+        ServerNotification::ResourceListChangedNotification(_) => Some(RESOURCES),
+        ServerNotification::PromptListChangedNotification(_) => Some(PROMPTS),
+        _ => None,
     }
 }
 
@@ -186,9 +265,10 @@ type Done = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub struct Connection {
     pub peer: Peer<RoleClient>,
     cancel: Option<RunningServiceCancellationToken>,
-    /// Resolves when rmcp's service loop has ended (EOF, error, or cancel).
+    /// Resolves when rmcp's service loop has ended (EOF, error, cancel, or ctx cut it off).
     done: Option<Done>,
     pub child: Option<Child>,
+    cut: Cut,
 }
 
 impl Connection {
@@ -209,6 +289,9 @@ impl Connection {
         tokio::select! {
             () = service => {
                 self.done = None;
+                if let Some(why) = taken(&self.cut) {
+                    return why;
+                }
                 // The process usually exits with its stdout: give its status a moment to show.
                 match self.child.as_mut() {
                     Some(child) => match tokio::time::timeout(Duration::from_millis(200), child.exited()).await {
@@ -259,7 +342,8 @@ pub async fn connect(
     progress: Arc<ProgressRouter>,
     changes: Arc<Changes>,
 ) -> Result<Connection, String> {
-    let handler = Handler { changes };
+    let handler = Handler { changes: Arc::clone(&changes) };
+    let cut = Cut::default();
     match &section.transport {
         UpstreamTransport::Stdio { command, args, env, cwd } => {
             let spec = process::Spec { server: &section.name, command, args, env, cwd: cwd.as_deref(), guard };
@@ -267,13 +351,16 @@ pub async fn connect(
                 process::spawn(&spec).map_err(|e| format!("cannot start `{command}`: {e}"))?;
             let handshake = tokio::time::timeout(
                 limit,
-                handler.serve(Tap {
+                handler.serve(Tap::new(
                     // Bounded by `frame` (which answers an oversized answer's request at once);
                     // rmcp's own limit is one past it, so rmcp never drops a line silently.
-                    inner: AsyncRwTransport::new_client(super::frame::Bounded::new(stdout, &section.name), stdin)
+                    AsyncRwTransport::new_client(super::frame::Bounded::new(stdout, &section.name), stdin)
                         .with_max_line_length(super::frame::MAX_MESSAGE + 1),
+                    &section.name,
                     progress,
-                }),
+                    &changes,
+                    &cut,
+                )),
             );
             let result = tokio::select! {
                 r = handshake => r,
@@ -284,11 +371,11 @@ pub async fn connect(
                 }
             };
             match result {
-                Ok(Ok(running)) => Ok(connection(running, Some(child))),
+                Ok(Ok(running)) => Ok(connection(running, Some(child), cut)),
                 Ok(Err(e)) => {
                     let msg = match tokio::time::timeout(Duration::from_millis(200), child.exited()).await {
                         Ok(status) => format!("{} before it answered initialize", exit_message(&child, status)),
-                        Err(_) => format!("initialize failed: {e}"),
+                        Err(_) => taken(&cut).unwrap_or_else(|| format!("initialize failed: {e}")),
                     };
                     child.stop(grace).await;
                     Err(msg)
@@ -311,23 +398,38 @@ pub async fn connect(
                 map.insert(name, value);
             }
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
-            let transport = Tap { inner: StreamableHttpClientTransport::with_client(http_client(), config), progress };
+            let transport = Tap::new(
+                StreamableHttpClientTransport::with_client(http_client(), config),
+                &section.name,
+                progress,
+                &changes,
+                &cut,
+            );
             match tokio::time::timeout(limit, handler.serve(transport)).await {
-                Ok(Ok(running)) => Ok(connection(running, None)),
-                Ok(Err(e)) => Err(format!("initialize failed: {e}")),
+                Ok(Ok(running)) => Ok(connection(running, None, cut)),
+                Ok(Err(e)) => Err(taken(&cut).unwrap_or_else(|| format!("initialize failed: {e}"))),
                 Err(_) => Err(format!("no answer to initialize within {} s", limit.as_secs_f64())),
             }
         }
     }
 }
 
-fn connection(running: rmcp::service::RunningService<RoleClient, Handler>, child: Option<Child>) -> Connection {
+/// Why ctx cut the connection off, if it did.
+fn taken(cut: &Cut) -> Option<String> {
+    cut.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+fn connection(
+    running: rmcp::service::RunningService<RoleClient, Handler>,
+    child: Option<Child>,
+    cut: Cut,
+) -> Connection {
     let peer = running.peer().clone();
     let cancel = running.cancellation_token();
     let done: Done = Box::pin(async move {
         let _ = running.waiting().await;
     });
-    Connection { peer, cancel: Some(cancel), done: Some(done), child }
+    Connection { peer, cancel: Some(cancel), done: Some(done), child, cut }
 }
 
 /// ctx's HTTP client for upstreams (rustls with ring, no proxy from the environment: through
@@ -442,7 +544,13 @@ struct Abandon {
 impl Drop for Abandon {
     fn drop(&mut self) {
         if let Some((router, token)) = self.route.take() {
-            router.unregister(&token);
+            let dropped = router.unregister(&token);
+            if dropped > 0 {
+                tracing::debug!(
+                    "{dropped} progress notifications of one upstream call dropped (over {} a second)",
+                    flood::LIMITS.per_call
+                );
+            }
         }
         let Some(id) = self.id.take() else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };

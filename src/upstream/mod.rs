@@ -15,9 +15,11 @@
 //! - [`guard`]: the re-executed ctx that keeps a child's whole group from outliving ctx.
 //! - [`stderr`]: a child's stderr into ctx's log, bounded.
 //! - [`frame`]: a child's stdout, bounded per message.
+//! - [`flood`]: rates of what a server sends unasked; a server that floods is cut off.
 
 pub mod catalog;
 pub mod client;
+pub mod flood;
 pub mod frame;
 pub mod guard;
 pub mod process;

@@ -18,10 +18,18 @@
 //!   --huge-line BYTES    write one BYTES long line (no JSON) to stdout before serving
 //!   --hostile            list the hostile tools below
 //!   --describe TEXT      list one more tool `described` whose description is TEXT
+//!   --spew               list the tool `spew` (below)
 //!
 //! With --hostile, three more tools: `flood` sends `count` tools/list_changed notifications without changing
 //! anything; `raw` writes `line` to stdout as is (stray responses, garbage); `ask` sends the
 //! client sampling and roots requests and answers with what came back.
+//!
+//! With --spew, the tool `spew` floods the client with notifications of `kind` (`progress`, for
+//! the call's own progress token; `log`, logging messages; `resource`, resource updates), each
+//! carrying `bytes` of text (2048 by default), `per_second` of them (0: as fast as it can). It
+//! ignores cancellation and never answers, unless `seconds` is given: then it stops after that
+//! long and answers `spewed N`. It stops when the connection breaks, and logs `spew <kind> <N>`
+//! (the number it sent) to --log.
 //!
 //! Tools: echo, add, slow, hang, progress, huge, crash, add_tool, fail, env, link (see `tools()`).
 //! Prompt: greet.
@@ -49,7 +57,7 @@ use tokio::sync::broadcast;
 
 const USAGE: &str = "usage: fault_upstream [--exit-at-start] [--hang-at-start] [--starts FILE] \
 [--log FILE] [--grandchild] [--stderr-lines N] [--resources] [--tools N] [--big-tool BYTES] \
-[--schema FILE] [--endless-pages] [--repeat-cursor] [--huge-line BYTES] [--hostile] [--describe TEXT]";
+[--schema FILE] [--endless-pages] [--repeat-cursor] [--huge-line BYTES] [--hostile] [--describe TEXT] [--spew]";
 
 /// A `huge` answer above this is refused rather than aborting the process on allocation.
 const HUGE_LIMIT: u64 = 1 << 30;
@@ -71,6 +79,7 @@ struct Flags {
     huge_line: usize,
     hostile: bool,
     describe: Option<String>,
+    spew: bool,
 }
 
 impl Flags {
@@ -101,6 +110,7 @@ impl Flags {
                 "--repeat-cursor" => flags.repeat_cursor = true,
                 "--hostile" => flags.hostile = true,
                 "--describe" => flags.describe = Some(value("--describe")?),
+                "--spew" => flags.spew = true,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -206,6 +216,7 @@ async fn serve(flags: Flags) -> Result<(), String> {
             repeat_cursor: flags.repeat_cursor,
             hostile: flags.hostile,
             describe: flags.describe,
+            spew: flags.spew,
         }),
     };
     let running =
@@ -239,6 +250,7 @@ struct Inner {
     repeat_cursor: bool,
     hostile: bool,
     describe: Option<String>,
+    spew: bool,
 }
 
 impl Fault {
@@ -361,6 +373,21 @@ impl Fault {
                 ),
                 Tool::new("ask", "Sends the client sampling and roots requests.", object(json!({}), &[])),
             ]);
+        }
+        if self.inner.spew {
+            tools.push(Tool::new(
+                "spew",
+                "Floods the client with notifications of kind, each with bytes of text; ignores cancellation.",
+                object(
+                    json!({
+                        "kind": {"enum": ["progress", "log", "resource"]},
+                        "bytes": {"type": "integer", "minimum": 0},
+                        "per_second": {"type": "integer", "minimum": 0},
+                        "seconds": {"type": "number", "minimum": 0},
+                    }),
+                    &["kind"],
+                ),
+            ));
         }
         let echo_like = |name: String, description: String| {
             Tool::new(name, description, object(json!({"text": {"type": "string"}}), &["text"]))
@@ -485,6 +512,7 @@ impl Fault {
                 }
                 Ok(text("flooded".into()))
             }
+            "spew" => self.spew(args, cx).await,
             "raw" => {
                 // Straight to fd 1, one write: a line under PIPE_BUF never interleaves with
                 // rmcp's own writes.
@@ -520,6 +548,67 @@ impl Fault {
                 Ok(text(string(args, other, "text")?))
             }
             other => Err(McpError::invalid_params(format!("unknown tool {other:?}; tools/list names the tools"), None)),
+        }
+    }
+}
+
+impl Fault {
+    /// The `spew` tool: notifications until `seconds` pass or the connection breaks.
+    // Logging messages are deprecated in the 2026 protocol, still what a 2025-era server may send.
+    #[allow(deprecated)]
+    async fn spew(&self, args: &JsonObject, cx: &RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
+        let kind = string(args, "spew", "kind")?;
+        let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(2048).min(1 << 20) as usize;
+        let per_second = args.get("per_second").and_then(Value::as_u64).unwrap_or(0);
+        let until = args
+            .get("seconds")
+            .and_then(Value::as_f64)
+            .map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s));
+        let payload = "s".repeat(bytes);
+        let token = cx
+            .meta
+            .get_progress_token()
+            .unwrap_or_else(|| rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("spew".into())));
+        let mut sent = 0u64;
+        let outcome = loop {
+            if until.is_some_and(|t| tokio::time::Instant::now() >= t) {
+                break Ok(());
+            }
+            let result = match kind.as_str() {
+                "progress" => {
+                    let note = ProgressNotificationParam::new(token.clone(), sent as f64).with_message(payload.clone());
+                    cx.peer.notify_progress(note).await
+                }
+                "log" => {
+                    let note = rmcp::model::LoggingMessageNotificationParam::new(
+                        rmcp::model::LoggingLevel::Info,
+                        json!({"text": payload}),
+                    );
+                    cx.peer.notify_logging_message(note).await
+                }
+                "resource" => {
+                    let uri = format!("fault://doc/{payload}");
+                    cx.peer.notify_resource_updated(rmcp::model::ResourceUpdatedNotificationParam::new(uri)).await
+                }
+                other => {
+                    return Err(bad_argument("spew", "kind", &format!("progress, log or resource, not {other:?}")))
+                }
+            };
+            if let Err(e) = result {
+                break Err(e);
+            }
+            sent += 1;
+            if per_second > 0 {
+                tokio::time::sleep(Duration::from_secs_f64(1.0 / per_second as f64)).await;
+            } else if sent.is_multiple_of(64) {
+                // Lets the runtime read stdin (a cancellation, which this tool ignores anyway).
+                tokio::task::yield_now().await;
+            }
+        };
+        self.log(&format!("spew {kind} {sent}"));
+        match outcome {
+            Ok(()) => Ok(text(format!("spewed {sent}"))),
+            Err(e) => Err(McpError::internal_error(format!("spew: {e}"), None)),
         }
     }
 }
