@@ -7,8 +7,6 @@ use std::{env, fs, path::PathBuf};
 
 #[path = "src/schema/bundle.rs"]
 mod bundle;
-#[path = "link/script.rs"]
-mod link_script;
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -16,8 +14,6 @@ fn main() {
     let dir = manifest.join("schemas");
     println!("cargo:rerun-if-changed={}", dir.display());
     println!("cargo:rerun-if-changed=src/schema/bundle.rs");
-    println!("cargo:rerun-if-changed=link/script.rs");
-    startup_order(&manifest, &out);
     packed_relocations();
 
     let mut names: Vec<String> = fs::read_dir(&dir)
@@ -136,46 +132,6 @@ fn unwrap_nonzero_literals(code: &str, ty: &str) -> String {
     }
     out.push_str(rest);
     out
-}
-
-/// Release builds on Linux place the functions the server runs at start (`link/startup.syms`),
-/// then those it runs to answer calls (`link/serve.syms`), ahead of the rest of `.text`, with the
-/// linker script of `link/script.rs`. Both lists come from `scripts/startup-order`.
-///
-/// The kernel maps a binary's code in 64 KB blocks around each page it touches. Spread over 15 MB
-/// of code, the start touched most blocks, and the idle server kept 11 MB of code resident; placed
-/// together, the same functions fill under 3 MB. gold and mold take no such script
-/// (`CTX_STARTUP_ORDER=off` turns it off by hand for them).
-fn startup_order(manifest: &std::path::Path, out: &std::path::Path) {
-    const LISTS: [&str; 2] = ["link/startup.syms", "link/serve.syms"];
-    for list in LISTS {
-        println!("cargo:rerun-if-changed={}", manifest.join(list).display());
-    }
-    // scripts/startup-order profiles a build without it: valgrind names only functions in .text.
-    println!("cargo:rerun-if-env-changed=CTX_STARTUP_ORDER");
-    if matches!(env::var("CTX_STARTUP_ORDER").as_deref(), Ok("off" | "0" | "false")) {
-        return;
-    }
-    let release = env::var("PROFILE").as_deref() == Ok("release");
-    if !release || env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
-        return;
-    }
-    let flags = env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
-    if let Some(linker) = ["mold", "gold"].into_iter().find(|ld| flags.contains(ld)) {
-        println!(
-            "cargo:warning=startup order left out: {linker} takes no linker scripts, so the idle server \
-             maps about 8 MB more of its code (see \"Idle RSS\" in the README)"
-        );
-        return;
-    }
-    let [startup, serve] = LISTS.map(|list| {
-        let path = manifest.join(list);
-        fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-    });
-    let script = link_script::linker_script(&[("startup_order", &startup), ("serve_order", &serve)]);
-    let path = out.join("startup.ld");
-    fs::write(&path, script).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", path.display());
 }
 
 /// Links the binary with relative relocations in the packed RELR form: the classic table (1.2 MB

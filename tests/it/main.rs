@@ -21,7 +21,6 @@ mod http;
 mod kb;
 mod lifecycle_20;
 mod limits;
-mod link_order;
 mod mcp;
 mod ops_21;
 mod ops_21_ops;
