@@ -449,8 +449,7 @@ impl ServerHandler for Mcp {
         if crate::tools::principal::allows(principal.as_deref(), "execute") {
             prompts.extend(convert::catalog_prompt(&registry));
         }
-        let approvals = Arc::clone(registry.approvals());
-        let reach = upstream::Reach { principal: principal.as_deref(), approvals: &approvals };
+        let reach = upstream::Reach::new(&registry, principal.as_deref());
         prompts.extend(upstream::prompts(&self.inner.tools, &reach));
         observed.finish(Ok(json!({ "count": prompts.len() })));
         Ok(ListPromptsResult::with_all_items(prompts))
@@ -488,8 +487,7 @@ impl ServerHandler for Mcp {
             let params = json!({ "name": request.name, "arguments": request.arguments });
             let observed = observe(&cx, "prompts/get", &params);
             let arguments = request.arguments.clone().unwrap_or_default();
-            let approvals = Arc::clone(registry.approvals());
-            let reach = upstream::Reach { principal: principal.as_deref(), approvals: &approvals };
+            let reach = upstream::Reach::new(&registry, principal.as_deref());
             let upstream = upstream::get_prompt(tools, &reach, &request.name, arguments);
             let found = tokio::select! {
                 found = upstream => found,
@@ -532,8 +530,8 @@ impl ServerHandler for Mcp {
         }
         let observed = observe(&cx, "resources/list", &Json::Null);
         let principal = principal(&cx);
-        let approvals = Arc::clone(self.inner.tools.current().approvals());
-        let reach = upstream::Reach { principal: principal.as_deref(), approvals: &approvals };
+        let registry = self.inner.tools.current();
+        let reach = upstream::Reach::new(&registry, principal.as_deref());
         let resources = upstream::resources(&self.inner.tools, &reach);
         observed.finish(Ok(json!({ "count": resources.len() })));
         Ok(ListResourcesResult::with_all_items(resources))
@@ -549,8 +547,8 @@ impl ServerHandler for Mcp {
         }
         let observed = observe(&cx, "resources/templates/list", &Json::Null);
         let principal = principal(&cx);
-        let approvals = Arc::clone(self.inner.tools.current().approvals());
-        let reach = upstream::Reach { principal: principal.as_deref(), approvals: &approvals };
+        let registry = self.inner.tools.current();
+        let reach = upstream::Reach::new(&registry, principal.as_deref());
         let templates = upstream::templates(&self.inner.tools, &reach);
         observed.finish(Ok(json!({ "count": templates.len() })));
         Ok(ListResourceTemplatesResult::with_all_items(templates))
@@ -563,8 +561,8 @@ impl ServerHandler for Mcp {
     ) -> Result<ReadResourceResponse, McpError> {
         let observed = observe(&cx, "resources/read", &json!({ "uri": request.uri }));
         let principal = principal(&cx);
-        let approvals = Arc::clone(self.inner.tools.current().approvals());
-        let reach = upstream::Reach { principal: principal.as_deref(), approvals: &approvals };
+        let registry = self.inner.tools.current();
+        let reach = upstream::Reach::new(&registry, principal.as_deref());
         let result = tokio::select! {
             result = upstream::read(&self.inner.tools, &reach, &request.uri) => result,
             _ = cx.ct.cancelled() => return Err(McpError::internal_error("cancelled", None)),

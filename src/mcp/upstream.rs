@@ -32,17 +32,48 @@ fn catalog(tools: &Tools, which: u8) -> Vec<ServerCatalog> {
 
 /// What one caller may reach of the upstream servers' resources and prompts.
 pub struct Reach<'a> {
-    pub principal: Option<&'a Principal>,
-    pub approvals: &'a crate::approval::Policy,
+    principal: Option<&'a Principal>,
+    approvals: &'a crate::approval::Policy,
+    /// Servers every listed tool of which needs approval, whatever rules say so.
+    covered: std::collections::HashSet<&'a str>,
 }
 
-impl Reach<'_> {
-    /// Why `server`'s resources and prompts are not served to this caller, if they are not.
+impl<'a> Reach<'a> {
+    pub fn new(registry: &'a crate::tools::Registry, principal: Option<&'a Principal>) -> Reach<'a> {
+        let approvals = registry.approvals();
+        let mut all_need: std::collections::HashMap<&str, bool> = Default::default();
+        for spec in registry.all_specs() {
+            if let Some(origin) = &spec.upstream {
+                *all_need.entry(origin.server.as_str()).or_insert(true) &= approvals.needs(spec);
+            }
+        }
+        let covered = all_need.into_iter().filter(|(_, all)| *all).map(|(server, _)| server).collect();
+        Reach { principal, approvals, covered }
+    }
+
+    /// Whether the caller's globs cover every tool of `server`: `server__*` or `*` does,
+    /// `server__?` or `server__get_*` does not (hence the second, long name).
+    fn whole_server(&self, server: &str) -> bool {
+        allows(self.principal, &format!("{server}__*"))
+            && allows(self.principal, &format!("{server}__any_tool_name_the_server_may_list_later"))
+    }
+
+    fn under_approval(&self, server: &str) -> bool {
+        self.covered.contains(server) || self.approvals.covers_server(server)
+    }
+
+    /// Why `server`'s resources and prompts are not served to this caller, if they are not:
+    /// an empty reason for a server out of the caller's scope (it is told nothing).
     pub fn refusal(&self, server: &str) -> Option<String> {
-        if !allows(self.principal, &format!("{server}__*")) {
+        if !self.whole_server(server) {
             return Some(String::new());
         }
-        self.approvals.covers_server(server).then(|| {
+        self.approval_refusal(server)
+    }
+
+    /// Why nobody is served `server`'s resources and prompts, if its tools all need approval.
+    fn approval_refusal(&self, server: &str) -> Option<String> {
+        self.under_approval(server).then(|| {
             format!(
                 "every tool of upstream server '{server}' needs approval ([approval] or [mcp.servers.{server}] approve), so ctx does not serve its resources and prompts: reading them would skip the approval; call its tools instead"
             )
@@ -54,7 +85,7 @@ impl Reach<'_> {
     }
 
     fn prompt(&self, server: &str, name: &str) -> bool {
-        allows(self.principal, name) && !self.approvals.covers_server(server)
+        allows(self.principal, name) && !self.under_approval(server)
     }
 }
 
@@ -176,7 +207,7 @@ pub async fn get_prompt(
     if !allows(reach.principal, name) {
         return None;
     }
-    if let Some(why) = reach.refusal(&server).filter(|w| !w.is_empty()) {
+    if let Some(why) = reach.approval_refusal(&server) {
         return Some(Err(McpError::invalid_request(why, Some(json!({ "name": name })))));
     }
     let upstreams = tools.upstreams()?;

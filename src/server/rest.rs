@@ -290,10 +290,11 @@ pub async fn agent_prompt(
         }
         Err(e) => return e.into_response(),
     };
-    if let Some(refusal) = wrapped_arguments(&app, &name, &arguments) {
+    let principal = principal(&caller);
+    if let Some(refusal) = wrapped_arguments(&app, &name, &arguments, principal.as_deref()) {
         return refusal.into_response();
     }
-    let options = CallOptions { caller: "rest", principal: principal(&caller), ..Default::default() };
+    let options = CallOptions { caller: "rest", principal, ..Default::default() };
     match app.tools.prompt(name, Json::Object(arguments), options).await {
         Ok(prompt) => ok(&serde_json::to_value(prompt).unwrap_or(Json::Null)),
         // The checker names fields as MCP's `prompts/get` holds them (`/arguments/service`); here
@@ -309,13 +310,19 @@ pub async fn agent_prompt(
 /// The form that ctx took before the body became the arguments object: `{"arguments": {...}}`.
 /// Refused with what to send instead, unless the agent declares an argument named `arguments`
 /// (then the body means just that).
-fn wrapped_arguments(app: &App, agent: &str, body: &Map<String, Json>) -> Option<ApiError> {
+fn wrapped_arguments(
+    app: &App,
+    agent: &str,
+    body: &Map<String, Json>,
+    principal: Option<&crate::tools::Principal>,
+) -> Option<ApiError> {
     let Some(Json::Object(inner)) = body.get("arguments") else { return None };
     if body.len() != 1 {
         return None;
     }
     let registry = app.tools.current();
-    let spec = registry.agents().find(|a| a.name == agent)?;
+    // An agent out of the caller's scope is left to the one path, which answers "unknown".
+    let spec = registry.agents_for(principal).find(|a| a.name == agent)?;
     if spec.arguments.iter().any(|a| a.name.as_str() == "arguments") {
         return None;
     }

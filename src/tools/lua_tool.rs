@@ -87,6 +87,11 @@ impl LuaTool {
         let script = vm.read_script().map_err(|e| e.to_string())?;
         let ext = vm.load_script(&script, "tool").map_err(|e| e.to_string())?;
         entry_point(&vm, &ext).map_err(|e| e.to_string())?;
+        // Its metadata is read as the table holds it: keys a metatable would answer (`approve`
+        // through `__index`) would be read by some and not by others.
+        if ext.metatable().is_some() {
+            return Err(format!("{path}: the tool table has a metatable; declare its keys in the table itself"));
+        }
 
         // The config key names the tool when the script does not.
         let name = Map::from_iter([("name".to_string(), Json::String(section.name.clone()))]);

@@ -180,6 +180,12 @@ fn an_agent_runs_with_its_callers_scope_and_is_logged_with_it() {
     let (_, listed) = s.get("/agents/list", Some(FAULT));
     let agents: Vec<&str> = listed["agents"].as_array().unwrap().iter().filter_map(|a| a["name"].as_str()).collect();
     assert_eq!(agents, ["relay-agent"], "{listed}");
+    // Not in its OpenAPI document either, and the old body form does not tell it apart.
+    let (_, openapi) = s.get("/openapi.json", Some(FAULT));
+    let paths = openapi["paths"].as_object().unwrap();
+    assert!(paths.contains_key("/agents/relay-agent/prompt") && !paths.contains_key("/agents/helper/prompt"));
+    let (status, body) = s.post("/agents/helper/prompt", Some(FAULT), json!({"arguments": {"x": 1}}));
+    assert_eq!(status, 404, "{body}");
 }
 
 #[test]
@@ -240,6 +246,13 @@ fn a_scripts_own_approve_holds_and_unknown_tool_table_keys_are_load_problems() {
     );
     let check = ws.ctx(&["schema", "check"]);
     assert!(check.stderr().contains("tool.owner is not a key of the tool table"), "{}", check.stderr());
+    // A key a metatable would answer is not read by some and missed by others: refused.
+    ws.write(
+        "x.lua",
+        "tool = setmetatable({ name = 'x', description = 'X.' }, {__index = {approve = true}})\nfunction tool.execute() return 1 end\n",
+    );
+    let check = ws.ctx(&["schema", "check"]);
+    assert!(check.stderr().contains("the tool table has a metatable"), "{}", check.stderr());
 }
 
 #[test]

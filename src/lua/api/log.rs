@@ -50,10 +50,14 @@ fn join(args: &MultiValue) -> mlua::Result<String> {
 /// as the server's.
 pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
     // Control characters (C0, DEL, C1 with NEL), the Unicode line and paragraph separators some
-    // log viewers break lines at, and the bidirectional overrides that would reorder what a
-    // reader sees.
+    // log viewers break lines at, and the bidirectional controls that would reorder what a
+    // reader sees: embeddings, overrides and isolates, and the marks (LRM, RLM, ALM).
     let breaks = |c: char| {
-        c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        c.is_control()
+            || matches!(
+                c,
+                '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+            )
     };
     if !text.chars().any(breaks) {
         return std::borrow::Cow::Borrowed(text);
@@ -123,5 +127,7 @@ mod tests {
         assert_eq!(one_line(forged), "hello\\n2026-11-28T05:58:22Z ERROR forged\\r\\u{1b}[2K\\tend");
         assert!(matches!(one_line("plain é"), std::borrow::Cow::Borrowed("plain é")));
         assert_eq!(one_line("a\u{85}b\u{2028}c\u{2029}d\u{202e}e"), "a\\u{85}b\\u{2028}c\\u{2029}d\\u{202e}e");
+        // The directional marks reorder digits and neutral characters too.
+        assert_eq!(one_line("1\u{200e}2\u{200f}3\u{61c}4"), "1\\u{200e}2\\u{200f}3\\u{61c}4");
     }
 }

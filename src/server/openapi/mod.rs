@@ -89,7 +89,7 @@ pub fn document_for(registry: Option<&Registry>, principal: Option<&crate::tools
             doc.paths.add_path_operation(&path, vec![HttpMethod::Post], tool_operation(spec));
             bodies.push((path, spec.params.schema().clone()));
         }
-        for spec in registry.agents() {
+        for spec in registry.agents_for(principal) {
             let path = format!("/agents/{}/prompt", spec.name);
             let schema = agent_arguments(spec);
             doc.paths.add_path_operation(&path, vec![HttpMethod::Post], agent_operation(spec, &schema));
