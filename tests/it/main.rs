@@ -34,6 +34,7 @@ mod schemas;
 mod scripting;
 mod search_20;
 mod search_22;
+mod security_connections;
 mod semantic;
 mod tools;
 mod wire;
