@@ -59,6 +59,7 @@ impl Limits {
             },
             sessions: SessionLimits {
                 max_sessions: server.max_mcp_sessions as usize,
+                per_token: server.max_mcp_sessions_per_token.map(|n| n as usize),
                 idle: secs(server.mcp_session_idle_secs),
             },
         }

@@ -1,6 +1,6 @@
 //! Denial of service through the HTTP server's shared slots, against the real `ctx serve`:
-//! request bodies that stall or trickle, and one token (or one address) taking every
-//! connection. Raw sockets, because the attacks are requests that
+//! request bodies that stall or trickle, one token (or one address) taking every connection,
+//! and one token taking every MCP session. Raw sockets, because the attacks are requests that
 //! a real client library would never leave unfinished.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::{Workspace, BIN};
 
@@ -416,4 +416,88 @@ fn one_address_holds_at_most_its_share_of_unauthenticated_connections_and_evicts
         conn.send("GET", "/tools/list", Some(WRITER), &[], "");
         assert_eq!(conn.reply().expect("an authenticated connection stays open").status, 200);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MCP sessions
+
+const SESSION_VERSION: &str = "2025-11-25";
+
+fn initialize(server: &Server, token: &str) -> Reply {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": SESSION_VERSION, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}});
+    server.request_with("POST", "/mcp", Some(token), &MCP_POST, &body.to_string())
+}
+
+impl Server {
+    fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Reply {
+        let mut conn = self.connect();
+        conn.send(method, path, token, headers, body);
+        conn.reply().unwrap_or_else(|e| panic!("{method} {path}: no reply ({e})"))
+    }
+}
+
+/// Opens a session for `token`; its id.
+fn open_session(server: &Server, token: &str) -> String {
+    let reply = initialize(server, token);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.header("mcp-session-id").expect("a session id").to_string()
+}
+
+fn close_session(server: &Server, token: &str, id: &str) {
+    let headers = [("Mcp-Session-Id", id), ("MCP-Protocol-Version", SESSION_VERSION)];
+    let reply = server.request_with("DELETE", "/mcp", Some(token), &headers, "");
+    assert!(matches!(reply.status, 200 | 202 | 204), "DELETE: {} {}", reply.status, reply.body);
+}
+
+#[test]
+fn one_token_holds_at_most_its_share_of_mcp_sessions_and_the_admin_still_initializes() {
+    // max_mcp_sessions = 8: a scoped token may hold a quarter, 2.
+    let server = Server::start(&config("max_mcp_sessions = 8\nmcp_session_idle_secs = 3"));
+    let mut reader = Vec::new();
+    let mut refusal = None;
+    // The report: one token opened every session the server allows.
+    for _ in 0..8 {
+        let reply = initialize(&server, READER);
+        if reply.status != 200 {
+            refusal = Some(reply);
+            break;
+        }
+        reader.push(reply.header("mcp-session-id").expect("a session id").to_string());
+    }
+    assert_eq!(reader.len(), 2, "a scoped token holds at most a quarter of max_mcp_sessions");
+    let refusal = refusal.expect("the third session of one token is refused");
+    assert_eq!(refusal.status, 429, "{}", refusal.body);
+    let error = refusal.json();
+    assert_eq!(error["id"], 1, "a JSON-RPC error for the initialize: {error}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("\"reader\"") && message.contains("server.max_mcp_sessions_per_token"), "{message}");
+    assert!(message.contains("server.mcp_session_idle_secs"), "it says idle sessions expire: {message}");
+    assert!(message.contains("DELETE /mcp"), "it says how to close one: {message}");
+
+    // The admin and another token still open sessions.
+    let admin = open_session(&server, ADMIN);
+    let writer = open_session(&server, WRITER);
+    assert_eq!(server.health()["load"]["mcp_sessions"], 4);
+
+    // Closing a session frees its place in the token's share.
+    close_session(&server, READER, &reader[0]);
+    let replaced = open_session(&server, READER);
+    assert_eq!(initialize(&server, READER).status, 429, "the share is full again");
+
+    // So does idle expiry (3 s here).
+    let health =
+        eventually(Duration::from_secs(15), || server.health(), |h| h["load"]["mcp_sessions"].as_u64() == Some(0));
+    assert_eq!(health["load"]["mcp_sessions"], 0, "every session expired: {health}");
+    let _ = (admin, writer, replaced);
+    open_session(&server, READER);
+    open_session(&server, READER);
+    assert_eq!(initialize(&server, READER).status, 429);
 }
