@@ -9,8 +9,9 @@
 //! unchanged, including every protocol error (unknown tool, invalid arguments): those fail
 //! before the tool runs, so answering them from rmcp runs nothing twice.
 //!
-//! The route also answers two refusals rmcp cannot word well: a JSON-RPC batch (see `batch.rs`)
-//! and an `initialize` over the session cap (see `sessions.rs`).
+//! The route also answers the refusals rmcp cannot word well: a JSON-RPC batch (see `batch.rs`)
+//! and an `initialize` over the session cap or over a scoped token's share of it (see
+//! `sessions.rs`), and it records which token opened each session.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -77,9 +78,20 @@ impl DirectRoute {
         // Only a request without a session can open one; 2026-era clients name the method.
         let may_open_session = !parts.headers.contains_key("mcp-session-id")
             && parts.headers.get("mcp-method").is_none_or(|m| m.as_bytes() == b"initialize");
-        if may_open_session && self.sessions.full().await {
-            if let Some(id) = initialize_id(&bytes) {
-                return sessions_full(id, self.sessions.max_sessions());
+        let principal = parts.extensions.get::<crate::server::Caller>().and_then(|c| c.0.clone());
+        if may_open_session {
+            let full = self.sessions.full().await;
+            // Only a refusal, or a scoped token's session to record, needs the body parsed.
+            if full || principal.is_some() {
+                if let Some(id) = initialize_id(&bytes) {
+                    if full {
+                        return sessions_full(id, self.sessions.max_sessions());
+                    }
+                    if let Some(principal) = &principal {
+                        let request = Request::from_parts(parts, Body::from(bytes));
+                        return self.open_scoped_session(principal.name(), id, request).await;
+                    }
+                }
             }
         }
         if !plain_call_headers(&parts.headers, self.max_body_bytes) {
@@ -88,7 +100,6 @@ impl DirectRoute {
         let Some((id, name, arguments)) = plain_call(&bytes, &parts.headers) else {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
         };
-        let principal = parts.extensions.get::<crate::server::Caller>().and_then(|c| c.0.clone());
         let options = CallOptions { caller: "mcp", principal, ..Default::default() };
         let outcome = self.mcp.tools().call(name, Json::Object(arguments), options).await;
         let result = match &outcome {
@@ -110,6 +121,19 @@ impl DirectRoute {
             );
         self.answered.fetch_add(1, Ordering::Relaxed);
         json_response(StatusCode::OK, &message)
+    }
+
+    /// An `initialize` from a scoped token: within the token's share of the sessions, or refused.
+    async fn open_scoped_session(&mut self, token: &str, id: Json, request: Request<Body>) -> Response<Body> {
+        let reservation = match self.sessions.reserve(token).await {
+            Ok(reservation) => reservation,
+            Err(e) => return share_full(id, &e),
+        };
+        let response = self.forward(request).await;
+        if let Some(session) = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+            reservation.commit(session);
+        }
+        response
     }
 
     async fn forward(&mut self, request: Request<Body>) -> Response<Body> {
@@ -224,6 +248,12 @@ fn sessions_full(id: Json, max: usize) -> Response<Body> {
     let mut response = json_response(StatusCode::SERVICE_UNAVAILABLE, &body);
     response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
     response
+}
+
+/// 429 with a JSON-RPC error: the caller's own share is full, not the server.
+fn share_full(id: Json, error: &SessionsError) -> Response<Body> {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": error.to_string()}});
+    json_response(StatusCode::TOO_MANY_REQUESTS, &body)
 }
 
 /// A JSON-RPC parse error for a body that could not be read in full.

@@ -10,6 +10,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+use super::listen::{closing, ConnectionHandle};
 use super::respond::ApiError;
 use crate::tools::Principal;
 use crate::types::ErrorCode;
@@ -118,7 +119,20 @@ pub struct Caller(pub Option<Arc<Principal>>);
 
 /// Runs before every route.
 pub async fn check(State(security): State<Arc<Security>>, mut request: Request, next: Next) -> Response {
-    match verdict(&security, &request) {
+    let access = verdict(&security, &request);
+    // Whom the request counts against on its connection (see `listen`): over a share, it is
+    // refused here, before its body is read.
+    let refusal = match (&access, request.extensions().get::<ConnectionHandle>()) {
+        (Ok(Access::Anonymous), Some(connection)) => connection.anonymous().err(),
+        (Ok(Access::Granted(principal)), Some(connection)) => connection.claim(principal.as_ref()).err(),
+        _ => None,
+    };
+    if let Some(refusal) = refusal {
+        tracing::debug!("refused a request: {refusal}");
+        let response = ApiError::new(ErrorCode::RateLimited, refusal.to_string()).into_response();
+        return closing(response, Some(1));
+    }
+    match access {
         Ok(Access::Anonymous) => {
             request.extensions_mut().insert(Authorized(false));
             next.run(request).await

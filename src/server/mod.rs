@@ -52,9 +52,14 @@ impl Limits {
                 max_connections: server.max_connections as usize,
                 header_timeout: secs(server.header_timeout_secs),
                 idle_timeout: secs(server.idle_timeout_secs),
+                body_timeout: secs(server.body_timeout_secs),
+                body_min_rate: u64::try_from(server.body_min_bytes_per_sec).unwrap_or(0),
+                per_token: server.max_connections_per_token.map(|n| n as usize),
+                per_address: server.max_connections_per_address.map(|n| n as usize),
             },
             sessions: SessionLimits {
                 max_sessions: server.max_mcp_sessions as usize,
+                per_token: server.max_mcp_sessions_per_token.map(|n| n as usize),
                 idle: secs(server.mcp_session_idle_secs),
             },
         }

@@ -33,6 +33,7 @@ mod schemas;
 mod scripting;
 mod search_20;
 mod search_22;
+mod security_connections;
 mod security_floods;
 mod security_scopes;
 mod semantic;
