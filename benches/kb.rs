@@ -270,7 +270,7 @@ fn bench_search(full: bool, verdicts: &mut Vec<String>) {
         let snippets =
             sorted(&sample(fts.len(), short, 5, max_rounds, |q| store.chunk_texts(&ids[q]).expect("chunk texts")));
         // One-word queries: ranked from posting lists against FTS5's bm25() over every match
-        // (the results are the same: tests/it/search_22.rs, and the classes below).
+        // (the results are the same: tests/it/keyword_topk_exact.rs, and the classes below).
         let words: Vec<String> = ["\"deploy\"", "\"service\"", "\"rollback\""].map(String::from).to_vec();
         let in_rust = sorted(&sample(words.len(), short, 5, max_rounds, |q| {
             store.keyword_candidates(&words[q], &SearchFilter::default(), window).expect("candidates")

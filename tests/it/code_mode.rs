@@ -1,4 +1,4 @@
-//! Issue 18, code mode end to end without upstream servers: agent-sent scripts through
+//! Code mode end to end without upstream servers: agent-sent scripts through
 //! `POST /tools/execute` on a real `ctx serve` (every sandbox probe, limits, inner-call errors,
 //! discovery, scripted tools, the destructive policy, host APIs), and `ctx run` / `ctx catalog`
 //! through the real binary. The upstream half is in `code_mode_upstream.rs`.
@@ -354,7 +354,7 @@ fn check(script: &str, reply: &Reply, expect: &Expect) {
 }
 
 #[test]
-fn code_18_every_sandbox_probe_sent_to_execute_is_stopped_and_the_server_stays_up() {
+fn every_sandbox_probe_sent_to_execute_is_stopped_and_the_server_stays_up() {
     let served = serve(workspace(PROBE_CONFIG), &[]);
     let marker = served.ws.path().join("pwned");
     for (script, expect) in probes(&marker.display().to_string()) {
@@ -410,7 +410,7 @@ fn is_loop(expect: &Expect) -> bool {
 }
 
 #[test]
-fn code_18_probes_four_at_a_time_leave_other_clients_served() {
+fn probes_four_at_a_time_leave_other_clients_served() {
     let served = serve(workspace(PROBE_CONFIG), &[]);
     let marker = served.ws.path().join("pwned");
     let all = probes(&marker.display().to_string());
@@ -453,7 +453,7 @@ fn code_18_probes_four_at_a_time_leave_other_clients_served() {
 }
 
 #[test]
-fn code_18_loops_through_a_scripted_tool_hit_the_wall_clock_deadline() {
+fn loops_through_a_scripted_tool_hit_the_wall_clock_deadline() {
     let served = serve(workspace(PROBE_CONFIG), &[]);
     for (script, _) in probes("/nonexistent").iter().filter(|(_, e)| is_loop(e)) {
         let reply = run_script(&served, "slowpoke", script, json!({}));
@@ -468,7 +468,7 @@ fn code_18_loops_through_a_scripted_tool_hit_the_wall_clock_deadline() {
 /// the script's own Lua memory (converting it whole first took 123 MB more). Past what a run
 /// may hold, it fails with what to do.
 #[test]
-fn code_18_a_huge_result_is_cut_without_being_built() {
+fn a_huge_result_is_cut_without_being_built() {
     let served = serve(workspace(""), &[]);
     let peak_kib = || {
         let status = std::fs::read_to_string(format!("/proc/{}/status", served.serve.child.id())).unwrap();
@@ -499,7 +499,7 @@ fn code_18_a_huge_result_is_cut_without_being_built() {
 /// A pending call sent as a value (returned, or in a call's arguments) is refused with the
 /// fix, not sent as `{}`.
 #[test]
-fn code_18_a_pending_call_is_not_a_value() {
+fn a_pending_call_is_not_a_value() {
     let served = serve(tools_workspace(TOOLS_CONFIG), &[]);
     let bare = execute(&served, "return ctx.search({query = 'wombat'})");
     bare.failed("script_error", "a pending tool call is not a value: add :await()");
@@ -516,7 +516,7 @@ fn code_18_a_pending_call_is_not_a_value() {
 
 /// The brief's error contract: every failed run has `data.code` and the trace.
 #[test]
-fn code_18_a_result_that_is_not_json_fails_with_code_and_trace() {
+fn a_result_that_is_not_json_fails_with_code_and_trace() {
     let served = serve(workspace(PROBE_CONFIG), &[]);
     let reply = execute(&served, "local r = ctx.search({query = 'wombat'}):await() return {f = function() end}");
     reply.failed("script_error", "function cannot be converted to JSON");
@@ -592,7 +592,7 @@ fn tools_workspace(config: &str) -> Workspace {
 }
 
 #[test]
-fn code_18_calls_started_before_awaiting_run_concurrently_and_max_concurrent_queues_them() {
+fn calls_started_before_awaiting_run_concurrently_and_max_concurrent_queues_them() {
     let served = serve(tools_workspace(TOOLS_CONFIG), &[]);
     const N: u32 = 8;
     let t = Duration::from_millis(400);
@@ -622,7 +622,7 @@ fn code_18_calls_started_before_awaiting_run_concurrently_and_max_concurrent_que
 }
 
 #[test]
-fn code_18_inner_failures_are_catchable_and_uncaught_ones_carry_line_message_and_trace() {
+fn inner_failures_are_catchable_and_uncaught_ones_carry_line_message_and_trace() {
     let served = serve(tools_workspace(TOOLS_CONFIG), &[]);
     let reply = execute(
         &served,
@@ -691,7 +691,7 @@ fn code_18_inner_failures_are_catchable_and_uncaught_ones_carry_line_message_and
 }
 
 #[test]
-fn code_18_a_failed_call_awaited_in_a_return_reports_its_own_line() {
+fn a_failed_call_awaited_in_a_return_reports_its_own_line() {
     let served = serve(tools_workspace(TOOLS_CONFIG), &[]);
     let reply = execute(&served, "local ok, e = pcall(function()\n  return ctx.flaky({}):await()\nend)\nreturn e.line");
     assert_eq!(reply.ok(), &json!(2), "{}", reply.body);
@@ -702,7 +702,7 @@ fn code_18_a_failed_call_awaited_in_a_return_reports_its_own_line() {
 }
 
 #[test]
-fn code_18_each_limit_trips_on_purpose_and_says_which() {
+fn each_limit_trips_on_purpose_and_says_which() {
     let served = serve(tools_workspace(TOOLS_CONFIG), &[]);
     // timeout: a `timeout` parameter under the configured 10 s; the call in flight is cancelled.
     let reply =
@@ -755,7 +755,7 @@ fn code_18_each_limit_trips_on_purpose_and_says_which() {
 }
 
 #[test]
-fn code_18_destructive_tools_are_refused_unless_allowed() {
+fn destructive_tools_are_refused_unless_allowed() {
     let ws = tools_workspace(TOOLS_CONFIG);
     let served = serve(ws, &[]);
     // Callable directly...
@@ -787,7 +787,7 @@ fn code_18_destructive_tools_are_refused_unless_allowed() {
 // Discovery and scripted tools.
 
 #[test]
-fn code_18_discovery_as_tools_and_inside_scripts() {
+fn discovery_as_tools_and_inside_scripts() {
     let served = serve(tools_workspace(TOOLS_CONFIG), &[]);
     let call = |tool: &str, body: Value| served.runtime.block_on(post(&served.client, &served.serve.addr, tool, body));
 
@@ -875,7 +875,7 @@ tools = ["loop", "search", "jira__*"]
 "#;
 
 #[test]
-fn code_18_a_scripted_tool_sees_only_its_tools_and_its_description_is_its_catalog() {
+fn a_scripted_tool_sees_only_its_tools_and_its_description_is_its_catalog() {
     let served = serve(tools_workspace(SCRIPTED_CONFIG), &[]);
     let (_, list) = served.get("/tools/list");
     let spec = list["tools"].as_array().unwrap().iter().find(|t| t["name"] == "searcher").cloned().unwrap();
@@ -956,7 +956,7 @@ fn code_18_a_scripted_tool_sees_only_its_tools_and_its_description_is_its_catalo
 }
 
 #[test]
-fn code_18_a_scripted_tools_refusal_names_the_scripted_tool() {
+fn a_scripted_tools_refusal_names_the_scripted_tool() {
     let served = serve(tools_workspace(SCRIPTED_CONFIG), &[]);
     let reply = run_script(&served, "searcher", "return ctx.wait({seconds = 0}):await()", json!({}));
     reply.failed("script_error", "scripted tool 'searcher'");
@@ -967,7 +967,7 @@ fn code_18_a_scripted_tools_refusal_names_the_scripted_tool() {
 // Host APIs.
 
 #[test]
-fn code_18_host_apis_are_refused_with_the_config_hint_and_work_when_allowed() {
+fn host_apis_are_refused_with_the_config_hint_and_work_when_allowed() {
     let refused = tools_workspace("");
     refused
         .write("host.lua", "local ok, e = pcall(function() return env.get('CTX_IT18_VISIBLE') end) return tostring(e)");
@@ -1033,7 +1033,7 @@ fn ctx_with_stdin(ws: &Workspace, args: &[&str], input: &str) -> Run {
 }
 
 #[test]
-fn code_18_ctx_run_and_ctx_catalog() {
+fn ctx_run_and_ctx_catalog() {
     let ws = tools_workspace(SCRIPTED_CONFIG);
     ws.write(
         "script.lua",
@@ -1129,7 +1129,7 @@ fn code_18_ctx_run_and_ctx_catalog() {
 /// Names and queries handed to the lookups and the discovery functions are bounded like the
 /// discovery tools' own parameters: a huge one is refused at once, not worked through.
 #[test]
-fn code_18_huge_names_and_queries_are_refused_at_once() {
+fn huge_names_and_queries_are_refused_at_once() {
     let served = serve(workspace(PROBE_CONFIG), &[]);
     for call in [
         "describe_tool(string.rep('a.', 4000000))",

@@ -1,4 +1,4 @@
-//! Issue 18, code mode with upstream MCP servers: seed 001's example scripts against the real
+//! Code mode with upstream MCP servers: seed 001's example scripts against the real
 //! servers of the gateway tests (server-everything, mcp-server-time) over REST and MCP, and the
 //! fault-injecting upstream for concurrency, cancellation of calls in flight, and server names
 //! that are Lua keywords or library names.
@@ -121,7 +121,7 @@ fn seeds() -> Vec<Seed> {
 }
 
 #[test]
-fn code_18_seed_001_examples_run_against_real_upstreams_over_rest_and_mcp() {
+fn seed_001_examples_run_against_real_upstreams_over_rest_and_mcp() {
     let (Some(everything), Some(time)) = (test_command("CTX_TEST_EVERYTHING"), test_command("CTX_TEST_TIME_SERVER"))
     else {
         return;
@@ -197,7 +197,7 @@ fn code_18_seed_001_examples_run_against_real_upstreams_over_rest_and_mcp() {
 // The fault upstream: concurrency and cancellation.
 
 #[test]
-fn code_18_upstream_calls_run_concurrently_and_max_concurrent_queues_them() {
+fn upstream_calls_run_concurrently_and_max_concurrent_queues_them() {
     let config = format!(
         "{}[tools.scripted.pair]\ndescription = \"Two calls at a time per server.\"\ntools = [\"fault__*\"]\nmax_concurrent = 2\n",
         fault_section("fault", &[], "")
@@ -259,7 +259,7 @@ max_calls = 3
 "#;
 
 #[test]
-fn code_18_a_tripped_limit_cancels_the_calls_in_flight_at_the_upstream() {
+fn a_tripped_limit_cancels_the_calls_in_flight_at_the_upstream() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let config = format!("{CANCEL_CONFIG}\n{}", fault_section("fault", &["--log", log.to_str().unwrap()], ""));
@@ -300,7 +300,7 @@ fn code_18_a_tripped_limit_cancels_the_calls_in_flight_at_the_upstream() {
 }
 
 #[test]
-fn code_18_each_cancelled_call_is_traced_once() {
+fn each_cancelled_call_is_traced_once() {
     let served = serve(Workspace::new(&format!("{CANCEL_CONFIG}\n{}", fault_section("fault", &[], ""))), &[]);
     served.ready("fault");
     // Seen in about one run in eight on 2 cores: the memory limit trips while the call is
@@ -318,7 +318,7 @@ fn code_18_each_cancelled_call_is_traced_once() {
 // Names: a keyword, a library's name, a dash.
 
 #[test]
-fn code_18_server_names_are_sanitised_and_a_server_named_string_is_only_in_mcp() {
+fn server_names_are_sanitised_and_a_server_named_string_is_only_in_mcp() {
     let config = format!(
         "{}{}{}",
         fault_section("goto", &[], ""),
@@ -377,7 +377,7 @@ return {
 /// An upstream tool annotated `destructiveHint: true` is refused to scripts, whichever name
 /// the script reaches it by, and a discovery tool shows the annotation.
 #[test]
-fn code_18_an_upstream_tools_destructive_hint_is_honoured() {
+fn an_upstream_tools_destructive_hint_is_honoured() {
     let config = format!("{CANCEL_CONFIG}\n{}", fault_section("fault", &[], ""));
     let served = serve(Workspace::new(&config), &[]);
     served.ready("fault");
@@ -399,7 +399,7 @@ fn code_18_an_upstream_tools_destructive_hint_is_honoured() {
 /// A result the script has taken no longer counts against its memory: ten 3 MB results
 /// awaited one after another fit a 16 MiB script, while holding them all at once does not.
 #[test]
-fn code_18_awaited_results_stop_counting_against_the_memory_cap() {
+fn awaited_results_stop_counting_against_the_memory_cap() {
     let config = format!("{CANCEL_CONFIG}\n{}", fault_section("fault", &[], ""));
     let served = serve(Workspace::new(&config), &[]);
     served.ready("fault");
@@ -417,7 +417,7 @@ fn code_18_awaited_results_stop_counting_against_the_memory_cap() {
 /// and from a script (linked to the script's call), and a failed upstream call is logged with
 /// its error and no result.
 #[test]
-fn ops_21_upstream_calls_reach_the_call_log() {
+fn upstream_calls_reach_the_call_log() {
     let Some(everything) = test_command("CTX_TEST_EVERYTHING") else { return };
     let served = serve(Workspace::new(&section("everything", &everything, &["stdio"])), &[]);
     served.ready("everything");
@@ -463,7 +463,7 @@ fn ops_21_upstream_calls_reach_the_call_log() {
 /// tools, but a script that reaches for it learns why, by its global and through `mcp`, while
 /// a server nobody configured is still unknown.
 #[test]
-fn code_18_a_server_still_starting_says_so_in_scripts() {
+fn a_server_still_starting_says_so_in_scripts() {
     let config = fault_section("late", &["--hang-at-start"], "");
     let served = serve(Workspace::new(&config), &[]);
     for script in [

@@ -1,4 +1,4 @@
-//! Issue 16, config and loading: an unset `${VAR}` breaks only its section, a refused hot reload
+//! Config and loading: an unset `${VAR}` breaks only its section, a refused hot reload
 //! shows in `/health`, a tool or agent that failed to load says so, `ctx tool test` finds its
 //! section, inline agent placeholders are checked, and `ctx tool list` / `ctx schema check` show
 //! what they used to hide. Everything runs through the real binary.
@@ -194,7 +194,7 @@ impl Drop for McpStdio {
 // 5. One unset ${VAR} breaks only its section
 
 #[test]
-fn config_16_05_unset_variable_breaks_only_its_section() {
+fn unset_variable_breaks_only_its_section() {
     let ws = partly_broken();
 
     // Sync: the folder syncs; the connector that needs the variable fails with the reason.
@@ -266,7 +266,7 @@ fn config_16_05_unset_variable_breaks_only_its_section() {
 }
 
 #[test]
-fn config_16_05_unset_variable_in_a_core_section_still_stops_the_command() {
+fn unset_variable_in_a_core_section_still_stops_the_command() {
     let ws = Workspace::new(&format!(
         "[embedding]\napi_key = \"${{{UNSET_JIRA}}}\"\n\n[tools.script.jira]\npath = \"tools/jira.lua\"\napi_token = \"${{{UNSET_JIRA}}}\"\n"
     ));
@@ -305,7 +305,7 @@ fn config_view(health: &Value) -> Value {
 }
 
 #[test]
-fn config_16_06_failed_reload_is_visible_in_health() {
+fn failed_reload_is_visible_in_health() {
     let good = "[tools.script.echo]\npath = \"tools/echo.lua\"\ngreeting = \"hello\"\n";
     let ws = Workspace::new(good);
     ws.write("tools/echo.lua", ECHO);
@@ -325,7 +325,7 @@ fn config_16_06_failed_reload_is_visible_in_health() {
     assert!(problems[0].as_str().unwrap().starts_with("ctx.toml:3:"), "{refused}");
     assert!(problems[0].as_str().unwrap().contains("TOML syntax error"), "{refused}");
     assert_eq!(refused["status"], "degraded", "{refused}");
-    insta::assert_json_snapshot!("config_16_06_refused_syntax", config_view(&refused));
+    insta::assert_json_snapshot!("refused_syntax", config_view(&refused));
     // The last good config still serves.
     let (status, echoed) = served.request("POST", "/tools/echo", Some(json!({"message": "hi"})));
     assert_eq!((status, &echoed["result"]["greeting"]), (200, &json!("hello")), "{echoed}");
@@ -342,7 +342,7 @@ fn config_16_06_failed_reload_is_visible_in_health() {
         "{refused}"
     );
     assert!(problems.contains("ctx.toml:5: retrieval.default_limit: expected integer"), "{refused}");
-    insta::assert_json_snapshot!("config_16_06_refused_schema", config_view(&refused));
+    insta::assert_json_snapshot!("refused_schema", config_view(&refused));
     assert!(served.stderr.lock().unwrap().contains("config not reloaded"), "and the log says so");
 
     // A good edit clears it.
@@ -360,7 +360,7 @@ fn config_16_06_failed_reload_is_visible_in_health() {
 // 7. A tool or agent that failed to load says so
 
 #[test]
-fn config_16_07_failed_tool_or_agent_says_failed_to_load() {
+fn failed_tool_or_agent_says_failed_to_load() {
     let ws = partly_broken();
     ws.write("tools/syntax.lua", "tool = { name = 'syntax', description = 'x' \nfunction tool.execute() end\n");
     let mut toml = std::fs::read_to_string(ws.path().join("ctx.toml")).unwrap();
@@ -391,7 +391,7 @@ fn config_16_07_failed_tool_or_agent_says_failed_to_load() {
     for body in [&jira, &syntax, &helper] {
         assert!(schema.problems(body, ctx::schema::Dialect::Json).is_empty(), "{body}");
     }
-    insta::assert_json_snapshot!("config_16_07_rest_bodies", json!({"tool": jira, "agent": helper}));
+    insta::assert_json_snapshot!("rest_bodies", json!({"tool": jira, "agent": helper}));
 
     // MCP: the call answers with the reason (the model can tell the user), an agent as an error.
     let mut mcp = McpStdio::start(&ws);
@@ -437,7 +437,7 @@ end
 "#;
 
 #[test]
-fn config_16_11_tool_test_finds_its_section_and_exits_1_on_failure() {
+fn tool_test_finds_its_section_and_exits_1_on_failure() {
     let ws = Workspace::new(&format!(
         "[tools.script.greeter]\npath = \"tools/greeter.lua\"\ngreeting = \"from the config\"\n\n[tools.script.jira]\npath = \"tools/jira.lua\"\napi_token = \"${{{UNSET_JIRA}}}\"\n"
     ));
@@ -500,7 +500,7 @@ end
 "#;
 
 #[test]
-fn config_16_12_inline_placeholders_must_be_declared_and_assistant_stays_last() {
+fn inline_placeholders_must_be_declared_and_assistant_stays_last() {
     let ws = Workspace::new(
         r#"
 [agents.inline.typo]
@@ -564,7 +564,7 @@ function tool.execute(params) return params end
 "#;
 
 #[test]
-fn config_16_13_tool_list_prints_every_enum_and_required_with_default_warns() {
+fn tool_list_prints_every_enum_and_required_with_default_warns() {
     let ws = Workspace::new("[tools.script.levels]\npath = \"tools/levels.lua\"\n");
     ws.write("tools/levels.lua", ENUMS);
     let list = ws.ctx(&["tool", "list"]);

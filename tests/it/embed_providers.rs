@@ -1,4 +1,4 @@
-//! Issue 19, network embedding providers: `ollama` and `openai` against a local HTTP stub that
+//! Network embedding providers: `ollama` and `openai` against a local HTTP stub that
 //! stands in for the services (batching, order, retries, Retry-After, timeouts, refused
 //! connections, wrong answers, error messages, and the key kept out of them).
 
@@ -162,7 +162,7 @@ fn assert_unit(vector: &[f32]) {
 }
 
 #[test]
-fn embed_19_ollama_batches_in_order_and_normalizes() {
+fn ollama_batches_in_order_and_normalizes() {
     let stub = Stub::start(|_, seen| ollama_answer(seen));
     let embedder = ollama(&stub.url, "batch_size = 2\n");
     assert_eq!(embedder.name(), "ollama:nomic-embed-text");
@@ -194,7 +194,7 @@ fn embed_19_ollama_batches_in_order_and_normalizes() {
 }
 
 #[test]
-fn embed_19_openai_orders_by_index_and_sends_the_key() {
+fn openai_orders_by_index_and_sends_the_key() {
     let stub = Stub::start(|_, seen| openai_answer(seen));
     let embedder = openai(&stub.url, "batch_size = 3\n");
     assert_eq!(embedder.name(), "openai:text-embedding-3-small");
@@ -215,7 +215,7 @@ fn embed_19_openai_orders_by_index_and_sends_the_key() {
 }
 
 #[test]
-fn embed_19_openai_other_models_get_no_dimensions_field() {
+fn openai_other_models_get_no_dimensions_field() {
     let stub = Stub::start(|_, seen| openai_answer(seen));
     let embedder = embedder(&format!(
         "provider = \"openai\"\nmodel = \"bge-small\"\ndims = 4\nurl = \"{}/v1/embeddings\"\n",
@@ -230,7 +230,7 @@ fn embed_19_openai_other_models_get_no_dimensions_field() {
 }
 
 #[test]
-fn embed_19_retry_after_is_honoured_on_429() {
+fn retry_after_is_honoured_on_429() {
     let stub = Stub::start(|n, seen| match n {
         0 => Answer {
             headers: vec![("retry-after", "1".to_string())],
@@ -248,7 +248,7 @@ fn embed_19_retry_after_is_honoured_on_429() {
 }
 
 #[test]
-fn embed_19_huge_retry_after_fails_fast() {
+fn huge_retry_after_fails_fast() {
     let stub = Stub::start(|_, _| Answer {
         headers: vec![("retry-after", "3600".to_string())],
         ..status(429, json!({"error": {"message": "You exceeded your current quota"}}))
@@ -265,7 +265,7 @@ fn embed_19_huge_retry_after_fails_fast() {
 }
 
 #[test]
-fn embed_19_server_error_is_retried() {
+fn server_error_is_retried() {
     let stub = Stub::start(|n, seen| match n {
         0 => status(500, json!({"error": "llama runner process has terminated"})),
         _ => ollama_answer(seen),
@@ -282,7 +282,7 @@ fn embed_19_server_error_is_retried() {
 }
 
 #[test]
-fn embed_19_timeout_names_the_provider() {
+fn timeout_names_the_provider() {
     let stub = Stub::start(|_, seen| Answer { delay: Duration::from_secs(3), ..ollama_answer(seen) });
     let embedder = ollama(&stub.url, "timeout_secs = 1\nmax_retries = 1\n");
     let started = Instant::now();
@@ -295,7 +295,7 @@ fn embed_19_timeout_names_the_provider() {
 }
 
 #[test]
-fn embed_19_connection_refused_says_start_ollama() {
+fn connection_refused_says_start_ollama() {
     // A port that was free a moment ago and has nothing listening now.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let message = failure(&*ollama(&format!("http://127.0.0.1:{port}"), "max_retries = 1\n"), &["t0"]);
@@ -309,7 +309,7 @@ fn embed_19_connection_refused_says_start_ollama() {
 }
 
 #[test]
-fn embed_19_wrong_answers_are_rejected() {
+fn wrong_answers_are_rejected() {
     let stub = Stub::start(|n, seen| match n {
         0 => ok(json!({"embeddings": [[1.0, 0.0, 0.0, 0.0]]})),
         1 => ok(json!({"embeddings": [[1.0, 0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]]})),
@@ -345,7 +345,7 @@ fn embed_19_wrong_answers_are_rejected() {
 }
 
 #[test]
-fn embed_19_unauthorized_mentions_api_key_and_hides_it() {
+fn unauthorized_mentions_api_key_and_hides_it() {
     // OpenAI echoes the key it refused; ctx must not pass it on.
     let stub = Stub::start(|_, _| {
         status(
@@ -361,7 +361,7 @@ fn embed_19_unauthorized_mentions_api_key_and_hides_it() {
 }
 
 #[test]
-fn embed_19_ollama_404_says_pull_the_model() {
+fn ollama_404_says_pull_the_model() {
     let stub =
         Stub::start(|_, _| status(404, json!({"error": "model \"nomic-embed-text\" not found, try pulling it first"})));
     let message = failure(&*ollama(&stub.url, ""), &["t0"]);
@@ -371,7 +371,7 @@ fn embed_19_ollama_404_says_pull_the_model() {
 }
 
 #[test]
-fn embed_19_config_errors_name_the_key() {
+fn config_errors_name_the_key() {
     let error = |section: &str| match embedder(section) {
         Ok(_) => panic!("built from:\n{section}"),
         Err(e @ EmbedError::Config(_)) => e.to_string(),
@@ -386,7 +386,7 @@ fn embed_19_config_errors_name_the_key() {
 }
 
 #[test]
-fn embed_19_called_inside_a_runtime_does_not_panic() {
+fn called_inside_a_runtime_does_not_panic() {
     let stub = Stub::start(|_, seen| ollama_answer(seen));
     let embedder = ollama(&stub.url, "");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -153,7 +153,7 @@ pub async fn exit_status(child: &mut Child) -> std::process::ExitStatus {
 }
 
 #[tokio::test]
-async fn fault_upstream_17_lists_and_answers_its_tools() {
+async fn lists_and_answers_its_tools() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let mut command = command(&["--log", log.to_str().unwrap()]);
@@ -240,7 +240,7 @@ async fn fault_upstream_17_lists_and_answers_its_tools() {
 }
 
 #[tokio::test]
-async fn fault_upstream_17_reports_progress_to_the_token() {
+async fn reports_progress_to_the_token() {
     let s = connect(command(&[])).await;
     // rmcp's client puts its own progress token on every request (it replaces any in `_meta`),
     // so the notifications are matched by that token, not by one the test chose.
@@ -266,7 +266,7 @@ async fn fault_upstream_17_reports_progress_to_the_token() {
 }
 
 #[tokio::test]
-async fn fault_upstream_17_add_tool_sends_list_changed_and_lists_it() {
+async fn add_tool_sends_list_changed_and_lists_it() {
     let s = connect(command(&[])).await;
     let before = s.client.list_all_tools().await.unwrap().len();
     let added = s.client.call_tool(call("add_tool", json!({"name": "late_17"}))).await.unwrap();
@@ -287,7 +287,7 @@ async fn fault_upstream_17_add_tool_sends_list_changed_and_lists_it() {
 }
 
 #[tokio::test]
-async fn fault_upstream_17_hang_logs_the_cancellation() {
+async fn hang_logs_the_cancellation() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let s = connect(command(&["--log", log.to_str().unwrap()])).await;
@@ -306,7 +306,7 @@ async fn fault_upstream_17_hang_logs_the_cancellation() {
 }
 
 #[tokio::test]
-async fn fault_upstream_17_crash_exits_at_once() {
+async fn crash_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let starts = dir.path().join("starts");
     let mut s = connect(command(&["--starts", starts.to_str().unwrap()])).await;
@@ -319,7 +319,7 @@ async fn fault_upstream_17_crash_exits_at_once() {
 }
 
 #[tokio::test]
-async fn fault_upstream_17_exit_at_start_and_stderr_lines() {
+async fn exit_at_start_and_stderr_lines() {
     let dir = tempfile::tempdir().unwrap();
     let starts = dir.path().join("starts");
     let mut child = command(&["--exit-at-start", "--starts", starts.to_str().unwrap(), "--stderr-lines", "5"])
@@ -347,7 +347,7 @@ async fn fault_upstream_17_exit_at_start_and_stderr_lines() {
 }
 
 #[tokio::test]
-async fn fault_upstream_17_hang_at_start_never_answers_initialize() {
+async fn hang_at_start_never_answers_initialize() {
     let mut child = command(&["--hang-at-start"]).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let stdin = child.stdin.take().unwrap();
@@ -367,7 +367,7 @@ impl Drop for KillOnDrop {
 }
 
 #[tokio::test]
-async fn fault_upstream_17_grandchild_outlives_a_plain_kill() {
+async fn grandchild_outlives_a_plain_kill() {
     let dir = tempfile::tempdir().unwrap();
     let starts = dir.path().join("starts");
     let mut s = connect(command(&["--grandchild", "--starts", starts.to_str().unwrap()])).await;
@@ -401,7 +401,7 @@ async fn fault_upstream_17_grandchild_outlives_a_plain_kill() {
 }
 
 #[tokio::test]
-async fn fault_upstream_17_serves_resources_with_the_flag() {
+async fn serves_resources_with_the_flag() {
     let s = connect(command(&["--resources"])).await;
     let info = s.client.peer_info().unwrap();
     assert!(info.capabilities.resources.is_some(), "{info:?}");

@@ -1,4 +1,4 @@
-//! Issue 17, the gateway end to end: the real `ctx` binary with real upstream MCP servers (the
+//! The gateway end to end: the real `ctx` binary with real upstream MCP servers (the
 //! fault-injecting one of our own, `tests/upstream/fault.rs`), over REST and over MCP on stdio
 //! with a raw JSON-RPC client, so every notification is seen as the client gets it.
 
@@ -258,7 +258,7 @@ fn wait_gone(pids: &[u32], limit: Duration) -> Vec<u32> {
 }
 
 #[test]
-fn gateway_17_upstream_tools_are_listed_and_called_on_rest_mcp_openapi_and_cli() {
+fn upstream_tools_are_listed_and_called_on_rest_mcp_openapi_and_cli() {
     let ws = Workspace::new(&fault_section("fault", &[], ""));
     let served = serve(ws, &[]);
     let row = served.ready("fault");
@@ -296,7 +296,7 @@ fn gateway_17_upstream_tools_are_listed_and_called_on_rest_mcp_openapi_and_cli()
 }
 
 #[test]
-fn gateway_17_cli_lists_tests_and_calls_upstream_tools() {
+fn cli_lists_tests_and_calls_upstream_tools() {
     let ws = Workspace::new(&fault_section("fault", &[], ""));
     let list = ws.ctx(&["tool", "list"]);
     assert!(list.ok().contains("fault__echo  (upstream fault)"), "{}", list.stdout());
@@ -319,7 +319,7 @@ fn gateway_17_cli_lists_tests_and_calls_upstream_tools() {
 }
 
 #[test]
-fn gateway_17_down_at_start_never_stops_ctx_and_calls_fail_at_once() {
+fn down_at_start_never_stops_ctx_and_calls_fail_at_once() {
     let config =
         format!("{}{}", fault_section("good", &[], ""), fault_section("bad", &["--exit-at-start"], "timeout = 600"));
     let served = serve(Workspace::new(&config), &[]);
@@ -342,7 +342,7 @@ fn gateway_17_down_at_start_never_stops_ctx_and_calls_fail_at_once() {
 }
 
 #[test]
-fn gateway_17_required_server_that_cannot_start_stops_serve_with_its_error() {
+fn required_server_that_cannot_start_stops_serve_with_its_error() {
     let ws = Workspace::new(&fault_section("must", &["--exit-at-start"], "required = true"));
     let run = ws.ctx(&["serve", "--bind", "127.0.0.1:0"]);
     assert_eq!(run.code(), 2, "{}", run.stderr());
@@ -350,7 +350,7 @@ fn gateway_17_required_server_that_cannot_start_stops_serve_with_its_error() {
 }
 
 #[test]
-fn gateway_17_crash_restart_list_changed_progress_and_cancel_over_mcp() {
+fn crash_restart_list_changed_progress_and_cancel_over_mcp() {
     let dir = tempfile::tempdir().unwrap();
     let (starts, log) = (dir.path().join("starts"), dir.path().join("log"));
     let args = ["--starts", starts.to_str().unwrap(), "--log", log.to_str().unwrap(), "--resources"];
@@ -436,7 +436,7 @@ fn gateway_17_crash_restart_list_changed_progress_and_cancel_over_mcp() {
 }
 
 #[test]
-fn gateway_17_hang_past_its_timeout_is_a_timeout_and_is_cancelled_upstream() {
+fn hang_past_its_timeout_is_a_timeout_and_is_cancelled_upstream() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let ws = Workspace::new(&fault_section("fault", &["--log", log.to_str().unwrap()], "timeout = 1"));
@@ -456,7 +456,7 @@ fn gateway_17_hang_past_its_timeout_is_a_timeout_and_is_cancelled_upstream() {
 }
 
 #[test]
-fn gateway_17_ctx_secrets_never_reach_the_child() {
+fn ctx_secrets_never_reach_the_child() {
     let section = fault_section("fault", &[], "env = { GIVEN = \"yes\", FROM_VAR = \"${CTX_IT17_EXPANDED}\" }");
     let served = serve(
         Workspace::new(&section),
@@ -472,7 +472,7 @@ fn gateway_17_ctx_secrets_never_reach_the_child() {
 }
 
 #[test]
-fn gateway_17_name_collisions_are_load_problems_naming_both_sides() {
+fn name_collisions_are_load_problems_naming_both_sides() {
     let shadow = "tool = { name = \"a_b__echo\", description = \"A Lua tool that holds the name first.\" }\nfunction tool.execute() return \"lua\" end\n";
     let config = format!(
         "{}{}[tools.script.shadow]\npath = \"shadow.lua\"\n",
@@ -496,7 +496,7 @@ fn gateway_17_name_collisions_are_load_problems_naming_both_sides() {
 }
 
 #[test]
-fn gateway_17_expose_discover_keeps_tools_out_of_listings_but_callable() {
+fn expose_discover_keeps_tools_out_of_listings_but_callable() {
     let ws = Workspace::new(&fault_section("quiet", &[], "expose = \"discover\""));
     let served = serve(ws, &[]);
     served.connected("quiet");
@@ -519,7 +519,7 @@ fn gateway_17_expose_discover_keeps_tools_out_of_listings_but_callable() {
 }
 
 #[test]
-fn gateway_17_kill_9_of_ctx_leaves_no_child_or_grandchild() {
+fn kill_9_of_ctx_leaves_no_child_or_grandchild() {
     let dir = tempfile::tempdir().unwrap();
     let starts = dir.path().join("starts");
     let ws = Workspace::new(&fault_section("fault", &["--grandchild", "--starts", starts.to_str().unwrap()], ""));
@@ -535,7 +535,7 @@ fn gateway_17_kill_9_of_ctx_leaves_no_child_or_grandchild() {
 }
 
 #[test]
-fn gateway_17_hot_reload_restarts_only_the_changed_server() {
+fn hot_reload_restarts_only_the_changed_server() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     let section_a = fault_section("a", &["--starts", a.to_str().unwrap()], "");
@@ -564,7 +564,7 @@ fn gateway_17_hot_reload_restarts_only_the_changed_server() {
 }
 
 #[test]
-fn gateway_17_claude_desktop_config_is_imported_as_it_is() {
+fn claude_desktop_config_is_imported_as_it_is() {
     let ws = Workspace::new("[mcp]\nimport = \"claude_desktop_config.json\"\n");
     let file = json!({"mcpServers": {"fault": {"command": fault_bin(), "args": [], "env": {"GIVEN": "from claude"}}}});
     ws.write("claude_desktop_config.json", &serde_json::to_string_pretty(&file).unwrap());
@@ -575,7 +575,7 @@ fn gateway_17_claude_desktop_config_is_imported_as_it_is() {
 }
 
 #[test]
-fn gateway_17_restarts_through_ctx_serve_leave_no_process_behind() {
+fn restarts_through_ctx_serve_leave_no_process_behind() {
     // A hundred restarts are counted at the runtime's level with a short backoff
     // (gateway_runtime.rs); here ctx serve's own production backoff applies, so a few crashes,
     // each restarted by the supervisor, and then every earlier process must be gone.
@@ -601,7 +601,7 @@ fn gateway_17_restarts_through_ctx_serve_leave_no_process_behind() {
 }
 
 #[test]
-fn gateway_17_tool_list_names_a_server_that_did_not_connect() {
+fn tool_list_names_a_server_that_did_not_connect() {
     let config = format!("{}{}", fault_section("good", &[], ""), fault_section("bad", &["--exit-at-start"], ""));
     let ws = Workspace::new(&config);
     let list = ws.ctx(&["tool", "list"]);
@@ -612,7 +612,7 @@ fn gateway_17_tool_list_names_a_server_that_did_not_connect() {
 }
 
 #[test]
-fn gateway_17_mcp_list_and_test_name_a_broken_imported_server() {
+fn mcp_list_and_test_name_a_broken_imported_server() {
     let ws = Workspace::new("[mcp]\nimport = \"claude.json\"\n");
     let file = json!({"mcpServers": {"needs": {"command": "x", "env": {"TOKEN": "${CTX_IT17_NEVER_SET}"}}}});
     ws.write("claude.json", &file.to_string());

@@ -1,4 +1,4 @@
-//! Issue 17, the upstream runtime: `ctx::upstream::Upstreams` driven directly against the
+//! The upstream runtime: `ctx::upstream::Upstreams` driven directly against the
 //! fault-injecting upstream (stdio, through the real ctx guard) and against a real `ctx serve`
 //! over Streamable HTTP. Supervision, restarts, crash loops, deadlines, cancellation, progress,
 //! `list_changed`, the child's environment, hot reload and process cleanup.
@@ -113,7 +113,7 @@ fn pids(line: &str) -> Vec<i32> {
 }
 
 #[test]
-fn gateway_17_connects_lists_filters_and_calls() {
+fn connects_lists_filters_and_calls() {
     let rt = runtime();
     rt.block_on(async {
         let mut section = fault("fault", &["--resources"]);
@@ -154,7 +154,7 @@ fn gateway_17_connects_lists_filters_and_calls() {
 }
 
 #[test]
-fn gateway_17_crash_is_restarted() {
+fn crash_is_restarted() {
     let dir = tempfile::tempdir().unwrap();
     let starts = dir.path().join("starts");
     let rt = runtime();
@@ -184,7 +184,7 @@ fn gateway_17_crash_is_restarted() {
 }
 
 #[test]
-fn gateway_17_exit_at_start_is_a_crash_loop_and_calls_fail_at_once() {
+fn exit_at_start_is_a_crash_loop_and_calls_fail_at_once() {
     let rt = runtime();
     rt.block_on(async {
         let mut section = fault("dead", &["--exit-at-start"]);
@@ -215,7 +215,7 @@ fn gateway_17_exit_at_start_is_a_crash_loop_and_calls_fail_at_once() {
 }
 
 #[test]
-fn gateway_17_hang_at_initialize_is_bounded_by_the_connect_timeout() {
+fn hang_at_initialize_is_bounded_by_the_connect_timeout() {
     let rt = runtime();
     rt.block_on(async {
         let mut t = tuning();
@@ -229,7 +229,7 @@ fn gateway_17_hang_at_initialize_is_bounded_by_the_connect_timeout() {
 }
 
 #[test]
-fn gateway_17_hang_past_the_timeout_and_a_dropped_call_are_cancelled_upstream() {
+fn hang_past_the_timeout_and_a_dropped_call_are_cancelled_upstream() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let rt = runtime();
@@ -261,7 +261,7 @@ fn gateway_17_hang_past_the_timeout_and_a_dropped_call_are_cancelled_upstream() 
 }
 
 #[test]
-fn gateway_17_progress_is_forwarded_and_calls_are_pipelined() {
+fn progress_is_forwarded_and_calls_are_pipelined() {
     let rt = runtime();
     rt.block_on(async {
         let (u, _) = start(&[fault("fault", &[])], tuning());
@@ -302,7 +302,7 @@ fn gateway_17_progress_is_forwarded_and_calls_are_pipelined() {
 }
 
 #[test]
-fn gateway_17_list_changed_relists_and_emits_an_event() {
+fn list_changed_relists_and_emits_an_event() {
     let rt = runtime();
     rt.block_on(async {
         // 300 lines of 1 KiB on stderr at start: read and bounded, they block nothing.
@@ -322,7 +322,7 @@ fn gateway_17_list_changed_relists_and_emits_an_event() {
 }
 
 #[test]
-fn gateway_17_the_child_gets_only_its_env() {
+fn the_child_gets_only_its_env() {
     // A variable of ctx's own (cargo sets it for the test process) must not reach the child.
     let own = "CARGO_MANIFEST_DIR";
     assert!(std::env::var_os(own).is_some(), "the test needs {own} set in its own environment");
@@ -350,7 +350,7 @@ fn gateway_17_the_child_gets_only_its_env() {
 }
 
 #[test]
-fn gateway_17_apply_restarts_only_the_changed_server() {
+fn apply_restarts_only_the_changed_server() {
     let rt = runtime();
     rt.block_on(async {
         let a = fault("a", &[]);
@@ -387,7 +387,7 @@ fn gateway_17_apply_restarts_only_the_changed_server() {
 }
 
 #[test]
-fn gateway_17_100_restarts_leave_no_process_behind() {
+fn a_hundred_restarts_leave_no_process_behind() {
     let dir = tempfile::tempdir().unwrap();
     let starts = dir.path().join("starts");
     let rt = runtime();
@@ -428,7 +428,7 @@ fn gateway_17_100_restarts_leave_no_process_behind() {
 /// server's whole group (here a server and its `sleep` grandchild) with it. The parent is a
 /// shell standing in for ctx, so that the test can kill it.
 #[test]
-fn gateway_17_kill_9_of_the_parent_leaves_no_child() {
+fn kill_9_of_the_parent_leaves_no_child() {
     let dir = tempfile::tempdir().unwrap();
     let grandchild = dir.path().join("grandchild");
     let guard = dir.path().join("guard");
@@ -482,7 +482,7 @@ wait"#;
 /// Streamable HTTP: a real `ctx serve` as the upstream, behind its bearer token, which the
 /// section's `headers` carry.
 #[test]
-fn gateway_17_streamable_http_upstream_with_headers() {
+fn streamable_http_upstream_with_headers() {
     let token = "gateway-17-token-0123456789";
     let ws = Workspace::new(&format!(
         "[server]\nauth_token = \"{token}\"\n\n[tools.script.echo]\npath = \"tools/echo.lua\"\n"
@@ -521,7 +521,7 @@ fn gateway_17_streamable_http_upstream_with_headers() {
 }
 
 #[test]
-fn gateway_17_shutdown_stops_every_server_and_reaps_it() {
+fn shutdown_stops_every_server_and_reaps_it() {
     let dir = tempfile::tempdir().unwrap();
     let starts = dir.path().join("starts");
     let rt = runtime();
@@ -548,7 +548,7 @@ fn gateway_17_shutdown_stops_every_server_and_reaps_it() {
 }
 
 #[test]
-fn gateway_17_last_error_names_no_env_value() {
+fn last_error_names_no_env_value() {
     let secret = "s3cr3t-value-0123456789";
     let rt = runtime();
     rt.block_on(async {

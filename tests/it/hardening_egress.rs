@@ -1,4 +1,4 @@
-//! Issue 15, egress and secrets: redirects checked hop by hop (item 3), private addresses refused
+//! Egress and secrets: redirects checked hop by hop (item 3), private addresses refused
 //! by default, `env.get` kept from ctx's own secrets (15c), and secrets redacted from errors,
 //! logs, `/health` and config errors (items 11 and 12).
 
@@ -132,7 +132,7 @@ fn hosts(list: &[&str]) -> Option<Vec<String>> {
 // ---- item 3: redirects ----
 
 #[test]
-fn hardening_03_redirects_are_checked_and_drop_script_headers() {
+fn redirects_are_checked_and_drop_script_headers() {
     let internal = Stub::start(|_| (200, vec![], r#"{"inside":true}"#.into()));
     let inside = internal.addr.port();
     let front = Stub::start(move |r| match r.path.as_str() {
@@ -368,7 +368,7 @@ fn assert_clean(what: &str, text: &str) {
 }
 
 #[test]
-fn hardening_11_secrets_never_leave_in_errors_logs_or_health() {
+fn secrets_never_leave_in_errors_logs_or_health() {
     let ws = Workspace::new(
         r#"
 [server]
@@ -418,7 +418,7 @@ allow_env = ["CTX_HE_BOOT"]
 }
 
 #[test]
-fn hardening_12_config_errors_never_print_expanded_secrets() {
+fn config_errors_never_print_expanded_secrets() {
     let check = |config: &str, env: &[(&str, &str)], args: &[&str]| {
         let ws = Workspace::new(config);
         let mut command = Command::new(BIN);

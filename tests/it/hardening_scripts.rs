@@ -1,4 +1,4 @@
-//! Issue 15, what scripts hand back: a connector's items against its byte budget and deadline
+//! What scripts hand back: a connector's items against its byte budget and deadline
 //! (item 10), every text a tool returns or raises against `max_result_bytes` (item 9), and error
 //! tables reaching clients as their message, never a heap address (item 15a). Real scripts, a
 //! real server on 127.0.0.1:0, the real binary and real SQLite.
@@ -68,7 +68,7 @@ fn synced_small(config: &str) -> Workspace {
 }
 
 #[test]
-fn hardening_10_items_sharing_a_string_fail_the_byte_budget_and_write_nothing() {
+fn items_sharing_a_string_fail_the_byte_budget_and_write_nothing() {
     let ws = synced_small("[connectors.script.big]\npath = \"connectors/big.lua\"\ntimeout = 1\n");
     let before = documents(&ws);
     let size_before = database_bytes(&ws);
@@ -90,7 +90,7 @@ fn hardening_10_items_sharing_a_string_fail_the_byte_budget_and_write_nothing() 
 }
 
 #[test]
-fn hardening_10_a_set_max_bytes_is_named_and_enforced() {
+fn a_set_max_bytes_is_named_and_enforced() {
     let ws =
         synced_small("[connectors.script.big]\npath = \"connectors/big.lua\"\ntimeout = 30\nmax_bytes = 5000000\n");
     ws.write("connectors/big.lua", BIG_SCAN);
@@ -104,7 +104,7 @@ fn hardening_10_a_set_max_bytes_is_named_and_enforced() {
 }
 
 #[test]
-fn hardening_10_the_deadline_stops_indexing_and_rolls_the_source_back() {
+fn the_deadline_stops_indexing_and_rolls_the_source_back() {
     // Within a large budget, the same 200 MiB of documents take far longer than 1 s to convert,
     // chunk and write: the deadline, checked between items, stops it, and nothing is kept.
     let ws =
@@ -120,7 +120,7 @@ fn hardening_10_the_deadline_stops_indexing_and_rolls_the_source_back() {
 }
 
 #[test]
-fn hardening_10_a_script_source_within_its_budget_still_syncs_and_deletes() {
+fn a_script_source_within_its_budget_still_syncs_and_deletes() {
     let ws = synced_small("[connectors.script.big]\npath = \"connectors/big.lua\"\n");
     ws.write(
         "connectors/big.lua",
@@ -285,7 +285,7 @@ fn assert_no_heap_address(text: &str) {
 }
 
 #[test]
-fn hardening_09_every_text_a_script_hands_back_counts_against_max_result_bytes() {
+fn every_text_a_script_hands_back_counts_against_max_result_bytes() {
     let served = serve();
     // Each form returned 10 MiB against a 1 KiB cap; the bodies stay a few KiB at most.
     for (name, want_code) in [
@@ -326,7 +326,7 @@ fn hardening_09_every_text_a_script_hands_back_counts_against_max_result_bytes()
 }
 
 #[test]
-fn hardening_09_verbose_logs_carry_a_bounded_message() {
+fn verbose_logs_carry_a_bounded_message() {
     let ws = Workspace::new(
         "[tools.script.big-raise]\npath = \"tools/big-raise.lua\"\nmax_result_bytes = 1024\n\n\
          [tools.script.big-message]\npath = \"tools/big-message.lua\"\nmax_result_bytes = 1024\n",
@@ -346,7 +346,7 @@ fn hardening_09_verbose_logs_carry_a_bounded_message() {
 }
 
 #[test]
-fn scripting_16_04_and_hardening_15a_a_raised_table_reaches_rest_and_mcp_as_its_message() {
+fn and_hardening_15a_a_raised_table_reaches_rest_and_mcp_as_its_message() {
     let served = serve();
 
     let (status, body) = served.post("raise-table");
@@ -394,7 +394,7 @@ fn scripting_16_04_and_hardening_15a_a_raised_table_reaches_rest_and_mcp_as_its_
 }
 
 #[test]
-fn scripting_16_04_and_hardening_15a_agents_connectors_and_the_cli_report_a_raised_tables_message() {
+fn and_hardening_15a_agents_connectors_and_the_cli_report_a_raised_tables_message() {
     let served = serve();
     let registry = served.tools.current();
     let err =

@@ -1,4 +1,4 @@
-//! Issue 15, the server's part: regression tests against the real `ctx serve` binary over raw
+//! The server's part: regression tests against the real `ctx serve` binary over raw
 //! HTTP (items 4, 6, 7, 8, 13 and 15b). Raw sockets, because the attacks are malformed or
 //! unfinished requests that a real client library would never send.
 
@@ -208,7 +208,7 @@ fn eventually<T>(limit: Duration, mut probe: impl FnMut() -> T, check: impl Fn(&
 // 4. DNS rebinding
 
 #[test]
-fn hardening_04_dns_rebinding_hosts_are_refused_on_rest_and_mcp() {
+fn dns_rebinding_hosts_are_refused_on_rest_and_mcp() {
     let server = Server::start("", &[]);
     let port = server.addr.port();
     let request = |host: &str, path: &str| {
@@ -256,7 +256,7 @@ end
 "#;
 
 #[test]
-fn hardening_06_progress_to_a_slow_client_is_bounded_and_capped() {
+fn progress_to_a_slow_client_is_bounded_and_capped() {
     let ws = Workspace::new("[tools.script.flood]\npath = \"tools/flood.lua\"\ntimeout = 60\n");
     ws.write("tools/flood.lua", FLOOD);
     let mut child = Command::new(BIN)
@@ -322,7 +322,7 @@ fn hardening_06_progress_to_a_slow_client_is_bounded_and_capped() {
 // 7. MCP sessions
 
 #[test]
-fn hardening_07_sessions_over_the_cap_are_refused_clearly_and_closing_frees_a_place() {
+fn sessions_over_the_cap_are_refused_clearly_and_closing_frees_a_place() {
     let server = Server::start("[server]\nmax_mcp_sessions = 3\n", &[]);
     let mut conn = server.connect();
     let ids: Vec<String> = (0..3).map(|_| open_session(&mut conn)).collect();
@@ -340,7 +340,7 @@ fn hardening_07_sessions_over_the_cap_are_refused_clearly_and_closing_frees_a_pl
 }
 
 #[test]
-fn hardening_07_idle_sessions_expire_and_are_freed() {
+fn idle_sessions_expire_and_are_freed() {
     let server = Server::start("[server]\nmcp_session_idle_secs = 1\n", &[]);
     let mut conn = server.connect();
     let id = open_session(&mut conn);
@@ -354,7 +354,7 @@ fn hardening_07_idle_sessions_expire_and_are_freed() {
 }
 
 #[test]
-fn hardening_07_opening_and_closing_5000_sessions_returns_to_the_baseline() {
+fn opening_and_closing_5000_sessions_returns_to_the_baseline() {
     let server = Server::start("", &[]);
     let mut conn = server.connect();
     let cycle = |conn: &mut Conn, n: usize| {
@@ -406,7 +406,7 @@ fn own_file_limit() -> usize {
 }
 
 #[test]
-fn hardening_08_half_open_connections_past_the_file_limit_do_not_starve_health() {
+fn half_open_connections_past_the_file_limit_do_not_starve_health() {
     // The report: 1,100 connections stopped mid-header against a 1,024 file limit, and /health
     // answered "Too many open files" until restart. Here the server gets 512 files, the default
     // cap (fitted under that limit) and the default 10 s header timeout.
@@ -426,7 +426,7 @@ fn hardening_08_half_open_connections_past_the_file_limit_do_not_starve_health()
 }
 
 #[test]
-fn hardening_08_health_answers_while_1000_half_open_connections_are_held() {
+fn health_answers_while_1000_half_open_connections_are_held() {
     // 4,096 files leave room for 2,000 connections whatever the machine's default limit is.
     // Every connection here comes from 127.0.0.1, which by default may hold only half of them
     // unauthenticated (the address share, tested in `security_connections`): lift it.
@@ -446,7 +446,7 @@ fn hardening_08_health_answers_while_1000_half_open_connections_are_held() {
 }
 
 #[test]
-fn hardening_08_stalled_headers_and_idle_connections_are_closed_after_their_timeouts() {
+fn stalled_headers_and_idle_connections_are_closed_after_their_timeouts() {
     let server = Server::start("[server]\nheader_timeout_secs = 1\nidle_timeout_secs = 2\n", &[]);
     // Stops mid-header.
     let mut stalled = server.connect();
@@ -488,7 +488,7 @@ local secret_plan = "DROP TABLE customers" ..
 "#;
 
 #[test]
-fn hardening_13_health_without_the_token_says_only_status_and_problem_count() {
+fn health_without_the_token_says_only_status_and_problem_count() {
     let token = "a-long-enough-token-123";
     let config = format!("[server]\nauth_token = \"{token}\"\n\n[tools.script.broken]\npath = \"tools/broken.lua\"\n");
     let server = Server::start(&config, &[("tools/broken.lua", BROKEN)]);

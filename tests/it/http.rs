@@ -262,7 +262,7 @@ fn shutdown_lets_in_flight_calls_finish_then_stops_listening() {
 /// through with it: REST, `/mcp` (both eras), `/agents/*`, `/openapi.json`, the docs and an
 /// unknown path. "Through" means the guard did not answer: the route's own status comes back.
 #[test]
-fn proof_23_01_the_bearer_token_guards_everything_but_health() {
+fn the_bearer_token_guards_everything_but_health() {
     let token = "0123456789abcdef-token";
     let s = start(Some(token), &[]);
     assert_eq!(s.get("/health").0, 200);

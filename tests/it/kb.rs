@@ -196,7 +196,7 @@ fn dry_run_writes_nothing_and_unknown_target_lists_sources() {
 /// The kill must land mid-sync: the child is still running when it is killed and some, not all,
 /// documents are committed. A sync that finished before the first poll fails this test.
 #[test]
-fn proof_23_01_killed_sync_leaves_a_consistent_database_and_resync_completes() {
+fn killed_sync_leaves_a_consistent_database_and_resync_completes() {
     let ws = Workspace::new(FS_CONFIG);
     let total = 6000;
     for i in 0..total {

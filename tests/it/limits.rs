@@ -1,4 +1,4 @@
-//! Issue 15: no script outruns its limits. Every library function a script can reach gets its
+//! No script outruns its limits. Every library function a script can reach gets its
 //! worst-case arguments under a short deadline, through a real `ctx serve`: each call must end
 //! within its deadline plus 1 s, and `/health` must keep answering while it runs.
 
@@ -247,7 +247,7 @@ fn outcome(status: u16, body: &Value) -> String {
 }
 
 #[test]
-fn hardening_01_every_library_call_ends_within_its_deadline_and_health_keeps_answering() {
+fn every_library_call_ends_within_its_deadline_and_health_keeps_answering() {
     let server = serve("", &[]);
     let health = HealthWatch::start(&server.addr);
     let mut report = Vec::new();
@@ -279,7 +279,7 @@ fn hardening_01_every_library_call_ends_within_its_deadline_and_health_keeps_ans
 }
 
 #[test]
-fn hardening_01_the_issue_reproductions_are_refused_or_end_in_time() {
+fn the_issue_reproductions_are_refused_or_end_in_time() {
     let server = serve(
         "[tools.script.rep]\npath = \"tools/rep.lua\"\ntimeout = 2\n",
         &[(
@@ -319,7 +319,7 @@ fn hardening_01_the_issue_reproductions_are_refused_or_end_in_time() {
 }
 
 #[test]
-fn hardening_02_a_script_that_hangs_at_load_time_does_not_stop_serve_or_check() {
+fn a_script_that_hangs_at_load_time_does_not_stop_serve_or_check() {
     // Top-level statements that used to spin forever in C, and one that loops in Lua.
     let hang = r#"local _ = string.rep("", math.maxinteger) table.move({}, 1, math.maxinteger, 1, {})
                   tool = { name = "hang", description = "x" } function tool.execute() return 1 end"#;
@@ -349,7 +349,7 @@ fn hardening_02_a_script_that_hangs_at_load_time_does_not_stop_serve_or_check() 
 }
 
 #[test]
-fn hardening_05_json_parse_counts_its_memory_against_the_cap() {
+fn json_parse_counts_its_memory_against_the_cap() {
     // A longer deadline than the other cases: a debug build takes over a second to reach the cap.
     let server = serve(
         "[tools.script.parse]\npath = \"tools/parse.lua\"\ntimeout = 20\n",
@@ -380,7 +380,7 @@ fn hardening_05_json_parse_counts_its_memory_against_the_cap() {
 }
 
 #[test]
-fn hardening_14_a_reused_vm_shows_the_next_run_nothing_of_the_last() {
+fn a_reused_vm_shows_the_next_run_nothing_of_the_last() {
     let server = serve("", &[]);
     let count = r#"return collectgarbage("count")"#;
     let (_, fresh) =
@@ -398,7 +398,7 @@ fn hardening_14_a_reused_vm_shows_the_next_run_nothing_of_the_last() {
 }
 
 #[test]
-fn hardening_05_an_http_response_is_parsed_within_the_cap() {
+fn an_http_response_is_parsed_within_the_cap() {
     // 24 MiB of JSON array: the old `.json` built the whole tree in Rust first.
     let big = format!("[{}1]", "1,".repeat(12 << 20));
     let (addr, _) = crate::common::stub(move |_| (200, big.clone()));
@@ -419,7 +419,7 @@ fn hardening_05_an_http_response_is_parsed_within_the_cap() {
 }
 
 #[test]
-fn hardening_06_a_scripts_log_lines_are_capped_and_counted() {
+fn a_scripts_log_lines_are_capped_and_counted() {
     let server = serve("", &[]);
     // 2,000 lines of 1 MiB each: 2 GiB of log before the cap.
     let code = r#"local s = string.rep("x", 1 << 20) for i = 1, 2000 do log.warn(s) end return 1"#;
@@ -436,7 +436,7 @@ fn hardening_06_a_scripts_log_lines_are_capped_and_counted() {
 }
 
 #[test]
-fn hardening_01_parameters_larger_than_the_inline_allowance_run_on_the_pool() {
+fn parameters_larger_than_the_inline_allowance_run_on_the_pool() {
     let server = serve("", &[]);
     // 700 KiB of parameters: more than an inline run may allocate, so the call moves to the
     // blocking pool instead of failing.

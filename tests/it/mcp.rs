@@ -258,7 +258,7 @@ fn progress_is_sent_before_the_result_with_the_clients_token() {
 }
 
 #[test]
-fn code_18_each_inner_call_of_a_script_sends_progress_and_the_trace_rides_in_meta() {
+fn each_inner_call_of_a_script_sends_progress_and_the_trace_rides_in_meta() {
     let mut c = connect(50);
     let script = "local a = ctx.echo({message = 'a'}) local b = ctx.echo({message = 'b'}) local r = await_all({a, b}) return {n = #r}";
     let (result, before) = c.request(
@@ -279,7 +279,7 @@ fn code_18_each_inner_call_of_a_script_sends_progress_and_the_trace_rides_in_met
 
 /// A failed script carries its trace in `_meta` too, with its code and limit or line.
 #[test]
-fn code_18_a_failed_script_has_its_trace_and_code_in_meta() {
+fn a_failed_script_has_its_trace_and_code_in_meta() {
     let mut c = connect(50);
     let script = "local a = ctx.echo({message = 'a'}):await()\nerror('stop here')";
     let (result, _) = c.request(1, "tools/call", json!({"name": "execute", "arguments": {"script": script}}));
@@ -319,7 +319,7 @@ fn code_18_a_failed_script_has_its_trace_and_code_in_meta() {
 }
 
 #[test]
-fn code_18_the_catalog_is_an_mcp_prompt() {
+fn the_catalog_is_an_mcp_prompt() {
     let mut c = connect(50);
     let (list, _) = c.request(1, "prompts/list", json!({}));
     let names: Vec<&str> =
@@ -606,7 +606,7 @@ fn typescript_sdk_over_streamable_http() {
 /// version's pass count must equal its list in tests/conformance/must-pass.txt (run.sh also
 /// fails when a listed scenario does not pass), so a count that falls, even to 0, fails here.
 #[test]
-fn proof_23_03_conformance_suite_passes_every_applicable_scenario() {
+fn conformance_suite_passes_every_applicable_scenario() {
     let Some((node, _)) = node() else { return };
     let served = serve(&repo().join("tests/conformance"));
     let results = repo().join("target/conformance");
@@ -654,7 +654,7 @@ fn must_pass_lists() -> std::collections::BTreeMap<String, Vec<String>> {
 /// The README's "Last run" figures are the checked-in pass counts, and no list is empty or
 /// repeats a scenario. This runs without Node, so a bare `cargo test` sees an edited list too.
 #[test]
-fn proof_23_03_the_conformance_pass_counts_are_pinned() {
+fn the_conformance_pass_counts_are_pinned() {
     let lists = must_pass_lists();
     assert_eq!(lists.len(), 3, "one list per summary line of run.sh: {:?}", lists.keys());
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();

@@ -1,4 +1,4 @@
-//! Issue 23 ("Proof gaps"): behaviours that had no test. Hot reload through the real file
+//! Behaviours that had no test. Hot reload through the real file
 //! watcher, the last good version of a broken script, calls in flight during a reload, a sync
 //! running under searches and tool calls, the outbound HTTP response-size cap, the Host and
 //! Origin guards on `/mcp`, and many abusive runs while the server keeps serving others.
@@ -107,7 +107,7 @@ fn versioned(name: &str, version: &str) -> String {
 /// The watcher itself, not a registry swap done by hand: an edit on disk changes the tool
 /// (listing and result), and a section appended to ctx.toml adds one.
 #[test]
-fn proof_23_04_the_file_watcher_reloads_an_edited_script_and_a_new_section() {
+fn the_file_watcher_reloads_an_edited_script_and_a_new_section() {
     let ws = Workspace::new("[tools.script.greet]\npath = \"tools/greet.lua\"\n");
     ws.write("tools/greet.lua", &versioned("greet", "one"));
     let server = Serve::start(ws, true);
@@ -129,7 +129,7 @@ fn proof_23_04_the_file_watcher_reloads_an_edited_script_and_a_new_section() {
 /// A script that stops loading keeps serving its last good version; `/health` names the problem
 /// meanwhile, and a fixed script replaces it.
 #[test]
-fn proof_23_04_hot_reload_keeps_the_last_good_version_of_a_broken_script() {
+fn hot_reload_keeps_the_last_good_version_of_a_broken_script() {
     let ws = Workspace::new("[tools.script.greet]\npath = \"tools/greet.lua\"\n");
     ws.write("tools/greet.lua", &versioned("greet", "good"));
     let server = Serve::start(ws, true);
@@ -177,7 +177,7 @@ impl Gate {
 /// calls get the new one. The old call is held inside `http.get` by a stub until the test has
 /// seen the reload, so the two really overlap.
 #[test]
-fn proof_23_04_calls_in_flight_finish_on_the_old_registry_while_a_reload_lands() {
+fn calls_in_flight_finish_on_the_old_registry_while_a_reload_lands() {
     let gate = Arc::new(Gate::default());
     // The stub logs a request once it has answered; this counts them as they arrive.
     let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -237,7 +237,7 @@ end
 /// fetched whole, and at the end everything is there. The test also checks that it saw the sync
 /// half-way (a count strictly between 0 and the total), so the overlap really happened.
 #[test]
-fn proof_23_04_a_sync_runs_while_searches_and_tool_calls_go_on() {
+fn a_sync_runs_while_searches_and_tool_calls_go_on() {
     let total = 4000usize;
     let ws = Workspace::new(
         "[connectors.filesystem.docs]\nroot = \"docs\"\n\n[tools.script.counter]\npath = \"tools/counter.lua\"\n",
@@ -363,7 +363,7 @@ fn streaming_stub(total: usize) -> (SocketAddr, std::sync::mpsc::Receiver<usize>
 /// memory cap, 8 MiB here), says so, and the server hangs up on a sender that would go on to
 /// 256 MiB; a body under the cap arrives whole.
 #[test]
-fn proof_23_04_the_http_response_size_cap_stops_reading_a_large_body() {
+fn the_http_response_size_cap_stops_reading_a_large_body() {
     let (big, big_sent) = streaming_stub(256 << 20);
     let (small, small_sent) = streaming_stub(1 << 20);
     let toml = "[tools.script.fetch]\npath = \"tools/fetch.lua\"\nmemory_mb = 8\ntimeout = 60\nallow_private = true\n";
@@ -393,7 +393,7 @@ function tool.execute(params) return #http.get(params.url, { timeout = 60 }).bod
 /// foreign Host or a foreign Origin is refused with the 403 envelope, the allowed origin gets
 /// through with its CORS header, and a request without Origin from a loopback Host passes.
 #[test]
-fn proof_23_04_host_and_origin_guards_on_mcp() {
+fn host_and_origin_guards_on_mcp() {
     let ws = Workspace::new(
         "[server]\nallowed_origins = [\"https://app.example.com\"]\n\n[tools.script.echo]\npath = \"tools/echo.lua\"\n",
     );
@@ -453,7 +453,7 @@ const HOG: &str = "tool = { name = \"hog\", description = \"Allocates until its 
 /// from then until the first spinner's deadline answer the server keeps answering echo calls.
 /// Every abusive call gets its own error; the process, its health and echo are fine afterwards.
 #[test]
-fn proof_23_01_many_abusive_runs_in_parallel_while_the_server_keeps_serving() {
+fn many_abusive_runs_in_parallel_while_the_server_keeps_serving() {
     let per_kind = 24;
     let ws = Workspace::new(
         "[tools.script.spin]\npath = \"tools/spin.lua\"\ntimeout = 5\n\n\

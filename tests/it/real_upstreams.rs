@@ -52,7 +52,7 @@ fn names<'a>(items: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
 }
 
 #[tokio::test]
-async fn real_upstream_17_everything_over_stdio() {
+async fn everything_over_stdio() {
     let Some(everything) = test_command("CTX_TEST_EVERYTHING") else { return };
     let s = connect(command(&everything, &["stdio"])).await;
     let info = s.client.peer_info().expect("initialize result");
@@ -93,7 +93,7 @@ async fn real_upstream_17_everything_over_stdio() {
 }
 
 #[tokio::test]
-async fn real_upstream_17_time_server_over_stdio() {
+async fn time_server_over_stdio() {
     let Some(time) = test_command("CTX_TEST_TIME_SERVER") else { return };
     let s = connect(command(&time, &["--local-timezone", "UTC"])).await;
     let info = s.client.peer_info().expect("initialize result");
@@ -164,7 +164,7 @@ async fn start_everything_http(everything: &[String]) -> (Child, u16, Arc<Mutex<
 }
 
 #[tokio::test]
-async fn real_upstream_17_everything_over_streamable_http() {
+async fn everything_over_streamable_http() {
     let Some(everything) = test_command("CTX_TEST_EVERYTHING") else { return };
     let (_server, port, log) = start_everything_http(&everything).await;
     // ctx's reqwest has no TLS provider of its own (plain http here, but building a client needs one).

@@ -96,7 +96,7 @@ fn memory(result: Result<Value, ScriptError>) {
 // ---- escape attempts ----
 
 #[test]
-fn proof_23_02_no_os_execute_io_or_debug() {
+fn no_os_execute_io_or_debug() {
     let p = probe();
     runtime_error(p.run("os.execute('touch /tmp/ctx-pwned')"), "execute");
     // The whole `io` library is absent, not just `io.open` refused: the error names the global.
@@ -631,7 +631,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
 /// `log.*` and `print` reach the log, each at its level, tagged with the script; stdout stays
 /// clean (it carries the CLI's output and the MCP stdio transport).
 #[test]
-fn proof_23_02_log_and_print_go_to_the_log_tagged_with_the_script() {
+fn log_and_print_go_to_the_log_tagged_with_the_script() {
     let p = probe();
     let log = CapturedLog::default();
     let result = log.during(|| {
@@ -759,7 +759,7 @@ fn http_allow_hosts_is_enforced() {
 }
 
 /// Each thread's next run is clean after its own abusive one. The server-level version, with many
-/// runs and other callers served meanwhile, is `proof_23_01_many_abusive_runs_...` in proof.rs.
+/// runs and other callers served meanwhile, is `many_abusive_runs_...` in proof.rs.
 #[test]
 fn abusive_runs_on_four_threads_leave_each_thread_usable() {
     let handles: Vec<_> = (0..4)

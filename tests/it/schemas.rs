@@ -39,7 +39,7 @@ fn assert_descriptions(file: &str, at: &str, schema: &serde_json::Value) {
 /// lint settings) loads and validates. The walk must find the four known ones, so a move that
 /// leaves it finding nothing fails instead of passing quietly.
 #[test]
-fn proof_23_02_every_checked_in_config_validates() {
+fn every_checked_in_config_validates() {
     fn walk(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();

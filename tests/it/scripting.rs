@@ -1,4 +1,4 @@
-//! Issue 16, the Lua side: scripts as users and the reference implementation's scripts write
+//! The Lua side: scripts as users and the reference implementation's scripts write
 //! them. Empty tables where lists go (item 1), host errors caught with `pcall` (item 3),
 //! validation messages (item 8), a BOM, a `#!` line and seed 003's `handler` (item 9), the
 //! connector context (item 10), and every fixture of `tests/fixtures/reference_forms/` run for
@@ -143,7 +143,7 @@ end
 "#;
 
 #[test]
-fn scripting_16_01_empty_table_is_an_empty_list() {
+fn empty_table_is_an_empty_list() {
     let toml = r#"
 [tools.script.no-params]
 path = "tools/no-params.lua"
@@ -190,7 +190,7 @@ path = "tools/no-blocks.lua"
 }
 
 #[test]
-fn scripting_16_01_agent_init_template_works_when_the_search_finds_nothing() {
+fn agent_init_template_works_when_the_search_finds_nothing() {
     let ws = Workspace::new("[connectors.filesystem.docs]\nroot = \"docs\"\n");
     ws.write("docs/deploys.md", "# Deploys\n\nRoll back a deploy with `deploy rollback`.\n");
     ws.ctx(&["agent", "init", "helper"]).ok();
@@ -209,7 +209,7 @@ fn scripting_16_01_agent_init_template_works_when_the_search_finds_nothing() {
 }
 
 #[test]
-fn scripting_16_03_pcall_around_every_tool_host_api_catches_a_plain_string() {
+fn pcall_around_every_tool_host_api_catches_a_plain_string() {
     let source = reference("tools/pcall-everything.lua");
     let served = Served::start(
         "[tools.script.pcall-everything]\npath = \"tools/pcall-everything.lua\"\n",
@@ -282,7 +282,7 @@ fn scripting_16_03_pcall_around_every_tool_host_api_catches_a_plain_string() {
 }
 
 #[test]
-fn scripting_16_03_an_uncaught_host_error_reaches_the_client_sanitised_with_the_line() {
+fn an_uncaught_host_error_reaches_the_client_sanitised_with_the_line() {
     let script = "tool = { name = \"uncaught\", description = \"Parses bad JSON.\" }\nfunction tool.execute()\n  return json.parse(\"{\")\nend\n";
     let served = Served::start("[tools.script.uncaught]\npath = \"tools/uncaught.lua\"\n", &[("uncaught.lua", script)]);
     let (status, body) = served.call("uncaught", json!({}));
@@ -312,7 +312,7 @@ const BROKEN_CONNECTOR: &str =
     "connector = { name = \"broken\" }\nfunction connector.scan(config)\n  return json.parse(\"{\")\nend\n";
 
 #[test]
-fn scripting_16_03_agents_and_connectors_catch_plain_strings_too() {
+fn agents_and_connectors_catch_plain_strings_too() {
     let toml = r#"
 [agents.script.careful]
 path = "tools/careful.lua"
@@ -369,7 +369,7 @@ path = "tools/broken.lua"
 }
 
 #[test]
-fn scripting_16_08_validation_messages_point_at_the_problem() {
+fn validation_messages_point_at_the_problem() {
     let bad_estimate = r#"
 tool = { name = "estimate", description = "Four parameters, the third of a type JSON has not got.",
   parameters = {
@@ -434,7 +434,7 @@ function tool.execute(params) return params end
 }
 
 #[test]
-fn scripting_16_09_a_bom_a_shebang_and_seed_003s_handler_load() {
+fn a_bom_a_shebang_and_seed_003s_handler_load() {
     let both = "tool = { name = \"both\", description = \"Two entry points.\" }\nfunction tool.execute() end\nfunction tool.handler() end\n";
     let broken = "\u{feff}#!/usr/bin/env lua\n-- line two\nlocal broken = = 1\n";
     let requires = "#!/usr/bin/env lua\ntool = { name = \"requires\", description = \"Uses a module saved with a BOM.\" }\nfunction tool.execute() return require(\"helper\").answer end\n";
@@ -517,7 +517,7 @@ end
 "#;
 
 #[test]
-fn scripting_16_10_connectors_get_their_last_sync_and_a_state_kept_across_syncs() {
+fn connectors_get_their_last_sync_and_a_state_kept_across_syncs() {
     let ws = Workspace::new(STATE_TOML);
     ws.write("connectors/changes-since.lua", &reference("connectors/changes-since.lua"));
     ws.write("connectors/big.lua", BIG_STATE);
@@ -584,7 +584,7 @@ fn scripting_16_10_connectors_get_their_last_sync_and_a_state_kept_across_syncs(
 
 /// Every script of `tests/fixtures/reference_forms/` loads, and runs as its form expects.
 #[test]
-fn scripting_16_reference_forms_load_and_run() {
+fn reference_forms_load_and_run() {
     let fixtures = repo().join("tests/fixtures/reference_forms");
     let (addr, received) = stub(|_| (201, r#"{"key": "OPS-7"}"#.to_string()));
     let extra = |name: &str| match name {
@@ -685,7 +685,7 @@ fn scripting_16_reference_forms_load_and_run() {
 /// pattern port): their errors must still read as Lua's would, at the script's line and naming
 /// the function, never `sandbox:N:` or `'?'`.
 #[test]
-fn scripting_16_03_library_errors_caught_or_not_carry_the_script_line_and_the_function() {
+fn library_errors_caught_or_not_carry_the_script_line_and_the_function() {
     let script = r#"tool = { name = "libs", description = "Misuses the standard library.",
   parameters = { { name = "raise", type = "boolean" } } }
 function tool.execute(p)

@@ -140,7 +140,7 @@ fn with_v_a_notification_flood_is_not_a_log_line_per_notification() {
 
 #[test]
 fn bidi_controls_in_parameters_show_escaped_in_approvals_list_and_log() {
-    use crate::ops_21::{serve, CI};
+    use crate::scoped_tokens_and_rates::{serve, CI};
     let s = serve("\n[approval]\ntools = [\"echo\"]\n");
     // Reads "refund $100 to bob" in a terminal that honours the override.
     let message = "refund \u{202e}001$\u{202c} to bob";

@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use crate::gateway::fault_section;
-use crate::ops_21::{serve_with, Server, ADMIN, CI, READER};
+use crate::scoped_tokens_and_rates::{serve_with, Server, ADMIN, CI, READER};
 
 const FAULT: &str = "fault-token-0123456789ab";
 const SEARCHER: &str = "searcher-token-0123456789";
@@ -269,13 +269,16 @@ fn a_client_approves_its_own_calls_only_when_the_operator_lets_its_token() {
     };
     // By default nobody's client is asked: not the admin's, not a scoped one's.
     let s = approvals("");
-    let Some(admin) = crate::ops_21_ops::mcp_client_call(&s, ADMIN, "approve", json!({"message": "m"})) else {
+    let Some(admin) = crate::approvals_and_call_log::mcp_client_call(&s, ADMIN, "approve", json!({"message": "m"}))
+    else {
         return;
     };
     assert_eq!(admin["isError"], true, "{admin}");
     assert_eq!(admin["elicited"], json!([]), "{admin}");
     for era in ["2025", "2026"] {
-        let asked = crate::ops_21_ops::mcp_client_call_in(&s, asker, "approve", era, json!({"message": "m"})).unwrap();
+        let asked =
+            crate::approvals_and_call_log::mcp_client_call_in(&s, asker, "approve", era, json!({"message": "m"}))
+                .unwrap();
         assert_eq!(asked["elicited"], json!([]), "{era}: {asked}");
         assert_eq!(asked["isError"], true, "{era}: {asked}");
     }
@@ -283,9 +286,12 @@ fn a_client_approves_its_own_calls_only_when_the_operator_lets_its_token() {
     // scoped token without approve_own_calls is not, in either era.
     let s = approvals("ask_clients = true\n");
     for era in ["2025", "2026"] {
-        let ci = crate::ops_21_ops::mcp_client_call_in(&s, CI, "approve", era, json!({"message": "m"})).unwrap();
+        let ci =
+            crate::approvals_and_call_log::mcp_client_call_in(&s, CI, "approve", era, json!({"message": "m"})).unwrap();
         assert_eq!((&ci["isError"], &ci["elicited"]), (&json!(true), &json!([])), "{era}: {ci}");
-        let asked = crate::ops_21_ops::mcp_client_call_in(&s, asker, "approve", era, json!({"message": "m"})).unwrap();
+        let asked =
+            crate::approvals_and_call_log::mcp_client_call_in(&s, asker, "approve", era, json!({"message": "m"}))
+                .unwrap();
         assert_eq!(asked["isError"], false, "{era}: {asked}");
         assert!(asked["elicited"][0]["message"].as_str().unwrap().contains("Allow the tool 'echo'"), "{era}: {asked}");
     }
@@ -294,7 +300,7 @@ fn a_client_approves_its_own_calls_only_when_the_operator_lets_its_token() {
     let (status, pending, _) = s.send_with("/tools/echo", Some(CI), &[], json!({"message": "rest"}));
     assert_eq!(status, 202, "{pending}");
     let token = pending["token"].as_str().unwrap();
-    let sent = crate::ops_21_ops::mcp_client_call_in(
+    let sent = crate::approvals_and_call_log::mcp_client_call_in(
         &s,
         CI,
         "approve",

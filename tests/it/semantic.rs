@@ -88,7 +88,7 @@ fn count(ws: &Workspace, sql: &str) -> i64 {
 }
 
 #[test]
-fn semantic_19_sync_writes_a_vector_per_chunk_and_finds_paraphrases() {
+fn sync_writes_a_vector_per_chunk_and_finds_paraphrases() {
     let ws = workspace();
     assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), count(&ws, "SELECT COUNT(*) FROM chunks"));
     let tagged: (String, i64) =
@@ -111,7 +111,7 @@ fn semantic_19_sync_writes_a_vector_per_chunk_and_finds_paraphrases() {
 }
 
 #[test]
-fn semantic_19_sync_embeds_only_new_or_changed_chunks_and_deletes_with_them() {
+fn sync_embeds_only_new_or_changed_chunks_and_deletes_with_them() {
     let ws = workspace();
     let second = ws.ctx(&["sync", "--json"]).ok();
     let embedded: u64 =
@@ -141,7 +141,7 @@ fn semantic_19_sync_embeds_only_new_or_changed_chunks_and_deletes_with_them() {
 }
 
 #[test]
-fn semantic_19_a_model_change_re_embeds_with_a_message_and_embed_backfills() {
+fn a_model_change_re_embeds_with_a_message_and_embed_backfills() {
     let ws =
         Workspace::new(&CONFIG.replace("[embedding]\nprovider = \"local\"", "[embedding]\nprovider = \"disabled\""));
     write_tiny_model(&ws.path().join("model"), 8);
@@ -177,7 +177,7 @@ fn semantic_19_a_model_change_re_embeds_with_a_message_and_embed_backfills() {
 }
 
 #[test]
-fn semantic_19_filters_apply_before_top_k() {
+fn filters_apply_before_top_k() {
     let ws = Workspace::new(CONFIG);
     write_tiny_model(&ws.path().join("model"), 8);
     // Many close matches in docs, a few weaker ones in notes: a filter after the cut would
@@ -202,7 +202,7 @@ fn semantic_19_filters_apply_before_top_k() {
 }
 
 #[test]
-fn semantic_19_hybrid_fuses_both_lists_and_explains_each_rank() {
+fn hybrid_fuses_both_lists_and_explains_each_rank() {
     let ws = workspace();
     let hybrid = search(&ws, "rollback revert", &["--mode", "hybrid"]);
     assert_eq!(hybrid["mode"], "hybrid");
@@ -227,7 +227,7 @@ fn semantic_19_hybrid_fuses_both_lists_and_explains_each_rank() {
 }
 
 #[test]
-fn semantic_19_rest_and_context_search_take_every_mode() {
+fn rest_and_context_search_take_every_mode() {
     let ws = workspace();
     ws.write(
         "tools/modes.lua",
@@ -253,7 +253,7 @@ end
 }
 
 #[test]
-fn semantic_19_without_a_provider_semantic_is_a_client_error_over_rest() {
+fn without_a_provider_semantic_is_a_client_error_over_rest() {
     let ws = Workspace::new("[connectors.filesystem.docs]\nroot = \"docs\"\n");
     ws.write("docs/a.md", "# A\n\notter\n");
     ws.ctx(&["sync"]).ok();
@@ -279,7 +279,7 @@ fn semantic_19_without_a_provider_semantic_is_a_client_error_over_rest() {
 }
 
 #[test]
-fn semantic_19_a_broken_model_costs_semantic_search_only() {
+fn a_broken_model_costs_semantic_search_only() {
     let ws = Workspace::new(CONFIG);
     std::fs::create_dir_all(ws.path().join("model")).unwrap();
     std::fs::create_dir_all(ws.path().join("notes")).unwrap();
@@ -301,7 +301,7 @@ fn semantic_19_a_broken_model_costs_semantic_search_only() {
 /// kill -9 while sync writes chunks and vectors: every committed chunk has its vector, and
 /// the next sync completes the rest.
 #[test]
-fn semantic_19_killed_embedding_sync_leaves_chunks_and_vectors_consistent() {
+fn killed_embedding_sync_leaves_chunks_and_vectors_consistent() {
     let ws = Workspace::new(CONFIG);
     write_tiny_model(&ws.path().join("model"), 8);
     std::fs::create_dir_all(ws.path().join("notes")).unwrap();
@@ -323,7 +323,7 @@ fn semantic_19_killed_embedding_sync_leaves_chunks_and_vectors_consistent() {
 /// text (this repository's sources and docs), and semantic search on the sample corpus finds
 /// the rollback runbook for a paraphrase.
 #[test]
-fn semantic_19_default_model_tokenizes_like_its_tokenizer_and_finds_paraphrases() {
+fn default_model_tokenizes_like_its_tokenizer_and_finds_paraphrases() {
     let Some(dir) = crate::common::test_model() else { return };
     let model = ctx::embed::StaticModel::load(&dir, "wordllama-l2-256", None).unwrap();
     assert!(model.tokenizes_by_piece(), "the Llama tokenizer qualifies for the piece-by-piece path");
@@ -355,7 +355,7 @@ fn semantic_19_default_model_tokenizes_like_its_tokenizer_and_finds_paraphrases(
 /// what to do, the exit code is 1; once it answers, `ctx embed` adds every missing vector and
 /// semantic search uses them.
 #[test]
-fn semantic_19_a_dead_provider_costs_vectors_only_and_embed_catches_up() {
+fn a_dead_provider_costs_vectors_only_and_embed_catches_up() {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let config = |url: &str| {
         format!(
@@ -406,7 +406,7 @@ fn semantic_19_a_dead_provider_costs_vectors_only_and_embed_catches_up() {
 /// nothing; long documents do not starve a hybrid page; a model installed after a failed load
 /// is picked up without a restart.
 #[test]
-fn semantic_19_review_dims_change_alone_re_embeds() {
+fn review_dims_change_alone_re_embeds() {
     let ws = workspace();
     std::fs::write(ws.path().join("ctx.toml"), format!("{CONFIG}dims = 4\n")).unwrap();
     ws.write("docs/undo.md", "# Going back\n\nRevert the last change and restore service, twice.\n");
@@ -425,7 +425,7 @@ fn semantic_19_review_dims_change_alone_re_embeds() {
 }
 
 #[test]
-fn semantic_19_review_queries_without_words_or_known_words() {
+fn review_queries_without_words_or_known_words() {
     let ws = workspace();
     // Nothing to match by keyword: hybrid answers from the semantic list, and says so.
     let hybrid = search(&ws, "🚀", &["--mode", "hybrid"]);
@@ -440,7 +440,7 @@ fn semantic_19_review_queries_without_words_or_known_words() {
 }
 
 #[test]
-fn semantic_19_review_long_documents_do_not_starve_a_hybrid_page() {
+fn review_long_documents_do_not_starve_a_hybrid_page() {
     let ws = Workspace::new(CONFIG);
     write_tiny_model(&ws.path().join("model"), 8);
     std::fs::create_dir_all(ws.path().join("notes")).unwrap();
@@ -458,7 +458,7 @@ fn semantic_19_review_long_documents_do_not_starve_a_hybrid_page() {
 }
 
 #[test]
-fn semantic_19_review_a_model_installed_after_a_failed_load_is_used() {
+fn review_a_model_installed_after_a_failed_load_is_used() {
     let ws = Workspace::new(CONFIG);
     std::fs::create_dir_all(ws.path().join("notes")).unwrap();
     ws.write("docs/undo.md", "# Going back\n\nRevert the last change.\n");
@@ -487,7 +487,7 @@ fn semantic_19_review_a_model_installed_after_a_failed_load_is_used() {
 /// limit is refused before any work; the longest allowed one, of text the tokenizer must split
 /// byte by byte, in a loop, stops at the tool's deadline like any other work.
 #[test]
-fn semantic_19_bounds_context_search_with_worst_case_queries() {
+fn bounds_context_search_with_worst_case_queries() {
     let ws = workspace();
     ws.write(
         "tools/worst.lua",

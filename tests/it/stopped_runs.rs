@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::ops_21::{serve_with, CI};
+use crate::scoped_tokens_and_rates::{serve_with, CI};
 
 const CLOSE_SPINS: &str = "setmetatable({}, {__close = function() while true do end end})";
 
@@ -36,14 +36,15 @@ fn a_close_handler_cannot_outlive_a_stopped_script() {
         assert!(started.elapsed() < Duration::from_secs(5), "{body}: took {:?}", started.elapsed());
         // Through a scripted tool (its own deadline), as the admin.
         let started = Instant::now();
-        let (status, reply) = server.post("/tools/closer", Some(crate::ops_21::ADMIN), json!({"script": body}));
+        let (status, reply) =
+            server.post("/tools/closer", Some(crate::scoped_tokens_and_rates::ADMIN), json!({"script": body}));
         assert_eq!(status, 408, "{body}: {reply}");
         assert!(started.elapsed() < Duration::from_secs(5), "{body}: took {:?}", started.elapsed());
     }
     // Nothing was quarantined and nothing degraded: the next run is served as usual.
     let (status, reply) = server.post("/tools/execute", Some(CI), json!({"script": "return 6 * 7"}));
     assert_eq!((status, &reply["result"]), (200, &json!(42)), "{reply}");
-    let (status, health) = server.get("/health", Some(crate::ops_21::ADMIN));
+    let (status, health) = server.get("/health", Some(crate::scoped_tokens_and_rates::ADMIN));
     assert_eq!((status, &health["status"]), (200, &json!("ok")), "{health}");
     // No thread is left spinning: the server is idle again.
     let pid = server.serve.child.id();

@@ -841,7 +841,7 @@ tool = {
 "#;
 
 #[test]
-fn code_18_context_call_chains_tools_and_bounds_recursion() {
+fn context_call_chains_tools_and_bounds_recursion() {
     let f = fixture("[tools.script.chain]\npath = \"tools/chain.lua\"\n", &[("chain.lua", CHAIN)]);
     let out = f.ok("chain", json!({}));
     assert!(out["hits"].as_u64().is_some(), "{out}");
@@ -858,7 +858,7 @@ fn code_18_context_call_chains_tools_and_bounds_recursion() {
 /// A principal (a scoped token) reaches only its tools: directly, and through the calls a tool
 /// makes for it (`context.call`), which carry its principal. Out of scope is unknown.
 #[test]
-fn ops_21_a_principal_reaches_only_its_tools_also_through_inner_calls() {
+fn a_principal_reaches_only_its_tools_also_through_inner_calls() {
     let f = fixture("[tools.script.chain]\npath = \"tools/chain.lua\"\n", &[("chain.lua", CHAIN)]);
     let scoped = |patterns: &[&str]| CallOptions {
         caller: "test",
@@ -896,7 +896,7 @@ function tool.execute() sleep(10) return "late" end
 /// `context.call` blocks its caller, so the callee stops at the caller's deadline (1 s here),
 /// not at its own (20 s); and a huge tool name is refused before it is copied.
 #[test]
-fn code_18_context_call_holds_the_callers_deadline_and_bounds_the_name() {
+fn context_call_holds_the_callers_deadline_and_bounds_the_name() {
     let f = fixture(
         "[tools.script.waiter]\npath = \"tools/waiter.lua\"\ntimeout = 1\n[tools.script.slow]\npath = \"tools/slow.lua\"\ntimeout = 20\n",
         &[("waiter.lua", WAITER), ("slow.lua", SLOW)],

@@ -1,4 +1,4 @@
-//! The REST and MCP wire contract of issue 16 (items 2, 13, 14 and 15) against a real server
+//! The REST and MCP wire contract against a real server
 //! on 127.0.0.1:0: the agents' flat body, every 405, `DELETE /mcp`, the Swagger UI without the
 //! token, and an OpenAPI document whose operations match what the server does.
 
@@ -109,7 +109,7 @@ fn message(reply: &Reply) -> &str {
 }
 
 #[test]
-fn wire_16_02_agent_prompt_takes_the_flat_body() {
+fn agent_prompt_takes_the_flat_body() {
     let w = Wire::start(None);
     let resolved = w.post("/agents/incident/prompt", json!({"service": "payments", "severity": "sev2"}));
     assert_eq!(resolved.status, 200, "{}", resolved.body);
@@ -159,7 +159,7 @@ fn wire_16_02_agent_prompt_takes_the_flat_body() {
 }
 
 #[test]
-fn wire_16_13_every_405_names_the_right_method_and_sets_allow() {
+fn every_405_names_the_right_method_and_sets_allow() {
     let w = Wire::start(None);
     let get = w.send(w.request("GET", "/agents/x/prompt"));
     assert_eq!(get.status, 405);
@@ -221,7 +221,7 @@ fn open_session(w: &Wire) -> String {
 }
 
 #[test]
-fn wire_16_13_delete_mcp_ends_the_session_with_204() {
+fn delete_mcp_ends_the_session_with_204() {
     let w = Wire::start(None);
     let session = open_session(&w);
     let delete = |session: &str| {
@@ -262,7 +262,7 @@ anyio.run(main, sys.argv[1])
 "#;
 
 #[test]
-fn wire_16_13_python_sdk_ends_its_session_without_a_warning() {
+fn python_sdk_ends_its_session_without_a_warning() {
     let Some(python) = test_python() else { return };
     let w = Wire::start(None);
     let output =
@@ -274,7 +274,7 @@ fn wire_16_13_python_sdk_ends_its_session_without_a_warning() {
 }
 
 #[test]
-fn wire_16_13_swagger_ui_opens_without_the_token_and_every_call_needs_it() {
+fn swagger_ui_opens_without_the_token_and_every_call_needs_it() {
     let w = Wire::start(Some(TOKEN));
     // A browser (no Authorization header) opens the page and its assets...
     let page = w.send(w.request("GET", "/docs"));
@@ -316,7 +316,7 @@ fn wire_16_13_swagger_ui_opens_without_the_token_and_every_call_needs_it() {
 }
 
 #[test]
-fn wire_16_13_the_document_gives_swagger_ui_no_dialect_warning() {
+fn the_document_gives_swagger_ui_no_dialect_warning() {
     // Swagger UI 5 shows a red "OpenAPI.jsonSchemaDialect field contains a value different
     // from the default" box for any dialect but OpenAPI's own base dialect.
     let w = Wire::start(None);
@@ -338,7 +338,7 @@ fn wire_16_13_the_document_gives_swagger_ui_no_dialect_warning() {
 }
 
 #[test]
-fn wire_16_14_each_agent_and_lua_tool_has_its_own_operation() {
+fn each_agent_and_lua_tool_has_its_own_operation() {
     let w = Wire::start(None);
     let doc = w.openapi();
     let incident = &doc["paths"]["/agents/incident/prompt"]["post"];
@@ -373,7 +373,7 @@ fn wire_16_14_each_agent_and_lua_tool_has_its_own_operation() {
 }
 
 #[test]
-fn wire_16_14_the_generic_tool_call_leaves_the_builtins_to_their_operations() {
+fn the_generic_tool_call_leaves_the_builtins_to_their_operations() {
     let w = Wire::start(None);
     let doc = w.openapi();
     let generic = &doc["paths"]["/tools/{name}"]["post"];
@@ -401,7 +401,7 @@ fn wire_16_14_the_generic_tool_call_leaves_the_builtins_to_their_operations() {
 }
 
 #[test]
-fn wire_16_14_request_body_required_matches_what_the_server_does() {
+fn request_body_required_matches_what_the_server_does() {
     let w = Wire::start(None);
     let doc = w.openapi();
     let mut optional = Vec::new();
@@ -447,7 +447,7 @@ fn refs(value: &Value, out: &mut Vec<String>) {
 }
 
 #[test]
-fn wire_16_15_the_typed_document_keeps_the_schema_files_whole() {
+fn the_typed_document_keeps_the_schema_files_whole() {
     let w = Wire::start(None);
     let doc = w.openapi();
     // Every reference resolves to a component.
@@ -486,7 +486,7 @@ fn wire_16_15_the_typed_document_keeps_the_schema_files_whole() {
 }
 
 #[test]
-fn wire_16_15_openapi_spec_validator_accepts_the_served_document_with_agents() {
+fn openapi_spec_validator_accepts_the_served_document_with_agents() {
     let Some(python) = test_python() else { return };
     let w = Wire::start(None);
     let dir = tempfile::tempdir().unwrap();

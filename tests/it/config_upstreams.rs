@@ -1,4 +1,4 @@
-//! Issue 17, item 1: `[mcp]` in ctx.toml and `mcp.import` of a Claude Desktop / Cursor file,
+//! `[mcp]` in ctx.toml and `mcp.import` of a Claude Desktop / Cursor file,
 //! resolved into `Config::upstreams`, isolated per server, and reported by `ctx schema check`.
 
 use std::collections::BTreeMap;
@@ -60,7 +60,7 @@ fn http(section: &UpstreamSection) -> (&str, &BTreeMap<String, String>) {
 }
 
 #[test]
-fn config_17_stdio_and_http_servers_resolve() {
+fn stdio_and_http_servers_resolve() {
     let ws = Workspace::new(
         r#"
 [mcp]
@@ -108,7 +108,7 @@ enabled = false
 }
 
 #[test]
-fn config_17_child_env_is_the_allow_list_and_nothing_else() {
+fn child_env_is_the_allow_list_and_nothing_else() {
     let ws = Workspace::new(
         r#"
 [mcp.servers.plain]
@@ -147,7 +147,7 @@ pass_env = ["CONFIG_17_EXTRA"]
 }
 
 #[test]
-fn config_17_command_and_url_both_or_neither_is_a_clear_error() {
+fn command_and_url_both_or_neither_is_a_clear_error() {
     let ws = Workspace::new(
         "[mcp.servers.both]\ncommand = \"npx\"\nurl = \"https://h/mcp\"\n\n[mcp.servers.neither]\nargs = [\"x\"]\n\n[mcp.servers.ftp]\nurl = \"ftp://h/mcp\"\n",
     );
@@ -165,7 +165,7 @@ fn config_17_command_and_url_both_or_neither_is_a_clear_error() {
 }
 
 #[test]
-fn config_17_import_claude_desktop_file_as_it_is() {
+fn import_claude_desktop_file_as_it_is() {
     let ws = Workspace::new("[mcp]\nimport = \"claude_desktop_config.json\"\n");
     fixture(&ws, "claude_desktop_config.json");
     let config = load(&ws, &[("PATH", "/usr/bin"), ("CONFIG_17_SECRET", "never")]).unwrap();
@@ -191,7 +191,7 @@ fn config_17_import_claude_desktop_file_as_it_is() {
 }
 
 #[test]
-fn config_17_import_cursor_file_with_env_colon_vars_and_http_type() {
+fn import_cursor_file_with_env_colon_vars_and_http_type() {
     let ws = Workspace::new("[mcp]\nimport = \"cursor_mcp.json\"\nexpose = \"discover\"\npass_env = []\n");
     fixture(&ws, "cursor_mcp.json");
     let vars = [
@@ -232,7 +232,7 @@ fn config_17_import_cursor_file_with_env_colon_vars_and_http_type() {
 }
 
 #[test]
-fn config_17_import_and_ctx_toml_define_one_server_ctx_toml_wins_with_a_warning() {
+fn import_and_ctx_toml_define_one_server_ctx_toml_wins_with_a_warning() {
     let ws = Workspace::new(
         "[mcp]\nimport = \"claude_desktop_config.json\"\n\n[mcp.servers.github]\nurl = \"https://api.githubcopilot.com/mcp/\"\n",
     );
@@ -254,7 +254,7 @@ fn config_17_import_and_ctx_toml_define_one_server_ctx_toml_wins_with_a_warning(
 }
 
 #[test]
-fn config_17_malformed_or_missing_import_is_a_config_error_with_file_and_line() {
+fn malformed_or_missing_import_is_a_config_error_with_file_and_line() {
     let ws = Workspace::new("# servers come from the editor's file\n[mcp]\nimport = \"bad.json\"\n");
     ws.write("bad.json", "{\n  \"mcpServers\": {\n    \"a\": { \"command\": \"x\" },,\n  }\n}\n");
     let err = load(&ws, &[]).unwrap_err().to_string();
@@ -279,7 +279,7 @@ fn config_17_malformed_or_missing_import_is_a_config_error_with_file_and_line() 
 }
 
 #[test]
-fn config_17_unset_var_disables_only_that_server() {
+fn unset_var_disables_only_that_server() {
     let ws = Workspace::new(
         r#"[mcp]
 import = "imported.json"
@@ -331,7 +331,7 @@ args = ["mcp-server-time"]
 }
 
 #[test]
-fn config_17_schema_check_looks_for_the_command_and_the_cwd() {
+fn schema_check_looks_for_the_command_and_the_cwd() {
     let ws = Workspace::new(
         "[mcp.servers.local]\ncommand = \"./bin/server\"\n\n[mcp.servers.gone]\ncommand = \"config-17-no-such-program\"\n\n[mcp.servers.nowhere]\ncommand = \"sh\"\ncwd = \"no-such-folder\"\n\n[mcp.servers.off]\ncommand = \"config-17-no-such-program\"\nenabled = false\n",
     );
@@ -354,7 +354,7 @@ fn config_17_schema_check_looks_for_the_command_and_the_cwd() {
 }
 
 #[test]
-fn config_17_server_variables_are_reserved_from_lua_scripts() {
+fn server_variables_are_reserved_from_lua_scripts() {
     let ws = Workspace::new(
         "[mcp]\nimport = \"cursor_mcp.json\"\n\n[mcp.servers.jira]\ncommand = \"jira-mcp\"\nenv = { JIRA_TOKEN = \"${CONFIG_17_JIRA}\" }\n\n[tools.script.t]\npath = \"t.lua\"\nallow_env = [\"CONFIG_17_JIRA\", \"CONFIG_17_REMOTE_TOKEN\"]\n",
     );

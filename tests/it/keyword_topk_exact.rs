@@ -1,4 +1,4 @@
-//! Issue 22: keyword top-k from posting lists is exact. On generated corpora with a skewed
+//! Keyword top-k from posting lists is exact. On generated corpora with a skewed
 //! vocabulary and many ties, under both tokenizers, for one-, two- and three-term queries joined
 //! by AND and by OR, with term starts, source and date filters, and after updates and deletions,
 //! `keyword_candidates` gives the chunks, the scores (bit for bit) and the order of FTS5's
@@ -128,7 +128,7 @@ fn compare(kb: &ctx::kb::Kb, label: &str) -> usize {
 }
 
 #[test]
-fn search_22_posting_lists_equal_bm25_of_every_match_under_both_tokenizers() {
+fn posting_lists_equal_bm25_of_every_match_under_both_tokenizers() {
     for stemming in ["english", "none"] {
         let ws = Workspace::new(&format!("{CONFIG}\n[retrieval]\nstemming = \"{stemming}\"\n"));
         write_corpus(&ws, 150, 22);
@@ -153,7 +153,7 @@ fn search_22_posting_lists_equal_bm25_of_every_match_under_both_tokenizers() {
 
 /// The tie rule: 60 identical chunks tie on every query; the top k are the lowest ids, in order.
 #[test]
-fn search_22_ties_are_broken_by_the_lower_chunk_id() {
+fn ties_are_broken_by_the_lower_chunk_id() {
     let ws = Workspace::new("[connectors.filesystem.docs]\nroot = \"docs\"\n");
     for n in 0..60 {
         ws.write(&format!("docs/same{n:02}.md"), "alpha beta gamma\n");
@@ -178,7 +178,7 @@ fn search_22_ties_are_broken_by_the_lower_chunk_id() {
 /// reloads on, and leaves the generation the keyword posting lists are cached on alone (a backfill
 /// of a large folder would otherwise make every keyword query read its lists again).
 #[test]
-fn search_22_writing_vectors_leaves_the_keyword_generation_alone() {
+fn writing_vectors_leaves_the_keyword_generation_alone() {
     let ws = Workspace::new("[connectors.filesystem.docs]\nroot = \"docs\"\n");
     ws.write("docs/a.md", "alpha beta\n");
     ws.ctx(&["sync"]).ok();

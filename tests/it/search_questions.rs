@@ -1,4 +1,4 @@
-//! Issue 20, search items: whole questions, stemming, prefixes under stemming, where a hit is
+//! Search as people ask: whole questions, stemming, prefixes under stemming, where a hit is
 //! (terminal, JSON, REST, MCP, `context.search`), queries with no words, scores that differ.
 
 use serde_json::{json, Value};
@@ -30,7 +30,7 @@ fn code_repo(ws: &Workspace) {
 }
 
 #[test]
-fn search_20_a_whole_question_finds_what_the_two_word_query_finds() {
+fn a_whole_question_finds_what_the_two_word_query_finds() {
     let ws = Workspace::new(DOCS);
     code_repo(&ws);
     ws.ctx(&["sync"]).ok();
@@ -55,7 +55,7 @@ fn search_20_a_whole_question_finds_what_the_two_word_query_finds() {
 }
 
 #[test]
-fn search_20_stemming_finds_word_forms_and_a_config_change_rebuilds_the_index() {
+fn stemming_finds_word_forms_and_a_config_change_rebuilds_the_index() {
     let ws = Workspace::new(DOCS);
     ws.write("docs/ops/rollbacks.md", "# Rollbacks\n\nRollbacks are deployed by the pipeline.\n");
     ws.write("docs/ops/api.md", "# API authentication\n\nTokens are rotated monthly.\n");
@@ -91,7 +91,7 @@ fn search_20_stemming_finds_word_forms_and_a_config_change_rebuilds_the_index() 
 /// Words of forms that stem differently, with and without stemming: the exact one-term path
 /// (scored in Rust from the vocabulary) gives the scores FTS5's bm25() gives.
 #[test]
-fn search_20_one_term_scores_equal_bm25_under_both_tokenizers() {
+fn one_term_scores_equal_bm25_under_both_tokenizers() {
     for stemming in ["english", "none"] {
         let ws = Workspace::new(&format!("{DOCS}\n[retrieval]\nstemming = \"{stemming}\"\n"));
         let words = ["deploy", "deploying", "deployed", "services", "service", "rollbacks", "walrus", "the"];
@@ -131,7 +131,7 @@ end
 "#;
 
 #[test]
-fn search_20_every_hit_says_where_it_is_on_every_surface() {
+fn every_hit_says_where_it_is_on_every_surface() {
     let ws = Workspace::new(&format!(
         "{DOCS}\n[connectors.script.jira]\npath = \"jira.lua\"\n\n[tools.script.where]\npath = \"where.lua\"\n"
     ));
@@ -186,7 +186,7 @@ fn search_20_every_hit_says_where_it_is_on_every_surface() {
 }
 
 #[test]
-fn search_20_a_query_of_symbols_says_it_has_no_words() {
+fn a_query_of_symbols_says_it_has_no_words() {
     let ws = Workspace::new(DOCS);
     ws.write("docs/a.md", "# A\n\ntext\n");
     ws.ctx(&["sync"]).ok();
@@ -201,7 +201,7 @@ fn search_20_a_query_of_symbols_says_it_has_no_words() {
 }
 
 #[test]
-fn search_20_scores_differ_between_hits_in_a_small_collection() {
+fn scores_differ_between_hits_in_a_small_collection() {
     let ws = Workspace::new(DOCS);
     // "service" is in every document: its BM25 weight is clamped near zero.
     ws.write("docs/a.md", "# A\n\nservice\n");

@@ -1,4 +1,4 @@
-//! Issue 20, sources lifecycle and quiet output, through the real binary on real folders:
+//! The sources' lifecycle and quiet output, through the real binary on real folders:
 //! `ctx sources prune`, the shrink guard of sync, skip counts, progress and colour, broken pipes.
 
 use std::io::Read;
@@ -58,7 +58,7 @@ fn integrity_ok(ws: &Workspace) {
 }
 
 #[test]
-fn lifecycle_20_a_renamed_source_is_listed_and_pruned() {
+fn a_renamed_source_is_listed_and_pruned() {
     let ws = Workspace::new(DOCS);
     ws.write("docs/walrus.md", "# Walrus\n\nThe walrus guards the deploy pipeline.\n");
     ws.write("docs/rota.md", "# Rota\n\nPenguins run the incident rota.\n");
@@ -113,7 +113,7 @@ fn lifecycle_20_a_renamed_source_is_listed_and_pruned() {
 /// Each source is deleted in its own transaction: a prune killed half-way leaves every source
 /// whole or gone, never half of one, and the next prune finishes the job.
 #[test]
-fn lifecycle_20_a_prune_killed_half_way_leaves_each_source_whole_or_gone() {
+fn a_prune_killed_half_way_leaves_each_source_whole_or_gone() {
     const PER_SOURCE: i64 = 1500;
     let names = ["one", "two", "three"];
     let config: String = names.iter().map(|n| format!("[connectors.filesystem.{n}]\nroot = \"docs\"\n")).collect();
@@ -160,7 +160,7 @@ fn lifecycle_20_a_prune_killed_half_way_leaves_each_source_whole_or_gone() {
 }
 
 #[test]
-fn lifecycle_20_an_emptied_folder_is_refused_then_allowed() {
+fn an_emptied_folder_is_refused_then_allowed() {
     let ws = Workspace::new(DOCS);
     for name in ["a", "b", "c"] {
         ws.write(&format!("docs/{name}.md"), &format!("# {name}\n\nwombat {name}\n"));
@@ -202,7 +202,7 @@ fn lifecycle_20_an_emptied_folder_is_refused_then_allowed() {
 }
 
 #[test]
-fn lifecycle_20_a_scan_that_finds_under_half_deletes_nothing_but_writes_what_it_found() {
+fn a_scan_that_finds_under_half_deletes_nothing_but_writes_what_it_found() {
     let ws = Workspace::new(DOCS);
     for i in 0..10 {
         ws.write(&format!("docs/d{i}.md"), &format!("# d{i}\n\nbandicoot {i}\n"));
@@ -231,7 +231,7 @@ fn lifecycle_20_a_scan_that_finds_under_half_deletes_nothing_but_writes_what_it_
 /// `{items, deleted}` names its deletions and is not. A refused script sync writes nothing at
 /// all, not even its saved state.
 #[test]
-fn lifecycle_20_a_script_returning_nothing_is_refused_then_allowed() {
+fn a_script_returning_nothing_is_refused_then_allowed() {
     let section = "[connectors.script.tickets]\npath = \"tickets.lua\"\n";
     let ws = Workspace::new(section);
     ws.write(
@@ -286,7 +286,7 @@ return ext
 }
 
 #[test]
-fn lifecycle_20_skips_are_one_line_of_counts_and_v_lists_them() {
+fn skips_are_one_line_of_counts_and_v_lists_them() {
     let ws = Workspace::new("[connectors.filesystem.docs]\nroot = \"docs\"\nmax_file_bytes = 1000\n");
     ws.write("docs/good.md", "# Good\n\nfine\n");
     ws.write("docs/big.md", &"x".repeat(5000));
@@ -323,7 +323,7 @@ fn lifecycle_20_skips_are_one_line_of_counts_and_v_lists_them() {
 const WARNS: &str = "[tools.script.t]\npath = \"t.lua\"\ntoken = \"${CTX_LIFECYCLE_20_UNSET}\"\n";
 
 #[test]
-fn lifecycle_20_no_progress_or_colour_when_stderr_is_not_a_terminal() {
+fn no_progress_or_colour_when_stderr_is_not_a_terminal() {
     let ws = Workspace::new(&format!("{DOCS}{WARNS}"));
     for i in 0..50 {
         ws.write(&format!("docs/d{i}.md"), &format!("# d{i}\n\nnumbat {i}\n"));
@@ -380,7 +380,7 @@ fn on_a_terminal(ws: &Workspace, env: &[(&str, &str)], args: &[&str]) -> String 
 
 /// On a terminal, log lines have colour, unless NO_COLOR is set (and not empty).
 #[test]
-fn lifecycle_20_no_colour_with_no_color_on_a_terminal() {
+fn no_colour_with_no_color_on_a_terminal() {
     let ws = Workspace::new(WARNS);
     let colour = |text: &str| text.contains("\x1b[") && text.contains('m');
     let plain = on_a_terminal(&ws, &[], &["sources"]);
@@ -394,7 +394,7 @@ fn lifecycle_20_no_colour_with_no_color_on_a_terminal() {
 /// On a terminal, a re-sync shows done/total, a whole-number rate and the elapsed time, and the
 /// line is erased when the source ends.
 #[test]
-fn lifecycle_20_progress_shows_total_rate_and_time_and_clears_itself() {
+fn progress_shows_total_rate_and_time_and_clears_itself() {
     let ws = Workspace::new(DOCS);
     for i in 0..300 {
         ws.write(&format!("docs/d{i}.md"), &format!("# d{i}\n\nnumbat {i}\n"));
@@ -416,7 +416,7 @@ fn lifecycle_20_progress_shows_total_rate_and_time_and_clears_itself() {
 
 /// `| head -1`: the reader goes away, the command ends quietly with status 0.
 #[test]
-fn lifecycle_20_a_closed_stdout_ends_quietly_with_status_0() {
+fn a_closed_stdout_ends_quietly_with_status_0() {
     let ws = Workspace::new(DOCS);
     ws.write("docs/walrus.md", "# Walrus\n\nThe walrus guards the deploy pipeline.\n");
     // Bigger than any pipe buffer, so the reader's going away is seen by a write.
@@ -471,7 +471,7 @@ fn lifecycle_20_a_closed_stdout_ends_quietly_with_status_0() {
 
 /// `ctx sync docs` names a source the way `--source docs` does: by its bare name.
 #[test]
-fn lifecycle_20_sync_takes_a_bare_source_name() {
+fn sync_takes_a_bare_source_name() {
     let ws = Workspace::new(
         "[connectors.filesystem.docs]\nroot = \"docs\"\n\n[connectors.filesystem.code]\nroot = \"code\"\n",
     );

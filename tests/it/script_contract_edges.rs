@@ -1,4 +1,4 @@
-//! An attacker's review of what issue 16 added: host errors as plain strings, empty tables read
+//! The script contract at its edges (from an attacker's review): host errors as plain strings, empty tables read
 //! as lists by the schema, the connector context and incremental deletes, BOM and `#` lines,
 //! the open REST pages and `load_failed` answers, and `${VAR}` isolation. Each test is one
 //! attack; the ones that found a hole name it in their comment. Everything runs through the
@@ -68,7 +68,7 @@ fn last_error(ws: &Workspace, source: &str) -> String {
 /// process's memory, outside the script's cap. Now a host error quotes a short cut of its
 /// argument, and no host error message is longer than a script error's cap.
 #[test]
-fn review_16_host_errors_quote_only_a_short_cut_of_their_arguments() {
+fn host_errors_quote_only_a_short_cut_of_their_arguments() {
     let ws = Workspace::new("[tools.script.probe]\npath = \"probe.lua\"\n");
     ws.write(
         "probe.lua",
@@ -106,7 +106,7 @@ end
 /// raising host errors as Lua strings would need a Lua wrapper around each host function, and
 /// a script's `return http.get(...)` tail call would then lose the line the message names.)
 #[test]
-fn review_16_a_close_handler_gets_the_plain_message_too() {
+fn a_close_handler_gets_the_plain_message_too() {
     let ws =
         Workspace::new(&format!("[tools.script.probe]\npath = \"probe.lua\"\napi_token = \"${{{UNSET}_TOKEN}}\"\n"));
     ws.write(
@@ -141,7 +141,7 @@ end
 /// with a 2 s timeout returning 64 `content = {}` among 60,000 messages took 24 s of CPU. The
 /// rule now costs a few validations whatever the number of empty tables.
 #[test]
-fn review_16_empty_tables_settle_in_a_few_validations() {
+fn empty_tables_settle_in_a_few_validations() {
     let schema = json!({
         "type": "object",
         "properties": {
@@ -184,7 +184,7 @@ path = "sneaky.lua"
 /// Proves fine: an incremental scan deletes only documents of its own source, whatever the ids
 /// it names (another source's ids, paths, SQL wildcards).
 #[test]
-fn review_16_an_incremental_scan_cannot_delete_another_sources_documents() {
+fn an_incremental_scan_cannot_delete_another_sources_documents() {
     let ws = Workspace::new(TWO_SOURCES);
     ws.write("docs/a.md", "# A\nalpha");
     ws.write("docs/b.md", "# B\nbeta");
@@ -212,7 +212,7 @@ end
 /// strings. Now they count against `max_bytes` as they are read. The sync runs with its address
 /// space capped: before the fix it died of an allocation failure.
 #[test]
-fn review_16_deleted_ids_count_against_max_bytes_as_they_are_read() {
+fn deleted_ids_count_against_max_bytes_as_they_are_read() {
     let ws = Workspace::new("[connectors.script.eraser]\npath = \"eraser.lua\"\nmax_bytes = 1048576\n");
     ws.write(
         "eraser.lua",
@@ -242,7 +242,7 @@ end
 /// read as a full scan that returned nothing, and deleted every document of the source. Now
 /// it fails the sync and says what is missing; the documents stay.
 #[test]
-fn review_16_deleted_without_items_fails_the_sync_instead_of_emptying_the_source() {
+fn deleted_without_items_fails_the_sync_instead_of_emptying_the_source() {
     let ws = Workspace::new("[connectors.script.forgetful]\npath = \"forgetful.lua\"\n");
     ws.write(
         "forgetful.lua",
@@ -269,7 +269,7 @@ end
 /// Proves fine: `context.state.set` takes JSON values only, refuses a function, a cycle and a
 /// key over 256 bytes whole (the state keeps its last value), and `nil` removes a key.
 #[test]
-fn review_16_connector_state_takes_json_values_only() {
+fn connector_state_takes_json_values_only() {
     let ws = Workspace::new("[connectors.script.stateful]\npath = \"stateful.lua\"\n");
     ws.write(
         "stateful.lua",
@@ -318,7 +318,7 @@ end
 /// Proves fine: a BOM and a first line starting with `#` that is not a shebang are dropped and
 /// every later line keeps its number, in a script and in a module it requires.
 #[test]
-fn review_16_a_hash_first_line_keeps_every_line_number() {
+fn a_hash_first_line_keeps_every_line_number() {
     let ws = Workspace::new("[tools.script.hashed]\npath = \"hashed.lua\"\n");
     ws.write(
         "hashed.lua",
@@ -393,7 +393,7 @@ const TOOL_SECRET: &str = "review16-tool-secret-abcdef";
 /// name, no load problem, no config block, no 405 that says which routes exist. With the token,
 /// `load_failed` and `/health` name the problem, with the config's secrets redacted.
 #[test]
-fn review_16_a_caller_without_the_token_learns_nothing_private() {
+fn a_caller_without_the_token_learns_nothing_private() {
     let ws = Workspace::new(&format!(
         "[server]\nauth_token = \"${{{UNSET}_SERVER}}\"\n\n[tools.script.secretive-tool]\npath = \"secretive.lua\"\napi_token = \"${{{UNSET}_TOOL}}\"\nallow_env = [\"{UNSET}_TOOL_COPY\"]\n\n[agents.inline.hidden-agent]\ndescription = \"Private.\"\nsystem_prompt = \"Hi.\"\n"
     ));
@@ -450,7 +450,7 @@ fn review_16_a_caller_without_the_token_learns_nothing_private() {
 /// message, code and fields, or a host error quoting a URL that carries it) reaches the REST
 /// client redacted.
 #[test]
-fn review_16_errors_that_carry_a_config_secret_reach_the_client_redacted() {
+fn errors_that_carry_a_config_secret_reach_the_client_redacted() {
     let ws =
         Workspace::new(&format!("[tools.script.leaky]\npath = \"leaky.lua\"\napi_token = \"${{{UNSET}_LEAKY}}\"\n"));
     ws.write(
@@ -485,7 +485,7 @@ end
 /// variable's value, and an unset variable in a core section whose *name* looks like a script
 /// section still stops the command.
 #[test]
-fn review_16_odd_section_names_are_isolated_exactly() {
+fn odd_section_names_are_isolated_exactly() {
     let script = |name: &str| {
         format!("tool = {{ name = \"{name}\", description = \"d\", parameters = {{}} }}\nfunction tool.execute(p, c) return c.config.url end\n")
     };
@@ -541,7 +541,7 @@ token = "${{{UNSET}}}"
 /// skipped with every problem in its warning, one line of 11 MB for 80,000 fields. The warning
 /// now lists the first few and counts the rest.
 #[test]
-fn review_16_an_invalid_items_warning_stays_one_short_line() {
+fn an_invalid_items_warning_stays_one_short_line() {
     let ws = Workspace::new("[connectors.script.wide]\npath = \"wide.lua\"\n");
     ws.write(
         "wide.lua",
@@ -566,7 +566,7 @@ end
 /// state that would pass its limit. Each is refused with what to do, before it is copied, and the
 /// state stays as it was.
 #[test]
-fn review_16_connector_state_refuses_worst_case_arguments_before_copying_them() {
+fn connector_state_refuses_worst_case_arguments_before_copying_them() {
     let ws = Workspace::new("[connectors.script.greedy]\npath = \"greedy.lua\"\n");
     ws.write(
         "greedy.lua",

@@ -1,4 +1,4 @@
-//! Issue 17 review: the gateway against hostile or broken upstream servers and clients. Each test
+//! The gateway against hostile or broken upstream servers and clients. Each test
 //! is the regression test of one finding of the review (see the commit messages).
 
 use std::time::{Duration, Instant};
@@ -59,7 +59,7 @@ fn error_text(body: &Value) -> String {
 /// waited for its whole timeout. Now it fails at once, says why, and the connection lives on.
 /// A huge line that answers nothing (300 MB at start) is read through without being kept.
 #[test]
-fn review_17_oversized_answer_fails_at_once_and_the_connection_survives() {
+fn oversized_answer_fails_at_once_and_the_connection_survives() {
     let config = format!(
         "{}{}",
         fault_section("f", &[], "timeout = 120"),
@@ -90,7 +90,7 @@ fn review_17_oversized_answer_fails_at_once_and_the_connection_survives() {
 /// used to keep 100 pages of anything (30 000 tools: 800 MB of ctx, 31 000 load problems of
 /// duplicates). Now each list keeps its first 2000 entries, drops repeats and oversized entries.
 #[test]
-fn review_17_lists_are_bounded_deduplicated_and_capped() {
+fn lists_are_bounded_deduplicated_and_capped() {
     let config = format!(
         "{}{}{}",
         fault_section("pages", &["--endless-pages", "--tools", "300", "--big-tool", "1000000"], ""),
@@ -121,7 +121,7 @@ fn review_17_lists_are_bounded_deduplicated_and_capped() {
 /// reqwest's errors quote the URL: an `?api_key=` in `url` went to `/health`, to `ctx mcp list`
 /// and to every caller of the server's tools.
 #[test]
-fn review_17_url_credentials_never_reach_health_callers_or_mcp_list() {
+fn url_credentials_never_reach_health_callers_or_mcp_list() {
     let config = "[server]\nbind = \"127.0.0.1:9\"\n\n[mcp.servers.h]\nurl = \"http://127.0.0.1:9/mcp?api_key=QUERY-SECRET-1\"\n\n[mcp.servers.b]\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = { Authorization = \"Bearer HEADER-SECRET-2\" }\n";
     let ws = Workspace::new(config);
     let listed = ws.ctx(&["mcp", "list", "--json"]);
@@ -141,7 +141,7 @@ fn review_17_url_credentials_never_reach_health_callers_or_mcp_list() {
 /// A flood of `list_changed` for a list that does not change: each relist used to swap the
 /// registry (recompiling every upstream tool's schema, of every server) and report a change.
 #[test]
-fn review_17_list_changed_flood_swaps_nothing() {
+fn list_changed_flood_swaps_nothing() {
     use ctx::config::upstream::{Expose, UpstreamSection, UpstreamTransport};
     use ctx::upstream::{State, Tuning, Upstreams};
     use std::sync::{Arc, Mutex};
@@ -199,7 +199,7 @@ fn review_17_list_changed_flood_swaps_nothing() {
 /// connected: while `a.b` was down, `a_b__echo` called `a_b`, then `a.b` once it connected.
 /// Now the name belongs to one server by configuration, whatever is connected.
 #[test]
-fn review_17_servers_sharing_a_prefix_never_take_each_others_names() {
+fn servers_sharing_a_prefix_never_take_each_others_names() {
     let config = format!("{}{}", fault_section("a.b", &["--exit-at-start"], ""), fault_section("a_b", &[], ""));
     let served = serve(Workspace::new(&config));
     served.wait("a_b", Duration::from_secs(60), |u| u["state"] == "ready" && u["tools"].as_u64() > Some(0));
@@ -219,7 +219,7 @@ fn review_17_servers_sharing_a_prefix_never_take_each_others_names() {
 
 /// An upstream prompt named like an agent was listed twice (`prompts/get` reached the agent).
 #[test]
-fn review_17_prompt_names_are_served_once_agents_first() {
+fn prompt_names_are_served_once_agents_first() {
     let config = format!(
         "{}[agents.inline.f__greet]\ndescription = \"The agent.\"\nsystem_prompt = \"I am the agent.\"\n",
         fault_section("f", &[], "")
@@ -238,7 +238,7 @@ fn review_17_prompt_names_are_served_once_agents_first() {
 /// A frozen upstream (SIGSTOP: it reads nothing, its stdin pipe fills) holds no one: calls to it
 /// end at their deadline, calls elsewhere go on.
 #[test]
-fn review_17_frozen_upstream_stalls_no_one() {
+fn frozen_upstream_stalls_no_one() {
     let config = format!("{}{}", fault_section("f", &[], "timeout = 3"), fault_section("g", &[], ""));
     let served = serve(Workspace::new(&config));
     ready_with(&served, "f", "f__echo");
@@ -277,7 +277,7 @@ fn review_17_frozen_upstream_stalls_no_one() {
 /// Sampling, roots and elicitation requests from an upstream, and answers to requests ctx never
 /// sent: refused or ignored, and the connection goes on.
 #[test]
-fn review_17_server_requests_and_stray_messages_are_harmless() {
+fn server_requests_and_stray_messages_are_harmless() {
     let served = serve(Workspace::new(&fault_section("f", &["--hostile"], "")));
     ready_with(&served, "f", "f__ask");
     let (status, body) = served.post("/tools/f__ask", json!({}));
@@ -303,7 +303,7 @@ fn review_17_server_requests_and_stray_messages_are_harmless() {
 /// huge patterns, or pointing at files and hosts. None crashes or stalls ctx, and a `$ref` is
 /// never fetched (the file's schema would refuse the call below).
 #[test]
-fn review_17_pathological_schemas_neither_crash_nor_reach_files() {
+fn pathological_schemas_neither_crash_nor_reach_files() {
     let ws = Workspace::new("");
     ws.write("strict.json", r#"{"type": "object", "required": ["must"], "additionalProperties": false}"#);
     let deep =
@@ -346,7 +346,7 @@ fn review_17_pathological_schemas_neither_crash_nor_reach_files() {
 /// Restarts (crashes while serving, and a server that exits at every start) leave no zombie
 /// and no stray process under ctx.
 #[test]
-fn review_17_restarts_leave_no_zombies() {
+fn restarts_leave_no_zombies() {
     let config =
         format!("{}{}", fault_section("f", &["--grandchild"], ""), fault_section("c", &["--exit-at-start"], ""));
     let served = serve(Workspace::new(&config));
@@ -372,7 +372,7 @@ fn review_17_restarts_leave_no_zombies() {
 /// (reqwest keeps `X-Api-Key` across hosts; only `Authorization` and cookies are dropped).
 /// Redirects are now followed within the configured origin only.
 #[test]
-fn review_17_http_redirect_to_another_origin_is_not_followed() {
+fn http_redirect_to_another_origin_is_not_followed() {
     use std::io::{Read, Write};
     use std::net::TcpListener;
     use std::sync::{Arc, Mutex};
@@ -420,7 +420,7 @@ fn review_17_http_redirect_to_another_origin_is_not_followed() {
 /// raw: an escape sequence in it drove the operator's terminal (here: write the clipboard,
 /// clear the screen).
 #[test]
-fn review_17_cli_prints_no_terminal_escapes_from_an_upstream() {
+fn cli_prints_no_terminal_escapes_from_an_upstream() {
     // TOML's escapes: ESC ] 52 (clipboard) ... BEL, then ESC [2J (clear the screen).
     let evil = r"evil\u001b]52;c;SGVsbG8=\u0007\u001b[2J";
     let config = format!(

@@ -1,4 +1,4 @@
-//! Issue 18, config side: `[code_mode]` and `[tools.scripted.<name>]`, resolved into
+//! The config side of code mode: `[code_mode]` and `[tools.scripted.<name>]`, resolved into
 //! `Config::code_mode` and `Config::scripted`, and reported by `ctx schema check`.
 
 use std::collections::BTreeMap;
@@ -39,7 +39,7 @@ fn check(ws: &Workspace) -> Run {
 }
 
 #[test]
-fn config_18_defaults_when_absent() {
+fn defaults_when_absent() {
     let ws = Workspace::new("[db]\npath = \"data/ctx.sqlite\"\n");
     let config = load(&ws, &[]).unwrap();
     assert_eq!(config.code_mode, CodeMode::default());
@@ -61,7 +61,7 @@ fn config_18_defaults_when_absent() {
 }
 
 #[test]
-fn config_18_every_key_parsed() {
+fn every_key_parsed() {
     let ws = Workspace::new(
         r#"
 [code_mode]
@@ -111,7 +111,7 @@ fs_root = "shared"
 }
 
 #[test]
-fn config_18_bad_values_name_the_key_and_line() {
+fn bad_values_name_the_key_and_line() {
     let text = problems(
         r#"[code_mode]
 enabled = "yes"
@@ -167,7 +167,7 @@ tools = []
 }
 
 #[test]
-fn config_18_a_bad_glob_names_the_key_and_line() {
+fn a_bad_glob_names_the_key_and_line() {
     let text = problems(
         "[code_mode]\ndestructive = [\"ok_*\", \"bad[\"]\nallow_destructive = [\"{a,b\"]\n\n[tools.scripted.flow]\ndescription = \"d\"\ntools = [\"search\", \"jira__[\"]\n",
     );
@@ -183,7 +183,7 @@ fn config_18_a_bad_glob_names_the_key_and_line() {
 }
 
 #[test]
-fn config_18_fs_root_must_be_an_existing_folder() {
+fn fs_root_must_be_an_existing_folder() {
     let text = problems("[code_mode]\nfs_root = \"nowhere\"\n");
     assert_has(&text, &["code_mode.fs_root (line 2): folder \"nowhere\" does not exist", "create it or fix fs_root"]);
     let ws = Workspace::new("[code_mode]\n\nfs_root = \"notes.txt\"\n");
@@ -198,7 +198,7 @@ fn config_18_fs_root_must_be_an_existing_folder() {
 }
 
 #[test]
-fn config_18_scripted_sections_inherit_code_mode_limits_and_override_some() {
+fn scripted_sections_inherit_code_mode_limits_and_override_some() {
     let ws = Workspace::new(
         r#"
 [code_mode]
@@ -236,7 +236,7 @@ tools = ["search"]
 }
 
 #[test]
-fn config_18_scripted_name_cannot_be_a_builtin() {
+fn scripted_name_cannot_be_a_builtin() {
     for name in ["search", "get", "sources", "execute", "list_servers", "list_tools", "describe_tool", "search_tools"] {
         let text = problems(&format!("[tools.scripted.{name}]\ndescription = \"d\"\ntools = [\"*\"]\n"));
         assert_has(
@@ -255,14 +255,14 @@ fn config_18_scripted_name_cannot_be_a_builtin() {
 }
 
 #[test]
-fn config_18_an_unset_variable_in_code_mode_is_fatal() {
+fn an_unset_variable_in_code_mode_is_fatal() {
     // Code mode's permissions are not a section that can be set aside: the config fails.
     let text = problems("[code_mode]\nallow_hosts = [\"${CONFIG_18_UNSET}\"]\n");
     assert_has(&text, &["code_mode.allow_hosts.0 (line 2): environment variable CONFIG_18_UNSET is not set"]);
 }
 
 #[test]
-fn config_18_schema_check_passes_with_both_sections_and_names_a_bad_key() {
+fn schema_check_passes_with_both_sections_and_names_a_bad_key() {
     let good = r#"
 [code_mode]
 timeout = 10

@@ -1,4 +1,4 @@
-//! Issue 20, item 4 (formats) and the title fallback of item 3: HTML indexed as text, `.gz`
+//! File formats and the title fallback: HTML indexed as text, `.gz`
 //! files read by their inner name, a UTF-8 BOM dropped, and untitled files titled by their path.
 
 use std::io::{Read, Write};
@@ -54,7 +54,7 @@ const PAGE: &str = r#"<!DOCTYPE html>
 "#;
 
 #[test]
-fn formats_20_html_drops_scripts_and_markup_keeps_title_and_headings() {
+fn html_drops_scripts_and_markup_keeps_title_and_headings() {
     // Small chunks, no overlap: each heading starts a chunk of its own.
     let ws = Workspace::new(&format!("{FS_CONFIG}[chunking]\nmax_tokens = 24\noverlap_tokens = 0\n"));
     ws.write("docs/guide/page.html", PAGE);
@@ -91,7 +91,7 @@ fn formats_20_html_drops_scripts_and_markup_keeps_title_and_headings() {
 }
 
 #[test]
-fn formats_20_deeply_nested_html_is_indexed_without_crashing() {
+fn deeply_nested_html_is_indexed_without_crashing() {
     let ws = Workspace::new(FS_CONFIG);
     let depth = 10_000;
     ws.write("docs/deep.html", &format!("{}okapi{}", "<div>".repeat(depth), "</div>".repeat(depth)));
@@ -104,7 +104,7 @@ fn formats_20_deeply_nested_html_is_indexed_without_crashing() {
 }
 
 #[test]
-fn formats_20_gz_is_read_by_its_inner_name() {
+fn gz_is_read_by_its_inner_name() {
     let ws = Workspace::new(FS_CONFIG);
     write_bytes(&ws, "docs/pkg/README.md.gz", &gzip(b"# Packed Readme\n\nThe wombat burrows here.\n"));
     write_bytes(&ws, "docs/pkg/changelog.gz", &gzip(b"1.2: the pangolin release\n"));
@@ -123,7 +123,7 @@ fn formats_20_gz_is_read_by_its_inner_name() {
 }
 
 #[test]
-fn formats_20_gzip_bomb_and_corrupt_gz_are_skipped_with_reasons() {
+fn gzip_bomb_and_corrupt_gz_are_skipped_with_reasons() {
     let limit = 1024 * 1024;
     let ws = Workspace::new(&format!("{FS_CONFIG}max_file_bytes = {limit}\n"));
     // 512 MiB of zeros in a 0.5 MiB file: 512 gzip members of 1 MiB each (a valid gzip file).
@@ -197,7 +197,7 @@ fn wait_with_peak_rss(child: &mut std::process::Child) -> (Option<i32>, u64) {
 }
 
 #[test]
-fn formats_20_bom_is_dropped_before_titles_and_indexing() {
+fn bom_is_dropped_before_titles_and_indexing() {
     let ws = Workspace::new(FS_CONFIG);
     write_bytes(&ws, "docs/front.md", b"\xEF\xBB\xBF---\ntitle: Front Matter Title\n---\nthe gharial page\n");
     write_bytes(&ws, "docs/heading.md", b"\xEF\xBB\xBF# Heading Title\n\nthe dugong page\n");
@@ -213,7 +213,7 @@ fn formats_20_bom_is_dropped_before_titles_and_indexing() {
 }
 
 #[test]
-fn formats_20_titles_fall_back_to_the_path_in_the_source() {
+fn titles_fall_back_to_the_path_in_the_source() {
     let ws = Workspace::new(FS_CONFIG);
     ws.write("docs/guide/install/copyright", "Copyright the jerboa authors\n");
     ws.write("docs/guide/upgrade/copyright", "Copyright the jerboa maintainers\n");
@@ -237,7 +237,7 @@ fn git(dir: &std::path::Path, args: &[&str]) {
 }
 
 #[test]
-fn formats_20_git_sources_read_html_gz_and_bom_the_same_way() {
+fn git_sources_read_html_gz_and_bom_the_same_way() {
     let ws = Workspace::new("[connectors.git.site]\nurl = \"repo\"\nbranch = \"main\"\nmax_file_bytes = 4096\n");
     let repo = ws.path().join("repo");
     std::fs::create_dir(&repo).unwrap();

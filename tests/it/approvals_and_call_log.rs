@@ -1,4 +1,4 @@
-//! Issue 21 on a real `ctx serve`: rate limits, approval (REST, the CLI, MCP with and without
+//! On a real `ctx serve`: rate limits, approval (REST, the CLI, MCP with and without
 //! elicitation, code mode), the tool-call log (every kind of call, redaction, retention,
 //! `kill -9` under load) and `/metrics` read by the real Prometheus client library.
 
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::common::{repo, test_python, ServeChild};
-use crate::ops_21::{ctx_in, serve, Server, ADMIN, CI};
+use crate::scoped_tokens_and_rates::{ctx_in, serve, Server, ADMIN, CI};
 
 const APPROVER: &str = "approver-token-0123456789";
 
@@ -28,7 +28,7 @@ end
 "#;
 
 fn with_relay(extra: &str) -> Server {
-    crate::ops_21::serve_with(
+    crate::scoped_tokens_and_rates::serve_with(
         &format!("\n[tools.script.relay]\npath = \"relay.lua\"\n{extra}"),
         &[("relay.lua", RELAY)],
     )
@@ -68,7 +68,7 @@ fn wait_logged(s: &Server, n: usize, args: &[&str]) -> Vec<Value> {
 }
 
 #[test]
-fn ops_21_rate_limits_answer_429_with_retry_after_per_caller_and_count_inner_calls() {
+fn rate_limits_answer_429_with_retry_after_per_caller_and_count_inner_calls() {
     let s = serve("\n[[server.rate_limits]]\ntools = [\"echo\"]\nrate = \"2/min\"\n");
     let call = |token: &str| s.send_with("/tools/echo", Some(token), &[], json!({"message": "m"}));
     assert_eq!(call(CI).0, 200);
@@ -97,7 +97,7 @@ fn ops_21_rate_limits_answer_429_with_retry_after_per_caller_and_count_inner_cal
     assert_eq!(out["result"]["ok"], false, "{out}");
     assert!(out["result"]["err"].as_str().unwrap().contains("rate limit"), "{out}");
     // A script's call of a tool that cannot finish inline is charged once, not twice.
-    let r = crate::ops_21::serve_with(
+    let r = crate::scoped_tokens_and_rates::serve_with(
         "\n[tools.script.relay]\npath = \"relay.lua\"\nrate = \"2/min\"\n",
         &[("relay.lua", RELAY)],
     );
@@ -115,7 +115,7 @@ fn ops_21_rate_limits_answer_429_with_retry_after_per_caller_and_count_inner_cal
 }
 
 #[test]
-fn ops_21_approval_over_rest_runs_once_with_the_token_and_refuses_everything_else() {
+fn approval_over_rest_runs_once_with_the_token_and_refuses_everything_else() {
     let s = serve(&format!("\n[approval]\ntools = [\"echo\"]\napprover_token = \"{APPROVER}\"\n"));
     let ask = |token: &str, message: &str| s.send_with("/tools/echo", Some(token), &[], json!({"message": message}));
     let (status, pending, _) = ask(CI, "deploy");
@@ -189,7 +189,7 @@ fn ops_21_approval_over_rest_runs_once_with_the_token_and_refuses_everything_els
 }
 
 #[test]
-fn ops_21_an_approval_expires() {
+fn an_approval_expires() {
     let s = serve("\n[approval]\ntools = [\"echo\"]\nttl_secs = 1\n");
     let (status, pending, _) = s.send_with("/tools/echo", Some(CI), &[], json!({"message": "m"}));
     assert_eq!(status, 202);
@@ -209,7 +209,7 @@ fn ops_21_an_approval_expires() {
 }
 
 #[test]
-fn ops_21_approval_in_code_mode_fails_with_the_waiting_call_or_waits_for_a_person() {
+fn approval_in_code_mode_fails_with_the_waiting_call_or_waits_for_a_person() {
     let s = serve("\n[approval]\ntools = [\"echo\"]\n");
     let (status, out) = s.post(
         "/tools/execute",
@@ -261,7 +261,7 @@ pub(crate) fn mcp_client_call_in(s: &Server, token: &str, answer: &str, era: &st
 }
 
 #[test]
-fn ops_21_approval_over_mcp_asks_a_client_that_can_elicit_and_tells_one_that_cannot() {
+fn approval_over_mcp_asks_a_client_that_can_elicit_and_tells_one_that_cannot() {
     // Asking clients is the operator's choice, and then for the unscoped token (a scoped one needs
     // approve_own_calls: see security_scopes).
     let s = serve("\n[approval]\ntools = [\"echo\"]\nask_clients = true\n");
@@ -316,7 +316,7 @@ fn ops_21_approval_over_mcp_asks_a_client_that_can_elicit_and_tells_one_that_can
 }
 
 #[test]
-fn ops_21_with_ask_clients_off_only_people_decide() {
+fn with_ask_clients_off_only_people_decide() {
     let s = serve("\n[approval]\ntools = [\"echo\"]\nask_clients = false\n");
     let Some(result) = mcp_client_call(&s, CI, "approve", json!({"message": "m"})) else { return };
     assert_eq!(result["isError"], true, "{result}");
@@ -325,7 +325,7 @@ fn ops_21_with_ask_clients_off_only_people_decide() {
 }
 
 #[test]
-fn ops_21_the_call_log_has_every_kind_of_call_linked_redacted_and_filtered() {
+fn the_call_log_has_every_kind_of_call_linked_redacted_and_filtered() {
     let s = with_relay("");
     // REST, MCP, a context.call inside a Lua tool, code mode's inner call, and the CLI.
     assert_eq!(s.post("/tools/relay", Some(ADMIN), json!({"message": "a", "api_key": "sk-very-secret"})).0, 200);
@@ -380,10 +380,13 @@ fn ops_21_the_call_log_has_every_kind_of_call_linked_redacted_and_filtered() {
 /// A call whose client went away before it finished is logged as cancelled: a Lua tool on the
 /// blocking pool, and a script with its inner call in flight.
 #[test]
-fn ops_21_a_call_the_client_left_is_logged_as_cancelled() {
+fn a_call_the_client_left_is_logged_as_cancelled() {
     let slow =
         "tool = { name = \"slow\", description = \"Sleeps.\" }\nfunction tool.execute() sleep(5) return \"late\" end\n";
-    let s = crate::ops_21::serve_with("\n[tools.script.slow]\npath = \"slow.lua\"\n", &[("slow.lua", slow)]);
+    let s = crate::scoped_tokens_and_rates::serve_with(
+        "\n[tools.script.slow]\npath = \"slow.lua\"\n",
+        &[("slow.lua", slow)],
+    );
     let url = |tool: &str| format!("http://{}/tools/{tool}", s.serve.addr);
     let gone = post_from_thread(&url("slow"), &json!({}), Duration::from_millis(400));
     assert!(gone.is_none(), "the client should have given up: {gone:?}");
@@ -401,7 +404,7 @@ fn ops_21_a_call_the_client_left_is_logged_as_cancelled() {
 }
 
 #[test]
-fn ops_21_the_call_log_keeps_at_most_max_entries() {
+fn the_call_log_keeps_at_most_max_entries() {
     let mut s = serve("\n[log]\nmax_entries = 100\n");
     for i in 0..130 {
         assert_eq!(s.post("/tools/echo", Some(ADMIN), json!({"message": format!("m{i}")})).0, 200);
@@ -426,7 +429,7 @@ fn ops_21_the_call_log_keeps_at_most_max_entries() {
 }
 
 #[test]
-fn ops_21_kill_9_under_load_loses_no_acknowledged_entry() {
+fn kill_9_under_load_loses_no_acknowledged_entry() {
     let mut s = serve("");
     let url = s.url("/tools/echo");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -461,7 +464,7 @@ fn ops_21_kill_9_under_load_loses_no_acknowledged_entry() {
 }
 
 #[test]
-fn ops_21_metrics_parse_with_the_prometheus_client_and_are_not_for_scoped_tokens() {
+fn metrics_parse_with_the_prometheus_client_and_are_not_for_scoped_tokens() {
     let s = with_relay("\n[approval]\ntools = [\"relay\"]\n");
     for _ in 0..3 {
         assert_eq!(s.post("/tools/echo", Some(ADMIN), json!({"message": "m"})).0, 200);
@@ -504,7 +507,7 @@ fn ops_21_metrics_parse_with_the_prometheus_client_and_are_not_for_scoped_tokens
 /// One scoped token runs at most half of code mode's places at once: its ninth script is
 /// refused while its eight run, and another caller's script still runs.
 #[test]
-fn ops_21_one_token_cannot_take_every_code_mode_place() {
+fn one_token_cannot_take_every_code_mode_place() {
     let s = serve("");
     let url = s.url("/tools/execute");
     let post = |url: String, token: &'static str| {

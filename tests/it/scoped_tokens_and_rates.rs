@@ -1,4 +1,4 @@
-//! Issue 21 on a real `ctx serve`: scoped tokens over REST, MCP, OpenAPI and the inner calls of
+//! On a real `ctx serve`: scoped tokens over REST, MCP, OpenAPI and the inner calls of
 //! code mode; rate limits with 429 and `Retry-After`.
 
 use std::process::Command;
@@ -164,7 +164,7 @@ fn names(listing: &Value) -> Vec<String> {
 }
 
 #[test]
-fn ops_21_each_token_sees_and_calls_only_its_tools_on_rest_mcp_openapi_and_inner_calls() {
+fn each_token_sees_and_calls_only_its_tools_on_rest_mcp_openapi_and_inner_calls() {
     let s = serve("");
     // Unknown or missing tokens are 401.
     assert_eq!(s.get("/tools/list", None).0, 401);
@@ -255,7 +255,7 @@ fn ops_21_each_token_sees_and_calls_only_its_tools_on_rest_mcp_openapi_and_inner
 }
 
 #[test]
-fn ops_21_tokens_are_checked_at_startup() {
+fn tokens_are_checked_at_startup() {
     let ws = Workspace::new(
         "[[server.tokens]]\nname = \"a\"\ntoken = \"same-token-0123456789\"\n\n\
          [[server.tokens]]\nname = \"b\"\ntoken = \"same-token-0123456789\"\n",
