@@ -4,15 +4,31 @@
 //! served over MCP and REST.
 //!
 //! # Layout
+//! The contract:
 //! - [`schema`]: the JSON Schemas in `schemas/`, bundled, compiled, and worded as messages.
 //! - [`types`]: Rust types generated from those schemas (the only generated code).
 //! - [`config`]: `ctx.toml` located, expanded, validated and typed.
-//! - [`connectors`]: filesystem and git sources that feed sync.
+//!
+//! The knowledge base:
+//! - [`connectors`]: filesystem, git and Lua sources that feed sync.
+//! - [`embed`]: embedding providers (the local static model, Ollama, OpenAI) for semantic search.
 //! - [`kb`]: the SQLite store, chunking, sync and search.
-//! - [`metrics`]: counters and histograms of calls, served as Prometheus text.
+//!
+//! Scripts and calls:
 //! - [`lua`]: the sandbox (the only place a Lua state is created) and its host APIs.
+//! - [`tools`]: the tool registry and the call path every call takes: built-ins, Lua tools,
+//!   upstream tools, scoped tokens, rate limits.
+//! - [`agents`]: inline and Lua agents, resolved into prompts.
+//! - [`code`]: code mode: one agent-sent Lua script that calls many tools (`execute`, scripted
+//!   tools, discovery).
+//! - [`upstream`]: the gateway's supervised client connection to each upstream MCP server.
 //! - [`approval`]: which tool calls wait for a person, and the check before they run.
 //! - [`calllog`]: the tool-call log, written in the background beside the knowledge base.
+//! - [`metrics`]: counters and histograms of calls, served as Prometheus text.
+//!
+//! Adapters:
+//! - [`mcp`]: MCP over rmcp (Streamable HTTP in both eras, and stdio).
+//! - [`server`]: the HTTP server: REST, `/mcp`, the OpenAPI document and Swagger UI, limits.
 //! - [`cli`]: the `ctx` command line.
 
 /// mimalloc instead of the system allocator: ctx's calls allocate and free many small values on
