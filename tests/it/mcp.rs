@@ -651,18 +651,18 @@ fn must_pass_lists() -> std::collections::BTreeMap<String, Vec<String>> {
     lists
 }
 
-/// The README's "Last run" figures are the checked-in pass counts, and no list is empty or
-/// repeats a scenario. This runs without Node, so a bare `cargo test` sees an edited list too.
+/// The "Last run" figures of `docs/mcp.md` are the checked-in pass counts, and no list is empty
+/// or repeats a scenario. This runs without Node, so a bare `cargo test` sees an edited list too.
 #[test]
 fn the_conformance_pass_counts_are_pinned() {
     let lists = must_pass_lists();
     assert_eq!(lists.len(), 3, "one list per summary line of run.sh: {:?}", lists.keys());
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let page = std::fs::read_to_string(repo().join("docs/mcp.md")).unwrap();
     for (label, list) in &lists {
         assert!(!list.is_empty(), "[{label}] is empty");
         let unique: std::collections::BTreeSet<&String> = list.iter().collect();
         assert_eq!(unique.len(), list.len(), "[{label}] lists a scenario twice");
         let figure = format!("`{label}: {} passed, 0 failed", list.len());
-        assert!(readme.contains(&figure), "README.md should quote {figure}` (the must-pass list of that run)");
+        assert!(page.contains(&figure), "docs/mcp.md should quote {figure}` (the must-pass list of that run)");
     }
 }
