@@ -302,15 +302,17 @@ impl Calls {
         let progress = self.progress.clone();
         move |slot, result, elapsed, bytes| {
             let entry = TraceEntry::new(&slot.tool, result, elapsed, bytes);
-            let done = {
-                let mut trace = lock(&trace);
-                trace.push(entry);
-                trace.len()
-            };
-            if let Some(progress) = &progress {
+            let message = progress.as_ref().map(|_| {
                 let status = if result.is_ok() { "ok" } else { "failed" };
-                let message = format!("{} {status} in {} ms", slot.path, elapsed.as_millis());
-                progress(Progress { done: done as f64, total: None, message: Some(message) });
+                format!("{} {status} in {} ms", slot.path, elapsed.as_millis())
+            });
+            // Reported under the trace's lock: calls that finish together on two threads would
+            // otherwise send their counts out of order, and MCP progress must only go up. The
+            // sink only queues the report.
+            let mut trace = lock(&trace);
+            trace.push(entry);
+            if let (Some(progress), Some(message)) = (&progress, message) {
+                progress(Progress { done: trace.len() as f64, total: None, message: Some(message) });
             }
         }
     }
