@@ -59,6 +59,9 @@ impl DirectRoute {
     }
 
     async fn handle(mut self, request: Request<Body>) -> Response<Body> {
+        if let Some(refused) = self.foreign_session(&request) {
+            return refused;
+        }
         match *request.method() {
             Method::POST => {}
             Method::GET => return self.forward(request).await,
@@ -75,9 +78,11 @@ impl DirectRoute {
         if batch::is_batch(&bytes) {
             return json_response(StatusCode::BAD_REQUEST, &batch::refusal());
         }
-        // Only a request without a session can open one; 2026-era clients name the method.
-        let may_open_session = !parts.headers.contains_key("mcp-session-id")
-            && parts.headers.get("mcp-method").is_none_or(|m| m.as_bytes() == b"initialize");
+        // Only a request without a session can open one, and whether it does is rmcp's reading
+        // of the body, never a header the client chooses: an `Mcp-Method: x` on an initialize
+        // body opened sessions outside the token's share. The byte search keeps the parse off
+        // the path of plain calls.
+        let may_open_session = !parts.headers.contains_key("mcp-session-id") && mentions_initialize(&bytes);
         let principal = parts.extensions.get::<crate::server::Caller>().and_then(|c| c.0.clone());
         if may_open_session {
             let full = self.sessions.full().await;
@@ -121,6 +126,19 @@ impl DirectRoute {
             );
         self.answered.fetch_add(1, Ordering::Relaxed);
         json_response(StatusCode::OK, &message)
+    }
+
+    /// A scoped token's request on a session it did not open: answered as rmcp answers an
+    /// unknown session (404), for every method (GET would read the session's stream, DELETE
+    /// would close it).
+    fn foreign_session(&self, request: &Request<Body>) -> Option<Response<Body>> {
+        let id = request.headers().get("mcp-session-id")?.to_str().ok()?;
+        let caller = request.extensions().get::<crate::server::Caller>().and_then(|c| c.0.clone());
+        if self.sessions.may_use(id, caller.as_deref().map(|p| p.name())) {
+            return None;
+        }
+        let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": "Session not found: it was not opened with this token"}});
+        Some(json_response(StatusCode::NOT_FOUND, &body))
     }
 
     /// An `initialize` from a scoped token: within the token's share of the sessions, or refused.
@@ -231,6 +249,12 @@ fn too_large(limit: usize) -> Response<Body> {
 }
 
 /// The id of an `initialize` request (which opens a session), if the body is one.
+/// Whether the body may be an `initialize`: the method's name is in it as written, or the body
+/// has escapes (`"\u0069nitialize"` reads as the same name).
+fn mentions_initialize(body: &[u8]) -> bool {
+    body.contains(&b'\\') || body.windows(12).any(|w| w == b"\"initialize\"")
+}
+
 fn initialize_id(body: &[u8]) -> Option<Json> {
     #[derive(serde::Deserialize)]
     struct Probe {

@@ -166,6 +166,14 @@ impl Sessions {
         Ok(Reservation { sessions: Arc::clone(self), token: token.to_string() })
     }
 
+    /// Whether a request of `token` (a scoped token's name; `None` for the unscoped token) may
+    /// use session `id`: a scoped token only its own sessions, so knowing another caller's session
+    /// id does not let it read that session's stream or close it.
+    pub fn may_use(&self, id: &str, token: Option<&str>) -> bool {
+        let Some(token) = token else { return true };
+        self.owners().sessions.get(&SessionId::from(id)).is_some_and(|owner| owner == token)
+    }
+
     /// Sessions open now.
     pub async fn count(&self) -> usize {
         self.local.sessions.read().await.len()

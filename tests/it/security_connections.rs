@@ -522,3 +522,37 @@ fn one_token_holds_at_most_its_share_of_mcp_sessions_and_the_admin_still_initial
     open_session(&server, READER);
     assert_eq!(initialize(&server, READER).status, 429);
 }
+
+#[test]
+fn a_session_share_holds_whatever_the_headers_say_and_a_session_serves_only_its_token() {
+    let server = Server::start(&config("max_mcp_sessions = 8"));
+    let mine = open_session(&server, READER);
+    open_session(&server, READER);
+    assert_eq!(initialize(&server, READER).status, 429);
+    // An initialize body under another method's header, or with its name escaped, is still an
+    // initialize to rmcp: it is held to the same share.
+    let mut headers = MCP_POST.to_vec();
+    headers.push(("Mcp-Method", "x"));
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": SESSION_VERSION, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}});
+    for _ in 0..3 {
+        let reply = server.request_with("POST", "/mcp", Some(READER), &headers, &body.to_string());
+        assert_ne!(reply.status, 200, "a header does not open a session past the share: {}", reply.body);
+    }
+    let escaped = body.to_string().replace("\"initialize\"", "\"\\u0069nitialize\"");
+    let reply = server.request_with("POST", "/mcp", Some(READER), &MCP_POST, &escaped);
+    assert_ne!(reply.status, 200, "an escaped name does not either: {}", reply.body);
+    assert_eq!(initialize(&server, ADMIN).status, 200, "the admin still initializes");
+    // Another token that knows the session's id can neither use it nor close it.
+    let headers = [("Mcp-Session-Id", mine.as_str()), ("MCP-Protocol-Version", SESSION_VERSION)];
+    let closed = server.request_with("DELETE", "/mcp", Some(WRITER), &headers, "");
+    assert_eq!(closed.status, 404, "{}", closed.body);
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let mut headers = MCP_POST.to_vec();
+    headers.extend([("Mcp-Session-Id", mine.as_str()), ("MCP-Protocol-Version", SESSION_VERSION)]);
+    assert_eq!(server.request_with("POST", "/mcp", Some(WRITER), &headers, &list).status, 404);
+    // Its own token still can.
+    let reply = server.request_with("POST", "/mcp", Some(READER), &headers, &list);
+    assert!(matches!(reply.status, 200 | 202), "{} {}", reply.status, reply.body);
+    close_session(&server, READER, &mine);
+}

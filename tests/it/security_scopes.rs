@@ -70,10 +70,23 @@ fn names(list: &Value, key: &str, field: &str) -> Vec<String> {
         .map_or_else(Vec::new, |items| items.iter().filter_map(|i| i[field].as_str().map(str::to_string)).collect())
 }
 
-/// The call log's entries of `tool` (an MCP method or a tool), as `ctx log --json` shows them.
-fn logged(server: &Server, tool: &str) -> Vec<Value> {
-    let listed = server.cli(&["log", "--tool", tool, "--json", "--limit", "100"]).json();
-    listed["calls"].as_array().cloned().unwrap_or_default()
+/// The call log's entries of `tool` (an MCP method or a tool), as `ctx log --json` shows them,
+/// once they hold what `done` looks for: the log's writer stores entries in the background, a
+/// few milliseconds after each call (longer on a loaded machine).
+fn logged(server: &Server, tool: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let listed = server.cli(&["log", "--tool", tool, "--json", "--limit", "100"]).json();
+        let entries = listed["calls"].as_array().cloned().unwrap_or_default();
+        if done(&entries) || std::time::Instant::now() > deadline {
+            return entries;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn has_caller(entries: &[Value], caller: &str) -> bool {
+    entries.iter().any(|e| e["caller"] == caller)
 }
 
 #[test]
@@ -142,13 +155,13 @@ fn a_scoped_token_sees_and_reads_only_its_prompts_and_resources_over_mcp() {
     assert_eq!(greet["result"]["messages"][0]["content"]["text"], "Hello, Ada", "{greet}");
 
     // Every one of those requests is in the call log with its caller.
-    let reads = logged(&s, "resources/read");
+    let reads = logged(&s, "resources/read", |e| has_caller(e, "ci") && has_caller(e, "fault-reader"));
     let callers: Vec<&str> = reads.iter().filter_map(|e| e["caller"].as_str()).collect();
     assert!(callers.contains(&"ci") && callers.contains(&"fault-reader"), "{reads:?}");
     let ci_read = reads.iter().find(|e| e["caller"] == "ci").unwrap();
     assert_ne!(ci_read["outcome"], "ok", "{ci_read}");
     for method in ["prompts/list", "prompts/get", "resources/list", "resources/templates/list"] {
-        let entries = logged(&s, method);
+        let entries = logged(&s, method, |e| has_caller(e, "ci"));
         assert!(entries.iter().any(|e| e["caller"] == "ci"), "{method}: {entries:?}");
     }
 }
@@ -168,10 +181,17 @@ fn an_agent_runs_with_its_callers_scope_and_is_logged_with_it() {
     let (status, body) = s.post("/agents/relay-agent/prompt", Some(FAULT), json!({"tool": "get"}));
     assert_ne!(status, 200, "{body}");
     // The agent's inner calls are logged with the caller, and so is the prompt itself.
-    let echoes = logged(&s, "echo");
+    let echoes = logged(&s, "echo", |e| has_caller(e, "fault-reader"));
     assert!(echoes.iter().any(|e| e["caller"] == "fault-reader" && e["parent"].is_u64()), "{echoes:?}");
     assert!(!echoes.iter().any(|e| e["caller"] == ""), "no anonymous inner call: {echoes:?}");
-    let prompts = logged(&s, "prompts/get");
+    let prompts = logged(&s, "prompts/get", |e| {
+        e.iter()
+            .filter(|e| e["caller"] == "fault-reader")
+            .map(|e| &e["via"])
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            >= 2
+    });
     assert!(prompts.iter().any(|e| e["caller"] == "fault-reader" && e["via"] == "mcp"), "{prompts:?}");
     assert!(prompts.iter().any(|e| e["caller"] == "fault-reader" && e["via"] == "rest"), "{prompts:?}");
     // An agent outside the token's globs does not exist for it, on REST too.
