@@ -35,12 +35,13 @@ pub fn catalog_for(
         }
         Some(name) => {
             // A scoped caller learns nothing of a scripted tool it may not call, not even its name.
-            let section = config.scripted.iter().find(|s| s.name == name && allowed_name(principal, &s.name));
+            let section =
+                config.scripted.iter().find(|s| s.name == name && crate::tools::principal::allows(principal, &s.name));
             let Some(section) = section else {
                 let names: Vec<&str> = config
                     .scripted
                     .iter()
-                    .filter(|s| allowed_name(principal, &s.name))
+                    .filter(|s| crate::tools::principal::allows(principal, &s.name))
                     .map(|s| s.name.as_str())
                     .collect();
                 let names = if names.is_empty() { "none configured".to_string() } else { names.join(", ") };
@@ -54,10 +55,6 @@ pub fn catalog_for(
             ))
         }
     }
-}
-
-fn allowed_name(principal: Option<&crate::tools::Principal>, name: &str) -> bool {
-    crate::tools::principal::allows(principal, name)
 }
 
 /// The catalog of `execute` as `principal` (a scoped token) sees it: only its tools.

@@ -745,6 +745,9 @@ struct HookState(#[allow(dead_code)] Arc<RunState>);
 /// The registry key of the hook's [`RunState`] pointer: the address of a static, unique per
 /// process, which is how Lua's C API names private registry entries.
 fn hook_key() -> *const std::ffi::c_void {
+    // A static holds no state here, only an address: the value is never read or written, and
+    // every VM's registry keeps its own pointer under it, so two servers in one process do not
+    // share anything through it.
     static KEY: u8 = 0;
     &KEY as *const u8 as *const std::ffi::c_void
 }
