@@ -298,6 +298,33 @@ impl Policy {
     }
 }
 
+/// Approval is a policy of the call pipeline, asked first: a call that needs a person's approval
+/// runs only with the token of an approved, unused approval bound to exactly this call, and
+/// that approval is used up only once every other policy let the call through. Checking reads
+/// the approvals' SQLite file, which a person's `ctx approvals approve` may hold for a moment.
+impl crate::tools::policy::Policy for Policy {
+    fn blocks(&self, call: &crate::tools::Admitted) -> bool {
+        call.tool().is_some_and(|spec| self.needs(spec))
+    }
+
+    fn check(
+        &self,
+        call: &crate::tools::Admitted,
+        options: &crate::tools::CallOptions,
+    ) -> Result<Option<crate::tools::policy::Hold>, CallError> {
+        if !call.tool().is_some_and(|spec| self.needs(spec)) {
+            return Ok(None);
+        }
+        let caller = options.principal.as_deref().map(crate::tools::Principal::name).unwrap_or("");
+        let id = self.check(&call.name, &call.params, caller, options.caller, call.token.as_deref())?;
+        Ok(Some(crate::tools::policy::Hold(id)))
+    }
+
+    fn commit(&self, call: &crate::tools::Admitted, hold: crate::tools::policy::Hold) -> Result<(), CallError> {
+        self.consume(&call.name, &hold.0)
+    }
+}
+
 /// A call that waits for approval: the record and the token its caller presents later.
 #[derive(Clone, Debug)]
 pub struct Pending {

@@ -1,9 +1,9 @@
-//! The inner calls of one code-mode run, all through the registry's one call path. A tool
-//! function returns a pending call at once. An upstream call starts on the async runtime right
-//! away ([`Registry::call_async`]); a call of ctx's own tools is put off until the script
-//! awaits it, when it runs on the script's own thread if it can finish without blocking
-//! ([`Registry::try_inline`]), or until the script does anything else first, when it starts on
-//! the runtime. So calls started before they are awaited run concurrently, up to
+//! The inner calls of one code-mode run, all through the pipeline's one door
+//! ([`Registry::enter`]). A tool function returns a pending call at once. An upstream call
+//! starts on the async runtime right away; a call of ctx's own tools is put off until the
+//! script awaits it, when its call is polled once on the script's own thread (it finishes there
+//! if its tool can finish without blocking) and awaited on the runtime otherwise, or until the
+//! script does anything else first, when it starts on the runtime. So calls started before they are awaited run concurrently, up to
 //! [`CodeLimits::max_concurrent`] at a time per upstream server (and per ctx's own tools): the
 //! others wait their turn, and the wait is not part of a call's own timeout.
 
@@ -17,7 +17,8 @@ use tokio::sync::Semaphore;
 
 use crate::config::code_mode::CodeLimits;
 use crate::lua::{CancelHandle, Progress, ProgressSink, RunState};
-use crate::tools::{CallError, CallOptions, Output, Registry};
+use crate::tools::pipeline::Gate;
+use crate::tools::{Answer, Call, CallError, CallOptions, Output, Registry};
 use crate::types::ErrorCode;
 
 /// The most inner calls a trace lists one by one; the rest are counted.
@@ -215,31 +216,39 @@ impl Calls {
         Ok(id)
     }
 
-    /// Starts `slot`'s call on the runtime, behind its group's gate.
+    /// Starts `slot`'s call on the runtime; it runs behind its group's gate.
     fn dispatch(&self, slot: &Arc<Slot>, args: Args) {
-        let gate = self.gate(&slot.group);
-        let registry = Arc::clone(&self.registry);
-        let options = self.options_for(slot);
-        let (name, on_task) = (slot.tool.clone(), Arc::clone(slot));
-        let (conclude, held) = (self.concluder(), Arc::clone(&self.held));
+        let (entered, gate) = match args {
+            Args::Fresh(params) => {
+                let (call, gate) = self.call_of(slot, params);
+                (self.registry.entered(call), gate)
+            }
+            Args::Entered(entered, gate) => (entered, gate),
+        };
+        let (on_task, conclude, held) = (Arc::clone(slot), self.concluder(), Arc::clone(&self.held));
         let task = self.handle.spawn(async move {
-            // Queued time is not the call's: its own timeout starts inside `call_async`.
-            let _permit = gate.acquire_owned().await;
             let started = Instant::now();
-            let result = match args {
-                Args::Fresh(params) => Arc::clone(&registry).call_async(name, params, options.clone()).await,
-                Args::Deferred(deferred) => Arc::clone(&registry).call_deferred(name, deferred, options.clone()).await,
-            };
-            let result = match result {
-                Err(CallError::ApprovalRequired(pending)) if registry.approvals().wait_in_scripts => {
-                    wait_for_approval(&registry, *pending, options).await
-                }
-                other => other,
-            };
+            let result = entered.await.and_then(Answer::output);
             held.fetch_sub(on_task.args_bytes, Ordering::Relaxed);
-            conclude(&on_task, result, started.elapsed());
+            // Waiting for a turn is not part of the call's own time.
+            let since = gate.running_since().unwrap_or(started);
+            conclude(&on_task, result, since.elapsed());
         });
         *lock(&slot.abort) = Some(task.abort_handle());
+    }
+
+    /// The pipeline call of `slot` with `params`, behind its group's gate, and, with
+    /// `[approval] in_scripts = "wait"`, waiting for a person's decision when it needs approval.
+    fn call_of(&self, slot: &Slot, params: Json) -> (Call, Arc<Gate>) {
+        let mut options = self.options_for(slot);
+        if self.registry.approvals().wait_in_scripts {
+            let policy = Arc::clone(self.registry.approvals());
+            options.ask = Some(Arc::new(WaitForPerson { policy, cancel: slot.cancel.clone() }));
+        }
+        let gate = Gate::new(self.gate(&slot.group));
+        let mut call = Call::tool(slot.tool.clone(), params, options);
+        call.gate = Some(Arc::clone(&gate));
+        (call, gate)
     }
 
     /// Starts the call put off last, if there is one.
@@ -365,12 +374,17 @@ impl Calls {
         };
         let Some(params) = mine.and_then(|slot| lock(&slot.deferred).take()) else { return };
         let started = Instant::now();
-        match self.registry.try_inline(&slot.tool, params, &self.options_for(slot)) {
-            Ok(result) => {
+        // Polled once right here: a call whose tool finishes without blocking is done, with no
+        // thread hand-off; any other goes on on the runtime from where it got to.
+        let (call, gate) = self.call_of(slot, params);
+        let mut entered = self.registry.entered(call);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match entered.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(result) => {
                 self.held.fetch_sub(slot.args_bytes, Ordering::Relaxed);
-                (self.concluder())(slot, result, started.elapsed());
+                (self.concluder())(slot, result.and_then(Answer::output), started.elapsed());
             }
-            Err(deferred) => self.dispatch(slot, Args::Deferred(deferred)),
+            std::task::Poll::Pending => self.dispatch(slot, Args::Entered(entered, gate)),
         }
     }
 
@@ -501,42 +515,43 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// What a dispatched call starts from.
 enum Args {
-    /// Parameters not yet through the call path.
+    /// Parameters not yet through the pipeline.
     Fresh(Json),
-    /// A call `try_inline` admitted but could not run inline.
-    Deferred(crate::tools::NotInline),
+    /// A call already polled once on the script's thread, to be awaited on the runtime.
+    Entered(crate::tools::pipeline::Entered, Arc<Gate>),
 }
 
 /// How often a script's call that waits for approval looks at its decision.
 const APPROVAL_POLL: Duration = Duration::from_millis(250);
 
-/// `[approval] in_scripts = "wait"`: waits until a person decides `pending`, then runs the call
-/// once on "approve". The script's deadline still holds: when it passes, the run aborts this
-/// task, and the approval stays pending for whoever asks again.
-async fn wait_for_approval(
-    registry: &Arc<Registry>,
-    pending: crate::approval::Pending,
-    mut options: CallOptions,
-) -> Result<Output, CallError> {
-    let policy = Arc::clone(registry.approvals());
-    loop {
-        tokio::time::sleep(APPROVAL_POLL).await;
-        if options.cancel.is_cancelled() {
-            return Err(CallError::cancelled(&pending.approval.tool));
-        }
-        let (store, id) = (Arc::clone(&policy), pending.approval.id.clone());
-        let state = tokio::task::spawn_blocking(move || store.store.by_id(&id)).await;
-        let row = match state {
-            Ok(Ok(Some(row))) => row,
-            _ => return Err(CallError::ApprovalRequired(Box::new(pending))),
-        };
-        // Expired without a decision counts as decided: the token check says so.
-        if row.state != "pending" || row.expires_ms <= crate::approval::store::now_ms() {
-            break;
-        }
+/// `[approval] in_scripts = "wait"`: a script's call that needs approval waits until a person
+/// decides, then is checked again with its token (an approved call runs once; any other
+/// decision says why not). The script's deadline still holds: when it passes, the run aborts
+/// the call, and the approval stays pending for whoever asks again.
+struct WaitForPerson {
+    policy: Arc<crate::approval::Policy>,
+    cancel: CancelHandle,
+}
+
+impl crate::tools::Ask for WaitForPerson {
+    fn ask<'a>(&'a self, pending: &'a crate::approval::Pending) -> crate::tools::pipeline::AskFuture<'a> {
+        Box::pin(async move {
+            loop {
+                tokio::time::sleep(APPROVAL_POLL).await;
+                if self.cancel.is_cancelled() {
+                    return Err(CallError::cancelled(&pending.approval.tool));
+                }
+                let (store, id) = (Arc::clone(&self.policy), pending.approval.id.clone());
+                let state = tokio::task::spawn_blocking(move || store.store.by_id(&id)).await;
+                let row = match state {
+                    Ok(Ok(Some(row))) => row,
+                    _ => return Err(CallError::ApprovalRequired(Box::new(pending.clone()))),
+                };
+                // Expired without a decision counts as decided: the token check says so.
+                if row.state != "pending" || row.expires_ms <= crate::approval::store::now_ms() {
+                    return Ok(pending.token.clone());
+                }
+            }
+        })
     }
-    // Approved or not, the token decides: it runs an approved call once and says why not
-    // otherwise.
-    options.approval = Some(pending.token.clone());
-    Arc::clone(registry).call_async(pending.approval.tool.clone(), pending.approval.params.clone(), options).await
 }

@@ -1,7 +1,10 @@
 //! Approval over MCP: when a call needs a person's approval and the client can ask its user
 //! (form elicitation), ctx asks right away and runs the call on "approve": with a request of
-//! its own in the session eras and over stdio, with an input-required result in the stateless
-//! 2026-07-28 era. A client that cannot ask gets the pending approval as the result instead.
+//! its own in the session eras and over stdio (the call waits in the pipeline's policy stage,
+//! see [`Elicit`]), with an input-required result in the stateless 2026-07-28 era (the client
+//! calls again with the answer). A client that cannot ask gets the pending approval as the result instead.
+
+use std::sync::Arc;
 
 use rmcp::model::{
     ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, InputRequest,
@@ -120,6 +123,50 @@ pub async fn ask(cx: &RequestContext<RoleServer>, pending: &Pending) -> Answer {
             tracing::info!("approval {}: the client could not ask its user ({e}); it stays pending", a.id);
             Answer::NotAsked
         }
+    }
+}
+
+/// Records a person's answer for the approval of `token`, like a decision made with `ctx
+/// approvals` (so the log and `/approvals` show who decided): `Ok` with the token to check the
+/// call again with when they approved, else why it does not run.
+pub async fn record(
+    policy: Arc<crate::approval::Policy>,
+    token: &str,
+    caller: &str,
+    answer: Answer,
+) -> Result<String, CallError> {
+    let approved = matches!(answer, Answer::Approved);
+    let (owned, caller) = (token.to_string(), caller.to_string());
+    let decided =
+        tokio::task::spawn_blocking(move || policy.decide_for(&owned, &caller, approved, "mcp elicitation")).await;
+    let pending = match decided {
+        Ok(Ok(pending)) => pending,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(CallError::Internal("recording the approval failed".into())),
+    };
+    match approved {
+        true => Ok(token.to_string()),
+        false => Err(declined(&pending)),
+    }
+}
+
+/// A session-era (or stdio) client that declared form elicitation: the pipeline puts a call's
+/// pending approval to its user while the call waits, and the call goes on with their answer.
+pub struct Elicit {
+    pub cx: RequestContext<RoleServer>,
+    pub policy: Arc<crate::approval::Policy>,
+    /// Whom the call is made for: only that caller may answer for its approval.
+    pub caller: String,
+}
+
+impl crate::tools::Ask for Elicit {
+    fn ask<'a>(&'a self, pending: &'a Pending) -> crate::tools::pipeline::AskFuture<'a> {
+        Box::pin(async move {
+            match ask(&self.cx, pending).await {
+                Answer::NotAsked => Err(CallError::ApprovalRequired(Box::new(pending.clone()))),
+                answer => record(Arc::clone(&self.policy), &pending.token, &self.caller, answer).await,
+            }
+        })
     }
 }
 

@@ -193,11 +193,24 @@ impl Mcp {
         // Without a token the sink is dropped here, and the queue ends at once.
         let progress = token.is_some().then_some(sink);
         let principal = principal(&cx);
+        let asking = match may_ask(self.inner.tools.current().approvals(), principal.as_deref()) {
+            true => approve::asking(&cx),
+            false => approve::Asking::No,
+        };
+        // A client that can be asked in this era is asked while the call waits in the pipeline.
+        let ask: Option<Arc<dyn crate::tools::Ask>> = (asking == approve::Asking::Request).then(|| {
+            Arc::new(approve::Elicit {
+                cx: cx.clone(),
+                policy: Arc::clone(self.inner.tools.current().approvals()),
+                caller: principal.as_ref().map(|p| p.name().to_string()).unwrap_or_default(),
+            }) as Arc<dyn crate::tools::Ask>
+        });
         let options = CallOptions {
             cancel: CancelHandle::new(),
             progress,
             caller: "mcp",
             principal: principal.clone(),
+            ask,
             ..Default::default()
         };
         // Dropping the call future cancels the script (Tools::call), so leaving the loop on
@@ -240,14 +253,7 @@ impl Mcp {
                 progress::QUEUE_LEN
             );
         }
-        let asking = match may_ask(self.inner.tools.current().approvals(), principal.as_deref()) {
-            true => approve::asking(&cx),
-            false => approve::Asking::No,
-        };
         let result = match (result, asking) {
-            (Err(CallError::ApprovalRequired(pending)), approve::Asking::Request) => {
-                self.approve_and_run(&cx, &pending, principal).await
-            }
             (Err(CallError::ApprovalRequired(pending)), approve::Asking::InputRequired) => {
                 let state = self.inner.tools.current().approvals().question_state(&pending);
                 match approve::input_required(&pending, state) {
@@ -264,23 +270,6 @@ impl Mcp {
         }
     }
 
-    /// Asks the client's user to approve a call that needs it; runs it, once, on "approve".
-    /// The decision is recorded like one made with `ctx approvals`, so the log and
-    /// `/approvals` show who decided.
-    async fn approve_and_run(
-        &self,
-        cx: &RequestContext<RoleServer>,
-        pending: &crate::approval::Pending,
-        principal: Option<Arc<crate::tools::Principal>>,
-    ) -> Result<crate::tools::Output, CallError> {
-        let answer = approve::ask(cx, pending).await;
-        if matches!(answer, approve::Answer::NotAsked) {
-            return Err(CallError::ApprovalRequired(Box::new(pending.clone())));
-        }
-        let (tool, params) = (pending.approval.tool.clone(), pending.approval.params.clone());
-        self.decide_and_run(cx, &tool, params, &pending.token, answer, principal).await
-    }
-
     /// Records the user's answer for the approval of `token`, like a decision made with `ctx
     /// approvals` (so the log and `/approvals` show who decided), then makes the call with the
     /// token: the one call path checks that it is this call, this caller, and approved.
@@ -293,25 +282,14 @@ impl Mcp {
         answer: approve::Answer,
         principal: Option<Arc<crate::tools::Principal>>,
     ) -> Result<crate::tools::Output, CallError> {
-        let approved = matches!(answer, approve::Answer::Approved);
         let policy = Arc::clone(self.inner.tools.current().approvals());
         let caller = principal.as_ref().map(|p| p.name().to_string()).unwrap_or_default();
-        let owned = token.to_string();
-        let decided =
-            tokio::task::spawn_blocking(move || policy.decide_for(&owned, &caller, approved, "mcp elicitation")).await;
-        let pending = match decided {
-            Ok(Ok(pending)) => pending,
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(CallError::Internal("recording the approval failed".into())),
-        };
-        if !approved {
-            return Err(approve::declined(&pending));
-        }
+        let token = approve::record(policy, token, &caller, answer).await?;
         let options = CallOptions {
             cancel: CancelHandle::new(),
             caller: "mcp",
             principal,
-            approval: Some(token.to_string()),
+            approval: Some(token),
             ..Default::default()
         };
         let call = self.inner.tools.call(tool.to_string(), params, options);

@@ -1,13 +1,19 @@
-//! Tools: what agents call. One [`Registry`] holds the built-ins and every Lua tool, and
-//! [`Registry::call`] is the only way to run one: lookup, parameter validation, defaults,
-//! limits, cancellation, logging and error mapping all happen there, for REST, MCP and the CLI.
+//! Tools: what agents call. One [`Registry`] is the catalog of the built-ins, every Lua tool,
+//! upstream tool and agent; [`Registry::enter`] is the one door every call goes through (see
+//! [`pipeline`]): admission, policy, observation and execution, for REST, MCP, the CLI, code
+//! mode's inner calls, `context.call` and agent prompts alike.
 
+mod admit;
 pub mod bridge;
 mod builtin;
 mod error;
+mod execute;
 mod lua_tool;
+mod observe;
 mod output;
 pub mod params;
+pub mod pipeline;
+pub mod policy;
 pub mod principal;
 pub mod rate;
 mod registry;
@@ -19,14 +25,16 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value as Json};
 
+pub use admit::{Admitted, Resolved, Target, MAX_CHAIN, MAX_NAME_BYTES, MAX_REENTRY};
 pub use builtin::result_schema;
 pub use error::{http_status, retry_secs, CallError};
+pub use execute::{Answer, Placement};
+pub use observe::Observed;
 pub use output::Output;
 pub use params::Params;
+pub use pipeline::{Ask, Call};
 pub use principal::Principal;
-pub use registry::{
-    check, CallOptions, Checked, NotInline, Observed, Registry, Tools, MAX_CHAIN, MAX_NAME_BYTES, MAX_REENTRY,
-};
+pub use registry::{check, CallOptions, Checked, Registry, Tools};
 
 use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};
@@ -116,6 +124,7 @@ impl CallEnv<'_> {
             principal: self.principal.clone(),
             parent: Some(self.call_id),
             approval: None,
+            ask: None,
         }
     }
 }

@@ -236,6 +236,27 @@ fn buckets() -> &'static Mutex<HashMap<Key, Bucket>> {
     BUCKETS.get_or_init(Default::default)
 }
 
+/// Rate limits are a policy of the call pipeline: a call over its rate is refused with how long
+/// to wait. Agents' prompts are counted under the agent's name like tools under theirs.
+impl super::policy::Policy for Rules {
+    fn check(
+        &self,
+        call: &super::Admitted,
+        options: &super::CallOptions,
+    ) -> Result<Option<super::policy::Hold>, super::CallError> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let caller = options.principal.as_deref().map(super::Principal::name).unwrap_or("");
+        self.take(&call.name, caller).map_err(|refused| super::CallError::RateLimited {
+            tool: call.name.clone(),
+            rate: refused.rate,
+            retry_after: refused.retry_after,
+        })?;
+        Ok(None)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,17 +1,18 @@
-//! The tool registry: an immutable snapshot of every tool, and the one call path.
+//! The tool registry: an immutable snapshot of every tool and agent, the catalog that calls are
+//! made against (the call itself is the pipeline's, see [`super::pipeline`]).
 //!
 //! [`Tools`] holds the current snapshot and swaps in a new one atomically (hot reload); a call
 //! keeps the snapshot it started with until it finishes.
 
+use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
 
-use serde_json::{json, Value as Json};
-
+use super::execute::Answer;
 use super::lua_tool::LuaTool;
-use super::{builtin, stuck, CallEnv, CallError, Output, ToolRef, ToolSpec, BUILTINS};
+use super::pipeline::{self, Call};
+use super::{builtin, CallEnv, CallError, Output, ToolRef, ToolSpec, BUILTINS};
 use crate::agents::{self, AgentRef, AgentSpec};
 use crate::config::{BrokenSection, Config, ScriptKind, ScriptSection};
 use crate::kb::Kb;
@@ -40,46 +41,8 @@ pub struct CallOptions {
     /// The token of an approved call (REST's `Ctx-Approval` header; otherwise taken from
     /// `_approval` beside the arguments).
     pub approval: Option<String>,
-}
-
-/// An id for each call, so inner calls can name their parent. It starts from the process's
-/// start time in microseconds, so ids stay unique in a log that several processes (a server,
-/// then another, the CLI) write over time.
-fn next_call_id() -> u64 {
-    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
-    let next = NEXT.get_or_init(|| {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        std::sync::atomic::AtomicU64::new(now.as_micros() as u64)
-    });
-    next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-/// The longest tool name a call may give.
-pub const MAX_NAME_BYTES: usize = 256;
-
-/// How deep a chain of tool calls may go (a tool calling a tool calling a tool...).
-pub const MAX_CHAIN: usize = 16;
-
-/// How many times one tool may already be on a chain when it is called again: a little
-/// deliberate recursion works, a loop fails fast with the chain in the message.
-pub const MAX_REENTRY: usize = 2;
-
-/// Refuses a call of `name` that would make `chain` too deep or come back to a tool too often.
-fn check_chain(name: &str, chain: &[String]) -> Result<(), CallError> {
-    let again = chain.iter().filter(|t| *t == name).count();
-    if again < MAX_REENTRY && chain.len() < MAX_CHAIN {
-        return Ok(());
-    }
-    let path: Vec<&str> = chain.iter().map(String::as_str).chain([name]).collect();
-    let why = if again >= MAX_REENTRY {
-        format!("it would be running {} times at once", again + 1)
-    } else {
-        format!("the chain would be {} calls deep, over the limit of {MAX_CHAIN}", chain.len() + 1)
-    };
-    Err(CallError::BadRequest(format!(
-        "tool '{name}' refused: {why} (chain: {}); a tool that calls tools (context.call, code mode) must not loop back to itself",
-        path.join(" → ")
-    )))
+    /// How to put a pending approval to a person while the call waits, when the caller can.
+    pub ask: Option<Arc<dyn pipeline::Ask>>,
 }
 
 /// Every tool of one config, in listing order: built-ins first, then Lua tools by name.
@@ -98,10 +61,12 @@ pub struct Registry {
     /// The upstream servers whose tools this snapshot holds, to say why a call of a tool of a
     /// server that is down fails.
     upstreams: Option<Arc<crate::upstream::Upstreams>>,
-    /// The rate limits of this config (their buckets outlive the snapshot).
-    rates: Arc<super::rate::Rules>,
     /// Which calls wait for a person's approval.
     approvals: Arc<crate::approval::Policy>,
+    /// What every call must pass before it runs, in order: approval, then the rate limits of
+    /// this config (their buckets outlive the snapshot). A call that only asks for approval
+    /// costs no rate.
+    pub(super) policies: Vec<Arc<dyn super::policy::Policy>>,
 }
 
 impl Registry {
@@ -171,8 +136,8 @@ impl Registry {
             own: self.own,
             kb: self.kb.clone(),
             upstreams: Some(Arc::clone(upstreams)),
-            rates: Arc::clone(&self.rates),
             approvals: Arc::clone(&self.approvals),
+            policies: self.policies.clone(),
         }
     }
 
@@ -207,6 +172,7 @@ impl Registry {
         };
         let rates = Arc::new(super::rate::Rules::from_config(config, &tool_of_section));
         let approvals = Arc::new(crate::approval::Policy::from_config(config));
+        let policies: Vec<Arc<dyn super::policy::Policy>> = vec![approvals.clone(), rates];
         Registry {
             tools,
             index,
@@ -216,14 +182,14 @@ impl Registry {
             own,
             kb,
             upstreams: None,
-            rates,
             approvals,
+            policies,
         }
     }
 
     /// The error for a call of `name` that is not registered: "failed to load" with the reason
     /// when a section of that name failed, else `None` (the name is unknown).
-    fn not_loaded(&self, kind: LoadProblemKind, name: &str) -> Option<CallError> {
+    pub(super) fn not_loaded(&self, kind: LoadProblemKind, name: &str) -> Option<CallError> {
         let problem = self.problems.iter().find(|p| p.kind == kind && p.name == name)?;
         let word = if kind == LoadProblemKind::Agent { "agent" } else { "tool" };
         Some(CallError::NotLoaded { subject: format!("{word} '{name}'"), reason: problem.message.clone() })
@@ -243,52 +209,6 @@ impl Registry {
     /// name tools.
     pub fn agents_for<'a>(&'a self, principal: Option<&'a super::Principal>) -> impl Iterator<Item = &'a AgentSpec> {
         self.agents().filter(move |a| super::principal::allows(principal, &a.name))
-    }
-
-    /// Resolves an agent's prompt: the one path REST, MCP and the CLI take. Checks the
-    /// arguments, runs the agent (a Lua agent under its limits) and fills in its tools.
-    pub fn prompt(self: &Arc<Self>, name: &str, args: Json, options: &CallOptions) -> Result<AgentPrompt, CallError> {
-        let started = Instant::now();
-        let result = self.resolve_agent(name, args, options);
-        let micros = started.elapsed().as_micros() as u64;
-        match &result {
-            Ok(_) => tracing::debug!(agent = name, caller = options.caller, micros, "agent resolved"),
-            Err(e) => {
-                let text = e.to_string();
-                let text = crate::lua::api::log::one_line(&text);
-                tracing::info!(agent = name, caller = options.caller, micros, code = %e.code(), "agent failed: {text}")
-            }
-        }
-        result
-    }
-
-    fn resolve_agent(
-        self: &Arc<Self>,
-        name: &str,
-        args: Json,
-        options: &CallOptions,
-    ) -> Result<AgentPrompt, CallError> {
-        let principal = options.principal.as_deref();
-        let visible = |agent: &str| super::principal::allows(principal, agent);
-        let agent = self.agents.iter().find(|a| a.spec().name == name && visible(name)).ok_or_else(|| {
-            if let Some(broken) = self.not_loaded(LoadProblemKind::Agent, name).filter(|_| visible(name)) {
-                return broken;
-            }
-            let names: Vec<&str> = self.agents_for(principal).map(|s| s.name.as_str()).collect();
-            let names = if names.is_empty() { "none configured".to_string() } else { names.join(", ") };
-            CallError::UnknownAgent(format!("unknown agent '{name}'; available agents: {names}"))
-        })?;
-        let spec = agent.spec();
-        let args = spec.check(&args)?;
-        let env = self.env(name, options, next_call_id());
-        let resolved = agent.resolve(&args, &env)?;
-        Ok(AgentPrompt {
-            agent: spec.name.clone(),
-            description: Some(spec.description.clone()),
-            system: resolved.system,
-            messages: resolved.messages,
-            tools: if resolved.tools.is_empty() { spec.tools.clone() } else { resolved.tools },
-        })
     }
 
     /// The listed tools, in listing order: built-ins, Lua tools, then upstream tools (a server
@@ -376,104 +296,33 @@ impl Registry {
         self.tools.iter().find(|t| t.spec().section.as_deref() == Some(section)).cloned()
     }
 
-    /// Calls a tool: the one path every caller takes. Blocks while a script runs, so async
-    /// callers use [`Tools::call`].
+    /// Calls a tool from a thread that may block (the CLI, a Lua tool's `context.call`): the
+    /// pipeline's one door ([`Registry::enter`]), with the tool run on this thread.
     pub fn call(self: &Arc<Self>, name: &str, params: Json, options: &CallOptions) -> Result<Output, CallError> {
-        let started = Started::now(options, &params);
-        let result = self
-            .prepare(name, params, options, None)
-            .and_then(|(tool, params)| tool.run(params, &self.env(name, options, started.id)));
-        self.log_call(name, options, started, &result);
-        result
+        let call = Call::tool(name.to_string(), params, options.clone()).here();
+        pipeline::wait(Arc::clone(self).enter(call)).and_then(Answer::output)
     }
 
-    /// Whether `name` is a tool that `options`' caller may call and whose calls wait for a
-    /// person's approval (out of scope, it is unknown, at once).
-    fn needs_approval(&self, name: &str, options: &CallOptions) -> bool {
-        super::principal::allows(options.principal.as_deref(), name)
-            && self.index.get(name).is_some_and(|&i| self.approvals.needs(self.tools[i].spec()))
+    /// Resolves an agent's prompt from a thread that may block (`ctx agent test`), through the
+    /// same door.
+    pub fn prompt(self: &Arc<Self>, name: &str, args: Json, options: &CallOptions) -> Result<AgentPrompt, CallError> {
+        let call = Call::prompt(name.to_string(), args, options.clone()).here();
+        pipeline::wait(Arc::clone(self).enter(call)).and_then(Answer::prompt)
     }
 
-    /// Looks the tool up and checks the parameters (filling in defaults). When `gone` is set
-    /// (the caller stopped waiting while this ran on the blocking pool), an approval is not
-    /// used up: the call stops as cancelled before it.
-    fn prepare(
-        &self,
-        name: &str,
-        mut params: Json,
-        options: &CallOptions,
-        gone: Option<&std::sync::atomic::AtomicBool>,
-    ) -> Result<(ToolRef, Json), CallError> {
-        // No tool has a longer name (upstream ones are capped too): refused before anything
-        // quotes it in a message, a log line or the call log.
-        if name.len() > MAX_NAME_BYTES {
-            let shown: String = name.chars().take(40).collect();
-            return Err(CallError::UnknownTool(format!(
-                "unknown tool '{shown}…': tool names are at most {MAX_NAME_BYTES} bytes; GET /tools/list has them"
-            )));
-        }
-        // A token beside the arguments is the caller's, not the tool's.
-        let beside = match &mut params {
-            Json::Object(map) => map.remove(crate::approval::PARAM),
-            _ => None,
-        };
-        let principal = options.principal.as_deref();
-        let in_scope = super::principal::allows(principal, name);
-        let tool = self.index.get(name).filter(|_| in_scope).map(|&i| &self.tools[i]).ok_or_else(|| {
-            // Out of scope is unknown, with no hint that it exists.
-            if in_scope {
-                if let Some(broken) = self.not_loaded(LoadProblemKind::Tool, name) {
-                    return broken;
-                }
-                if let Some(down) = self.down_upstream(name) {
-                    return down;
-                }
-            }
-            let names: Vec<&str> =
-                self.specs().map(|s| s.name.as_str()).filter(|n| super::principal::allows(principal, n)).collect();
-            CallError::UnknownTool(format!("unknown tool '{name}'; available tools: {}", names.join(", ")))
-        })?;
-        let params = tool
-            .spec()
-            .params
-            .check(params)
-            .map_err(|problems| CallError::InvalidParams { tool: name.to_string(), problems })?;
-        check_chain(name, &options.chain)?;
-        if let Some(refusal) = crate::code::nested_script(self.kb.config(), &options.chain, name) {
-            return Err(CallError::BadRequest(refusal));
-        }
-        if options.cancel.is_cancelled() {
-            return Err(CallError::cancelled(name));
-        }
-        let caller = principal.map(super::Principal::name).unwrap_or("");
-        // Approval first: a call that only asks for approval costs no rate.
-        let approved = match self.approvals.needs(tool.spec()) {
-            true => {
-                let token = options.approval.as_deref().or(beside.as_ref().and_then(Json::as_str));
-                Some(self.approvals.check(name, &params, caller, options.caller, token)?)
-            }
-            false => None,
-        };
-        if !self.rates.is_empty() {
-            self.rates.take(name, caller).map_err(|refused| CallError::RateLimited {
-                tool: name.to_string(),
-                rate: refused.rate,
-                retry_after: refused.retry_after,
-            })?;
-        }
-        // Used up only now that the call runs (a rate refusal keeps it for the next try).
-        if let Some(approval) = approved {
-            if gone.is_some_and(|g| g.load(std::sync::atomic::Ordering::Acquire)) {
-                return Err(CallError::cancelled(name));
-            }
-            self.approvals.consume(name, &approval)?;
-        }
-        Ok((Arc::clone(tool), params))
+    /// The registered tool of `name`, whoever asks.
+    pub(super) fn tool(&self, name: &str) -> Option<ToolRef> {
+        self.index.get(name).map(|&i| Arc::clone(&self.tools[i]))
+    }
+
+    /// The agent of `name`, whoever asks.
+    pub(super) fn agent(&self, name: &str) -> Option<AgentRef> {
+        self.agents.iter().find(|a| a.spec().name == name).cloned()
     }
 
     /// What the run of `name` (call `id`) may use: the calls it makes carry `name` on their
     /// chain and `id` as their parent.
-    fn env(self: &Arc<Self>, name: &str, options: &CallOptions, id: u64) -> CallEnv<'_> {
+    pub(super) fn env(self: &Arc<Self>, name: &str, options: &CallOptions, id: u64) -> CallEnv<'_> {
         let mut chain = options.chain.clone();
         chain.push(name.to_string());
         CallEnv {
@@ -491,7 +340,7 @@ impl Registry {
     /// Why `name` is not registered when it names a tool of an upstream server that is not
     /// ready: its tools are gone from the listing until it reconnects, and a call says so at
     /// once instead of "unknown tool".
-    fn down_upstream(&self, name: &str) -> Option<CallError> {
+    pub(super) fn down_upstream(&self, name: &str) -> Option<CallError> {
         let upstreams = self.upstreams.as_ref()?;
         let statuses = upstreams.status();
         // The server the name belongs to, as the registry decides it (not merely the first
@@ -507,342 +356,10 @@ impl Registry {
         Some(CallError::from_upstream(name, std::time::Duration::ZERO, down))
     }
 
-    /// A call run right here if the tool can finish it without blocking ([`Tool::run_inline`]):
-    /// its result, logged like any call. `Err` when it cannot: the caller makes the call with
-    /// [`Registry::call_deferred`] instead (code mode's inner calls, awaited as soon as they are
-    /// made, skip two thread hand-offs this way). A call that was already admitted (its rate
-    /// taken, its approval used) is not admitted again there.
-    pub fn try_inline(
-        self: &Arc<Self>,
-        name: &str,
-        params: Json,
-        options: &CallOptions,
-    ) -> Result<Result<Output, CallError>, NotInline> {
-        // A call that may wait for a person runs as a task, where waiting blocks nothing.
-        if self.approvals.wait_in_scripts && self.spec(name).is_some_and(|s| self.approvals.needs(s)) {
-            return Err(NotInline(Deferred::Fresh(params)));
-        }
-        let started = Started::now(options, &params);
-        let (tool, params) = match self.prepare(name, params, options, None) {
-            Ok(prepared) => prepared,
-            Err(e) => {
-                let result = Err(e);
-                self.log_call(name, options, started, &result);
-                return Ok(result);
-            }
-        };
-        if tool.as_async().is_some() || stuck::quarantined(stuck::identity(&tool)).is_some() {
-            return Err(NotInline(Deferred::Admitted { tool, params, started: Box::new(started) }));
-        }
-        let Some(result) = self.inline(&tool, name, &params, options, started.id) else {
-            return Err(NotInline(Deferred::Admitted { tool, params, started: Box::new(started) }));
-        };
-        self.log_call(name, options, started, &result);
-        Ok(result)
-    }
-
-    /// Makes a call [`Registry::try_inline`] could not run inline, as [`Registry::call_async`]
-    /// would, without admitting it twice.
-    pub async fn call_deferred(
-        self: Arc<Self>,
-        name: String,
-        deferred: NotInline,
-        options: CallOptions,
-    ) -> Result<Output, CallError> {
-        match deferred.0 {
-            Deferred::Fresh(params) => self.call_async(name, params, options).await,
-            Deferred::Admitted { tool, params, started } => {
-                self.run_admitted(name, tool, params, options, *started).await
-            }
-        }
-    }
-
-    /// The tool's inline attempt ([`Tool::run_inline`]); a panic in it is an `internal` error.
-    fn inline(
-        self: &Arc<Self>,
-        tool: &ToolRef,
-        name: &str,
-        params: &Json,
-        options: &CallOptions,
-        id: u64,
-    ) -> Option<Result<Output, CallError>> {
-        let env = self.env(name, options, id);
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.run_inline(params, &env)))
-            .unwrap_or_else(|_| Some(Err(crashed(name, "panic in an inline run"))))
-    }
-
     /// Whether `name` is a tool whose calls are futures (an upstream server's).
     pub fn is_async(&self, name: &str) -> bool {
         self.index.get(name).is_some_and(|&i| self.tools[i].as_async().is_some())
     }
-
-    /// [`Registry::call`] for async callers: the one call path of REST, MCP and code mode's
-    /// inner calls. A tool that waits on another process runs as a future right here; any
-    /// other first gets a short inline run on this thread ([`Tool::run_inline`]), and what
-    /// cannot finish there without blocking runs on the blocking pool, where dropping the
-    /// future (the client went away) cancels the script. A panic inside the tool becomes an
-    /// `internal` error.
-    pub async fn call_async(
-        self: Arc<Self>,
-        name: String,
-        params: Json,
-        options: CallOptions,
-    ) -> Result<Output, CallError> {
-        let started = Started::now(&options, &params);
-        // A call that needs approval reads and writes the approvals' SQLite file, which a
-        // person's `ctx approvals approve` may hold for a moment: not on an async worker.
-        let (prepared, started) = match self.needs_approval(&name, &options) {
-            true => {
-                // Dropping this future (the client went away, a cancellation) marks the call
-                // gone, so the approval is not used up for a call that will not run.
-                struct Gone(Option<Arc<std::sync::atomic::AtomicBool>>);
-                impl Drop for Gone {
-                    fn drop(&mut self) {
-                        if let Some(flag) = &self.0 {
-                            flag.store(true, std::sync::atomic::Ordering::Release);
-                        }
-                    }
-                }
-                let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let mut gone = Gone(Some(Arc::clone(&flag)));
-                // A call dropped while it waits for a person is in the log too, as cancelled.
-                let awaiting = Awaiting::new(&self, &name, &options, started);
-                let (registry, owned, opts) = (Arc::clone(&self), name.clone(), options.clone());
-                let prepared =
-                    tokio::task::spawn_blocking(move || registry.prepare(&owned, params, &opts, Some(&flag)))
-                        .await
-                        .unwrap_or_else(|e| match e.is_cancelled() {
-                            true => Err(CallError::cancelled(&name)),
-                            false => Err(crashed(&name, &e.to_string())),
-                        });
-                // Done waiting: the flag only covers the wait.
-                gone.0 = None;
-                let Some(started) = awaiting.release() else {
-                    return Err(crashed(&name, "a call's start was lost"));
-                };
-                (prepared, started)
-            }
-            false => (self.prepare(&name, params, &options, None), started),
-        };
-        let (tool, params) = match prepared {
-            Ok(prepared) => prepared,
-            Err(e) => {
-                let result = Err(e);
-                self.log_call(&name, &options, started, &result);
-                return result;
-            }
-        };
-        self.run_admitted(name, tool, params, options, started).await
-    }
-
-    /// Runs a call that passed [`Registry::prepare`], and logs it.
-    async fn run_admitted(
-        self: Arc<Self>,
-        name: String,
-        tool: ToolRef,
-        params: Json,
-        options: CallOptions,
-        started: Started,
-    ) -> Result<Output, CallError> {
-        if let Some(run) = stuck::quarantined(stuck::identity(&tool)) {
-            let result = Err(CallError::Unavailable(format!(
-                "tool '{name}' is quarantined: a call {:.0} s ago overran its deadline inside a library call and is still running; ctx refuses new calls of this tool until that call ends or its script is edited (the server log has the details)",
-                run.since.elapsed().as_secs_f64()
-            )));
-            self.log_call(&name, &options, started, &result);
-            return result;
-        }
-        // A tool that waits on another process runs as a future right here: no thread, and
-        // dropping this future (the client went away or cancelled) cancels it upstream too.
-        if let Some(async_tool) = tool.as_async() {
-            let mut awaiting = Awaiting::new(&self, &name, &options, started);
-            let result = async_tool.call(params, options.progress.clone()).await;
-            awaiting.finish(&result);
-            return result;
-        }
-        let id = started.id;
-        let result = match self.inline(&tool, &name, &params, &options, id) {
-            Some(result) => result,
-            None => {
-                let mut awaiting = Awaiting::new(&self, &name, &options, started);
-                let (identity, deadline) = (stuck::identity(&tool), tool.deadline());
-                let (registry, opts, tool_name) = (Arc::clone(&self), options.clone(), name.clone());
-                let run = move || tool.run(params, &registry.env(&tool_name, &opts, id));
-                let subject = format!("tool '{name}'");
-                let result = watched(identity, deadline, subject, &options.cancel, run).await.unwrap_or_else(|e| {
-                    // A run cancelled with its runtime (shutdown) did not crash.
-                    if e.is_cancelled() {
-                        return Err(CallError::cancelled(&name));
-                    }
-                    Err(crashed(&name, &e.to_string()))
-                });
-                awaiting.finish(&result);
-                return result;
-            }
-        };
-        self.log_call(&name, &options, started, &result);
-        result
-    }
-
-    /// The end of every call: [`log_call`], with whether the name is a registered tool (only
-    /// those become metrics labels).
-    fn log_call(&self, name: &str, options: &CallOptions, started: Started, result: &Result<Output, CallError>) {
-        log_call(name, self.index.contains_key(name), options, started, result);
-    }
-}
-
-/// A call being awaited. Its log entry is written when it finishes, or, when the future is
-/// dropped first (the client went away, an MCP cancellation), as cancelled: every call that
-/// started is in the call log, the ones nobody waited for included.
-struct Awaiting {
-    call: Option<(Arc<Registry>, String, CallOptions, Started)>,
-}
-
-impl Awaiting {
-    fn new(registry: &Arc<Registry>, name: &str, options: &CallOptions, started: Started) -> Awaiting {
-        Awaiting { call: Some((Arc::clone(registry), name.to_string(), options.clone(), started)) }
-    }
-
-    /// Takes the call back unlogged, for the caller to go on with (and log) itself.
-    fn release(mut self) -> Option<Started> {
-        self.call.take().map(|(.., started)| started)
-    }
-
-    fn finish(&mut self, result: &Result<Output, CallError>) {
-        if let Some((registry, name, options, started)) = self.call.take() {
-            registry.log_call(&name, &options, started, result);
-        }
-    }
-}
-
-impl Drop for Awaiting {
-    fn drop(&mut self) {
-        if let Some((_, name, ..)) = &self.call {
-            let cancelled = Err(CallError::cancelled(name));
-            self.finish(&cancelled);
-        }
-    }
-}
-
-/// A request that is not a tool call (an MCP prompt or resource request, an agent's prompt),
-/// logged and counted like one under its MCP method's name (`prompts/get`, `resources/read`):
-/// names with a `/`, which no tool can have. Dropped before [`Observed::finish`] (the client went
-/// away), it is logged as cancelled.
-pub struct Observed {
-    request: Option<(String, CallOptions, Started)>,
-}
-
-impl Observed {
-    pub fn start(method: &str, params: &Json, options: &CallOptions) -> Observed {
-        Observed { request: Some((method.to_string(), options.clone(), Started::now(options, params))) }
-    }
-
-    /// Lets the request go unlogged: it is handed to a path that logs it itself.
-    pub fn forget(mut self) {
-        self.request = None;
-    }
-
-    /// Logs the outcome: a small summary of what was served, or the error.
-    pub fn finish(mut self, result: Result<Json, &CallError>) {
-        if let Some((method, options, started)) = self.request.take() {
-            let result = match result {
-                Ok(summary) => Ok(Output::Value(summary)),
-                Err(e) => Err(e.clone()),
-            };
-            log_call(&method, true, &options, started, &result);
-        }
-    }
-}
-
-impl Drop for Observed {
-    fn drop(&mut self) {
-        if let Some((method, options, started)) = self.request.take() {
-            let cancelled = Err(CallError::cancelled(&method));
-            log_call(&method, true, &options, started, &cancelled);
-        }
-    }
-}
-
-/// A call [`Registry::try_inline`] could not run inline; [`Registry::call_deferred`] makes it.
-pub struct NotInline(Deferred);
-
-enum Deferred {
-    /// Not admitted yet (it may wait for a person: it runs the whole call path as a task).
-    Fresh(Json),
-    /// Admitted (looked up, checked, its rate taken and its approval used): it only runs.
-    Admitted { tool: ToolRef, params: Json, started: Box<Started> },
-}
-
-/// The output's value, as the call log keeps it as the result.
-fn output_value(output: &Output) -> std::borrow::Cow<'_, Json> {
-    match output {
-        Output::Value(v) | Output::HandledError(v) => std::borrow::Cow::Borrowed(v),
-        Output::Traced { output, .. } => output_value(output),
-        other => std::borrow::Cow::Owned(other.value()),
-    }
-}
-
-/// A call as it starts: its id, its time, and its call-log entry (parameters rendered) when a
-/// log runs.
-struct Started {
-    id: u64,
-    at: Instant,
-    wall: std::time::SystemTime,
-    entry: Option<Box<crate::calllog::Entry>>,
-}
-
-impl Started {
-    fn now(_options: &CallOptions, params: &Json) -> Started {
-        Started {
-            id: next_call_id(),
-            at: Instant::now(),
-            wall: std::time::SystemTime::now(),
-            entry: crate::calllog::begin(params),
-        }
-    }
-}
-
-/// The end of every call: its log line, its metrics, and its entry in the call log.
-fn log_call(name: &str, known: bool, options: &CallOptions, started: Started, result: &Result<Output, CallError>) {
-    let micros = started.at.elapsed().as_micros() as u64;
-    let outcome = match result {
-        Ok(output) if output.is_error() => "tool_error",
-        Ok(_) => "ok",
-        Err(e) => super::error::code_name(e.code()),
-    };
-    crate::metrics::call(name, known, outcome, micros);
-    match result {
-        Ok(_) => tracing::debug!(tool = name, caller = options.caller, micros, "tool call ok"),
-        Err(e) => {
-            let text = e.log_text();
-            let text = crate::lua::api::log::one_line(&text);
-            tracing::info!(tool = name, caller = options.caller, micros, code = %e.code(), "tool call failed: {text}")
-        }
-    }
-    let Some(mut entry) = started.entry else { return };
-    match result {
-        Ok(output) => {
-            entry.set_result(&output_value(output));
-            entry.message = None;
-        }
-        Err(e) => {
-            entry.has_result = false;
-            entry.message = Some(e.log_text());
-        }
-    }
-    entry.id = started.id;
-    entry.parent = options.parent;
-    entry.at = started.wall;
-    entry.tool.clear();
-    entry.tool.push_str(name);
-    entry.caller.clear();
-    if let Some(principal) = &options.principal {
-        entry.caller.push_str(principal.name());
-    }
-    entry.via = options.caller;
-    entry.micros = micros;
-    entry.outcome = outcome;
-    crate::calllog::record(entry);
 }
 
 /// What [`check`] found: problems make `ctx schema check` fail, warnings do not.
@@ -1057,93 +574,14 @@ impl Tools {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(registry);
     }
 
-    /// [`Registry::call_async`] on the current snapshot: the call keeps the snapshot it
-    /// started with until it finishes.
+    /// A tool call through the pipeline's one door ([`Registry::enter`]) on the current
+    /// snapshot: the call keeps the snapshot it started with until it finishes.
     pub async fn call(&self, name: String, params: Json, options: CallOptions) -> Result<Output, CallError> {
-        self.current().call_async(name, params, options).await
+        self.current().enter(Call::tool(name, params, options)).await.and_then(Answer::output)
     }
-}
 
-impl Tools {
-    /// Runs [`Registry::prompt`] on the blocking pool, like [`Tools::call`].
+    /// An agent's prompt through the same door: logged, counted and rate limited like a tool.
     pub async fn prompt(&self, name: String, args: Json, options: CallOptions) -> Result<AgentPrompt, CallError> {
-        let observed = Observed::start("prompts/get", &json!({"name": name, "arguments": args}), &options);
-        let result = self.resolve_prompt(name, args, options).await;
-        observed.finish(result.as_ref().map(|p| json!({"agent": p.agent, "messages": p.messages.len()})));
-        result
-    }
-
-    async fn resolve_prompt(&self, name: String, args: Json, options: CallOptions) -> Result<AgentPrompt, CallError> {
-        let registry = self.current();
-        // A Lua agent is watched like a tool call (see `stuck`): past its deadline plus grace
-        // the caller gets a timeout, and the agent is quarantined while its run goes on.
-        let visible = super::principal::allows(options.principal.as_deref(), &name);
-        let found = registry.agents.iter().find(|a| visible && a.spec().name == name).cloned();
-        let identity = found.as_ref().map(|a| Arc::as_ptr(a) as *const () as usize).unwrap_or(0);
-        if let Some(run) = found.as_ref().and_then(|_| stuck::quarantined(identity)) {
-            return Err(CallError::Unavailable(format!(
-                "agent '{name}' is quarantined: a call {:.0} s ago overran its deadline inside a library call and is still running; ctx refuses new calls of this agent until that call ends or its script is edited",
-                run.since.elapsed().as_secs_f64()
-            )));
-        }
-        let deadline = found.as_ref().and_then(|a| a.deadline());
-        let (agent, cancel) = (name.clone(), options.cancel.clone());
-        let run = move || registry.prompt(&name, args, &options);
-        watched(identity, deadline, format!("agent '{agent}'"), &cancel, run).await.unwrap_or_else(|e| {
-            tracing::error!(agent = %agent, "agent panicked: {e}");
-            Err(CallError::Internal(format!("agent '{agent}' crashed inside ctx; the server log has the details")))
-        })
-    }
-}
-
-/// Runs `work` on the blocking pool and awaits it, for at most `deadline` plus
-/// [`stuck::GRACE`]. Past that, the run is abandoned (see [`stuck`]): the caller gets a timeout
-/// for `subject`, the run's cancel flag is set (it stops at its next check, if it ever gets
-/// there), and the tool or agent of `identity` is quarantined until the run ends. Dropping the
-/// future (the client went away) cancels the run too. `Err` when the run panicked.
-async fn watched<T: Send + 'static>(
-    identity: usize,
-    deadline: Option<std::time::Duration>,
-    subject: String,
-    cancel: &CancelHandle,
-    work: impl FnOnce() -> Result<T, CallError> + Send + 'static,
-) -> Result<Result<T, CallError>, tokio::task::JoinError> {
-    let on_drop = CancelOnDrop(Some(cancel.clone()));
-    let watch = stuck::Watch::new(identity);
-    let on_thread = watch.clone();
-    let mut task = tokio::task::spawn_blocking(move || {
-        let _finish = stuck::Finish(on_thread);
-        work()
-    });
-    let joined = match watch.wait(&mut task, deadline, &subject).await {
-        Some(joined) => joined,
-        None => {
-            cancel.cancel();
-            Ok(Err(CallError::Timeout { subject, limit: deadline.unwrap_or_default() }))
-        }
-    };
-    on_drop.disarm();
-    joined
-}
-
-fn crashed(tool: &str, why: &str) -> CallError {
-    tracing::error!(tool = %tool, "tool call panicked: {why}");
-    CallError::Internal(format!("tool '{tool}' crashed inside ctx; the server log has the details"))
-}
-
-/// Cancels the script if the calling future is dropped before it finishes.
-struct CancelOnDrop(Option<CancelHandle>);
-
-impl CancelOnDrop {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if let Some(cancel) = self.0.take() {
-            cancel.cancel();
-        }
+        self.current().enter(Call::prompt(name, args, options)).await.and_then(Answer::prompt)
     }
 }

@@ -1,0 +1,173 @@
+//! Observation: the one place where a call (or an MCP request that is not a tool call) is logged
+//! and counted. [`Observed`] starts with the call; it writes the log line, the metrics and the
+//! call-log entry when the call ends, or, when it is dropped first (the client went away, an MCP
+//! cancellation), as cancelled: every call that started is in the log exactly once.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use serde_json::Value as Json;
+
+use super::{CallError, CallOptions, Output, Principal};
+
+/// An id for each call, so inner calls can name their parent. It starts from the process's
+/// start time in microseconds, so ids stay unique in a log that several processes (a server,
+/// then another, the CLI) write over time.
+fn next_call_id() -> u64 {
+    // An id counter, not state: two servers in one process must not hand out the same id either.
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
+    let next = NEXT.get_or_init(|| {
+        let now = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        std::sync::atomic::AtomicU64::new(now.as_micros() as u64)
+    });
+    next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A call or request being observed. Dropped before [`Observed::end`] or [`Observed::finish`],
+/// it is logged as cancelled.
+pub struct Observed {
+    open: Option<Box<Open>>,
+}
+
+struct Open {
+    name: String,
+    /// Whether the name is a registered tool or a method of ctx's own: only those become
+    /// metrics labels.
+    known: bool,
+    via: &'static str,
+    parent: Option<u64>,
+    principal: Option<Arc<Principal>>,
+    id: u64,
+    at: Instant,
+    wall: SystemTime,
+    /// The call-log entry (parameters rendered), when a log runs.
+    entry: Option<Box<crate::calllog::Entry>>,
+}
+
+impl Observed {
+    /// Starts observing a request that is not a tool call under its MCP method's name
+    /// (`prompts/get`, `resources/read`): names with a `/`, which no tool can have.
+    pub fn start(method: &str, params: &Json, options: &CallOptions) -> Observed {
+        Observed::open(method, true, params, options)
+    }
+
+    /// Starts observing a call of `name`, with its parameters as sent. Whether the name is known
+    /// is decided when the call ends.
+    pub(super) fn call(name: &str, params: &Json, options: &CallOptions) -> Observed {
+        Observed::open(name, false, params, options)
+    }
+
+    fn open(name: &str, known: bool, params: &Json, options: &CallOptions) -> Observed {
+        Observed {
+            open: Some(Box::new(Open {
+                name: name.to_string(),
+                known,
+                via: options.caller,
+                parent: options.parent,
+                principal: options.principal.clone(),
+                id: next_call_id(),
+                at: Instant::now(),
+                wall: SystemTime::now(),
+                entry: crate::calllog::begin(params),
+            })),
+        }
+    }
+
+    /// The call's id: the parent of the calls its run makes.
+    pub fn id(&self) -> u64 {
+        self.open.as_ref().map_or(0, |o| o.id)
+    }
+
+    /// Marks the name as one ctx knows (a registered tool), so its metrics have a label of
+    /// their own.
+    pub(super) fn known(&mut self, known: bool) {
+        if let Some(open) = &mut self.open {
+            open.known |= known;
+        }
+    }
+
+    /// Lets the request go unlogged: it is handed to a path that logs it itself.
+    pub fn forget(mut self) {
+        self.open = None;
+    }
+
+    /// Logs a request's outcome: a small summary of what was served, or the error.
+    pub fn finish(mut self, result: Result<Json, &CallError>) {
+        if let Some(open) = self.open.take() {
+            let result = match result {
+                Ok(summary) => Ok(Output::Value(summary)),
+                Err(e) => Err(e.clone()),
+            };
+            record(*open, &result);
+        }
+    }
+
+    /// Logs a call's outcome.
+    pub(super) fn end(mut self, result: &Result<Output, CallError>) {
+        if let Some(open) = self.open.take() {
+            record(*open, result);
+        }
+    }
+}
+
+impl Drop for Observed {
+    fn drop(&mut self) {
+        if let Some(open) = self.open.take() {
+            let cancelled = Err(CallError::cancelled(&open.name));
+            record(*open, &cancelled);
+        }
+    }
+}
+
+/// The output's value, as the call log keeps it as the result.
+fn output_value(output: &Output) -> std::borrow::Cow<'_, Json> {
+    match output {
+        Output::Value(v) | Output::HandledError(v) => std::borrow::Cow::Borrowed(v),
+        Output::Traced { output, .. } => output_value(output),
+        other => std::borrow::Cow::Owned(other.value()),
+    }
+}
+
+/// The end of every call: its log line, its metrics, and its entry in the call log.
+fn record(open: Open, result: &Result<Output, CallError>) {
+    let name = open.name.as_str();
+    let micros = open.at.elapsed().as_micros() as u64;
+    let outcome = match result {
+        Ok(output) if output.is_error() => "tool_error",
+        Ok(_) => "ok",
+        Err(e) => super::error::code_name(e.code()),
+    };
+    crate::metrics::call(name, open.known, outcome, micros);
+    match result {
+        Ok(_) => tracing::debug!(tool = name, caller = open.via, micros, "tool call ok"),
+        Err(e) => {
+            let text = e.log_text();
+            let text = crate::lua::api::log::one_line(&text);
+            tracing::info!(tool = name, caller = open.via, micros, code = %e.code(), "tool call failed: {text}")
+        }
+    }
+    let Some(mut entry) = open.entry else { return };
+    match result {
+        Ok(output) => {
+            entry.set_result(&output_value(output));
+            entry.message = None;
+        }
+        Err(e) => {
+            entry.has_result = false;
+            entry.message = Some(e.log_text());
+        }
+    }
+    entry.id = open.id;
+    entry.parent = open.parent;
+    entry.at = open.wall;
+    entry.tool.clear();
+    entry.tool.push_str(name);
+    entry.caller.clear();
+    if let Some(principal) = &open.principal {
+        entry.caller.push_str(principal.name());
+    }
+    entry.via = open.via;
+    entry.micros = micros;
+    entry.outcome = outcome;
+    crate::calllog::record(entry);
+}

@@ -1,0 +1,225 @@
+//! The call pipeline: the one door every call enters, from REST, MCP (both eras and stdio), the
+//! CLI, code mode's inner calls, `context.call` and agent prompts alike. A call passes four
+//! stages, in order:
+//! 1. admission ([`super::admit`]): scope, name, parameters and defaults, call-chain rules;
+//! 2. policy ([`super::policy`]): approval, then rate limits, each a [`Policy`] of its own
+//!    feature; a call that needs a person's approval may ask them through the caller's own
+//!    channel ([`Ask`]) and goes on with their answer;
+//! 3. observation ([`super::observe`]): one guard that logs and counts the call exactly once,
+//!    also when it is refused, fails, or is dropped by its client;
+//! 4. execution ([`super::execute`]): the tool's own strategy.
+//!
+//! [`Policy`]: super::policy::Policy
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde_json::{json, Value as Json};
+
+use super::admit::{self, Admitted, Target};
+use super::execute::{self, Answer, Placement};
+use super::observe::Observed;
+use super::{policy, CallError, CallOptions, Registry};
+use crate::approval::Pending;
+
+/// A future an [`Ask`] returns.
+pub type AskFuture<'a> = Pin<Box<dyn Future<Output = Result<String, CallError>> + Send + 'a>>;
+
+/// A caller that can put a pending approval to a person while the call waits (an MCP client
+/// that declared form elicitation; a code-mode script configured to wait). It returns the token
+/// to check the call again with, or the error that ends the call (declined, not asked).
+pub trait Ask: Send + Sync {
+    fn ask<'a>(&'a self, pending: &'a Pending) -> AskFuture<'a>;
+}
+
+/// A call entering the pipeline.
+pub struct Call {
+    pub target: Target,
+    pub name: String,
+    pub args: Json,
+    pub options: CallOptions,
+    pub placement: Placement,
+    /// Calls that share this gate run a few at a time (code mode's `max_concurrent`).
+    pub gate: Option<Arc<Gate>>,
+}
+
+/// A call's share of a few permits: a call that cannot finish inline waits for a permit before
+/// it runs, and its own timeout starts after the wait.
+pub struct Gate {
+    pub permits: Arc<tokio::sync::Semaphore>,
+    /// When the call began to run (with its permit, or inline without one): its own time, the
+    /// wait for a turn left out.
+    running: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Gate {
+    pub fn new(permits: Arc<tokio::sync::Semaphore>) -> Arc<Gate> {
+        Arc::new(Gate { permits, running: std::sync::Mutex::new(None) })
+    }
+
+    /// When the call began to run, if it did.
+    pub fn running_since(&self) -> Option<std::time::Instant> {
+        *self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn runs_now(&self) {
+        *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+    }
+}
+
+impl Call {
+    /// A tool call from an async caller.
+    pub fn tool(name: String, args: Json, options: CallOptions) -> Call {
+        Call { target: Target::Tool, name, args, options, placement: Placement::Async, gate: None }
+    }
+
+    /// An agent's prompt, from an async caller.
+    pub fn prompt(name: String, args: Json, options: CallOptions) -> Call {
+        Call { target: Target::Prompt, name, args, options, placement: Placement::Async, gate: None }
+    }
+
+    /// The same call, run on the caller's own thread, which may block.
+    pub fn here(mut self) -> Call {
+        self.placement = Placement::Here;
+        self
+    }
+}
+
+/// The future of a call that entered the pipeline.
+pub type Entered = Pin<Box<dyn Future<Output = Result<Answer, CallError>> + Send>>;
+
+impl Registry {
+    /// The one door: runs `call` through admission, policy, observation and execution.
+    pub async fn enter(self: Arc<Self>, call: Call) -> Result<Answer, CallError> {
+        let Call { target, name, args, options, placement, gate } = call;
+        let mut observed = match target {
+            Target::Tool => Observed::call(&name, &args, &options),
+            // Agents' prompts are logged under MCP's method, beside the upstream prompts.
+            Target::Prompt => {
+                Observed::start("prompts/get", &json!({ "name": name, "arguments": args.clone() }), &options)
+            }
+        };
+        let result = self.stages(target, &name, args, &options, (placement, gate), observed.id()).await;
+        match target {
+            Target::Tool => {
+                observed.known(self.tool(&name).is_some());
+                let result = result.and_then(Answer::output);
+                observed.end(&result);
+                result.map(Answer::Output)
+            }
+            Target::Prompt => {
+                let summary = match &result {
+                    Ok(Answer::Prompt(p)) => Ok(json!({ "agent": p.agent, "messages": p.messages.len() })),
+                    Ok(Answer::Output(_)) => Ok(Json::Null),
+                    Err(e) => Err(e),
+                };
+                observed.finish(summary);
+                result
+            }
+        }
+    }
+
+    /// [`Registry::enter`] as a boxed future, for a caller that polls it once before it decides
+    /// where to await it (code mode runs what finishes at once on the script's own thread).
+    pub fn entered(self: &Arc<Self>, call: Call) -> Entered {
+        Box::pin(Arc::clone(self).enter(call))
+    }
+
+    async fn stages(
+        self: &Arc<Self>,
+        target: Target,
+        name: &str,
+        args: Json,
+        options: &CallOptions,
+        (placement, gate): (Placement, Option<Arc<Gate>>),
+        id: u64,
+    ) -> Result<Answer, CallError> {
+        let call = admit::admit(self, target, name, args, options)?;
+        let call = self.police(call, options, placement).await?;
+        execute::run(self, call, options, id, (placement, gate)).await
+    }
+
+    /// The policy stage: every policy in order, off the async workers when one of them reads a
+    /// file; a pending approval is put to the caller's [`Ask`] once, then checked again.
+    async fn police(
+        self: &Arc<Self>,
+        mut call: Admitted,
+        options: &CallOptions,
+        placement: Placement,
+    ) -> Result<Admitted, CallError> {
+        let mut asked = false;
+        loop {
+            let passed;
+            (call, passed) = match placement == Placement::Async && policy::blocks(&self.policies, &call) {
+                true => self.police_off_thread(call, options).await?,
+                false => {
+                    let passed = policy::pass(&self.policies, &call, options, None);
+                    (call, passed)
+                }
+            };
+            match (passed, &options.ask) {
+                (Ok(()), _) => return Ok(call),
+                (Err(CallError::ApprovalRequired(pending)), Some(ask)) if !asked && placement == Placement::Async => {
+                    asked = true;
+                    call.token = Some(ask.ask(&pending).await?);
+                }
+                (Err(e), _) => return Err(e),
+            }
+        }
+    }
+
+    /// The policies on the blocking pool. Dropping this future (the client went away, a
+    /// cancellation) marks the call gone, so an approval is not used up for a call that will not
+    /// run.
+    async fn police_off_thread(
+        self: &Arc<Self>,
+        call: Admitted,
+        options: &CallOptions,
+    ) -> Result<(Admitted, Result<(), CallError>), CallError> {
+        struct Gone(Option<Arc<AtomicBool>>);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                if let Some(flag) = &self.0 {
+                    flag.store(true, Ordering::Release);
+                }
+            }
+        }
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut gone = Gone(Some(Arc::clone(&flag)));
+        let (registry, opts, name) = (Arc::clone(self), options.clone(), call.name.clone());
+        let joined = tokio::task::spawn_blocking(move || {
+            let passed = policy::pass(&registry.policies, &call, &opts, Some(&flag));
+            (call, passed)
+        })
+        .await;
+        // Done waiting: the flag only covers the wait.
+        gone.0 = None;
+        joined.map_err(|e| match e.is_cancelled() {
+            true => CallError::cancelled(&name),
+            false => execute::crashed(&name, &e.to_string()),
+        })
+    }
+}
+
+/// Waits for `future` on this thread, which may block: how the CLI and a Lua tool's
+/// `context.call` wait for a call placed [`Placement::Here`] (that runs on this thread and is
+/// ready at once unless the tool is a future of its own).
+pub fn wait<T>(future: impl Future<Output = T>) -> T {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+            return value;
+        }
+        std::thread::park();
+    }
+}
