@@ -19,7 +19,9 @@
 //! - `POST /tools/echo`; `POST /tools/search` over the 10k-chunk corpus, the 16 queries mixed, then
 //!   the 6 that reduce to one term (the fast path) and the 10 of several terms apart.
 //! - MCP `tools/call` echo on `/mcp`: stateless 2026-07-28 requests (answered by ctx's direct
-//!   route), then one 2025-11-25 session shared by the 8 connections (rmcp, SSE replies).
+//!   route), the same requests with one more `_meta` key (which sends them through rmcp: the cost
+//!   the direct route saves), then one 2025-11-25 session shared by the 8 connections (rmcp, SSE
+//!   replies).
 //! - MCP over stdio, 2025-11-25, one call at a time.
 //! - RSS: the server idle, after one echo and one search, after the runs and after the soak, on
 //!   the bench corpus; idle and after one echo and one search on the `ctx init --sample`
@@ -112,6 +114,7 @@ fn main() {
     let frequent =
         run("POST /tools/search (10k, frequent-term mix)", "/tools/search", Some(&scripts.search_frequent), span);
     let mcp = run("MCP tools/call echo, 2026-07-28 stateless", "/mcp", Some(&scripts.mcp), span);
+    let mcp_rmcp = run("MCP tools/call echo, 2026-07-28 via rmcp", "/mcp", Some(&scripts.mcp_rmcp), span);
     let mcp_session =
         run("MCP tools/call echo, 2025-11-25 session", "/mcp", Some(&corpus.dir.path().join("wrk-session.lua")), span);
     let warm_rss = server.rss_mb();
@@ -175,12 +178,15 @@ fn main() {
         millis(frequent.p50)
     );
     println!(
-        "{} MCP echo over HTTP, 2026-07-28 stateless {:.0}/s = {:.0}% of REST echo (target >= {:.0}%); \
+        "{} MCP echo over HTTP, 2026-07-28 stateless {:.0}/s = {:.0}% of REST echo (target >= {:.0}%), \
+         the same through rmcp {:.0}/s = {:.0}% of REST echo (no target); \
          2025-11-25 session {:.0}/s = {:.0}% of REST echo (no target)",
         verdict(mcp.rate >= MCP_RATIO * echo.rate),
         mcp.rate,
         100.0 * mcp.rate / echo.rate,
         MCP_RATIO * 100.0,
+        mcp_rmcp.rate,
+        100.0 * mcp_rmcp.rate / echo.rate,
         mcp_session.rate,
         100.0 * mcp_session.rate / echo.rate,
     );
@@ -369,6 +375,8 @@ struct Scripts {
     /// Issue 22's frequent-term mix: words in most chunks, alone and in pairs.
     search_frequent: PathBuf,
     mcp: PathBuf,
+    /// The same call with one more `_meta` key, which ctx hands to rmcp.
+    mcp_rmcp: PathBuf,
 }
 
 /// wrk Lua scripts: a JSON POST for echo, a round-robin over the kb bench's queries (all, and
@@ -410,8 +418,7 @@ fn write_wrk_scripts(dir: &Path) -> Scripts {
         })
         .collect();
     // A stateless (2026-07-28) tools/call: no session, so every connection is independent.
-    let mcp = write(
-        "wrk-mcp.lua",
+    let stateless = |body: serde_json::Value| {
         checked(
             "\"result\"",
             &format!(
@@ -419,13 +426,19 @@ fn write_wrk_scripts(dir: &Path) -> Scripts {
                  wrk.headers[\"Accept\"] = \"application/json, text/event-stream\"\n\
                  wrk.headers[\"MCP-Protocol-Version\"] = \"2026-07-28\"\n\
                  wrk.headers[\"Mcp-Method\"] = \"tools/call\"\nwrk.headers[\"Mcp-Name\"] = \"echo\"\n\
-                 wrk.body = '{}'\n",
-                mcp_call(1)
+                 wrk.body = '{body}'\n"
             ),
-        ),
-    );
+        )
+    };
+    let mcp = write("wrk-mcp.lua", stateless(mcp_call(1)));
+    // Any `_meta` key beyond the version, capabilities and client info makes the request one the
+    // direct route does not answer (src/mcp/direct.rs, META_KEYS): rmcp does, as it answers every
+    // other request.
+    let mut via_rmcp = mcp_call(1);
+    via_rmcp["params"]["_meta"]["io.example/bench"] = serde_json::json!("rmcp");
+    let mcp_rmcp = write("wrk-mcp-rmcp.lua", stateless(via_rmcp));
     let search_frequent = write("wrk-search-frequent.lua", round_robin(&frequent_mix()));
-    Scripts { echo, search, search_by_class, search_frequent, mcp }
+    Scripts { echo, search, search_by_class, search_frequent, mcp, mcp_rmcp }
 }
 
 /// `wrk-session.lua`: 2025-11-25 `tools/call` echo in the session `id`, shared by every

@@ -24,6 +24,7 @@ mod kb;
 mod keyword_topk_exact;
 mod limits;
 mod mcp;
+mod mcp_calls_once;
 mod proof;
 mod real_upstreams;
 mod sandbox;
