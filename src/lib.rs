@@ -30,6 +30,7 @@
 //! - [`mcp`]: MCP over rmcp (Streamable HTTP in both eras, and stdio).
 //! - [`server`]: the HTTP server: REST, `/mcp`, the OpenAPI document and Swagger UI, limits.
 //! - [`cli`]: the `ctx` command line.
+//! - [`runtime`]: the process's one async runtime, which the CLI builds and sync code waits on.
 
 /// mimalloc instead of the system allocator: ctx's calls allocate and free many small values on
 /// one thread that another thread made (a script's arguments, a tool's result), which glibc
@@ -49,6 +50,7 @@ pub mod kb;
 pub mod lua;
 pub mod mcp;
 pub mod metrics;
+pub mod runtime;
 pub mod schema;
 pub mod server;
 pub mod tools;

@@ -64,7 +64,7 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
     if let Err(e) = crate::calllog::install(&config) {
         tracing::warn!("{e}");
     }
-    let (runtime, upstreams) = upstreams_of(&config)?;
+    let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
     let mut params = json!({ "script": script });
@@ -72,12 +72,9 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
         params["timeout"] = json!(timeout);
     }
     let options = CallOptions { caller: "cli", ..Default::default() };
-    let outcome = {
-        let _guard = runtime.as_ref().map(|r| r.enter());
-        registry.call(&tool, params, &options)
-    };
-    if let (Some(runtime), Some(upstreams)) = (&runtime, &upstreams) {
-        runtime.block_on(upstreams.shutdown());
+    let outcome = registry.call(&tool, params, &options);
+    if let Some(upstreams) = &upstreams {
+        globals.runtime.block_on(upstreams.shutdown());
     }
     // The entries of this command's calls are written before it exits.
     crate::calllog::shutdown();
@@ -131,12 +128,12 @@ fn print_calls(trace: &Json) {
 /// `ctx catalog`: the catalog prompt (every reachable tool as a Lua signature).
 pub fn catalog(args: CatalogArgs, globals: &Globals) -> Result<(), CliError> {
     let config = globals.load_config()?;
-    let (runtime, upstreams) = upstreams_of(&config)?;
+    let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
     let text = crate::code::catalog_prompt(&registry, args.scripted.as_deref(), None).map_err(CliError::Usage);
-    if let (Some(runtime), Some(upstreams)) = (&runtime, &upstreams) {
-        runtime.block_on(upstreams.shutdown());
+    if let Some(upstreams) = &upstreams {
+        globals.runtime.block_on(upstreams.shutdown());
     }
     println!("{}", text?);
     Ok(())

@@ -53,12 +53,8 @@ pub fn run(cmd: McpCommand, globals: &Globals) -> Result<(), CliError> {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?)
-}
-
 /// Starts `sections` and waits until each is ready or has failed an attempt.
-pub(super) fn connect(runtime: &tokio::runtime::Runtime, sections: &[UpstreamSection]) -> Arc<Upstreams> {
+pub(super) fn connect(runtime: &tokio::runtime::Handle, sections: &[UpstreamSection]) -> Arc<Upstreams> {
     let _guard = runtime.enter();
     let quiet: EventSink = Arc::new(|_| {});
     // Waiting as for required servers: each one either gets ready or reports why not.
@@ -71,11 +67,11 @@ pub(super) fn connect(runtime: &tokio::runtime::Runtime, sections: &[UpstreamSec
 
 fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
     let config = globals.load_config()?;
-    let runtime = runtime()?;
+    let runtime = &globals.runtime;
     let (source, rows) = match runtime.block_on(from_running(&config)) {
         Some(rows) => ("running", rows),
         None => {
-            let upstreams = connect(&runtime, &config.upstreams);
+            let upstreams = connect(runtime, &config.upstreams);
             let rows: Vec<Json> = upstreams.status().into_iter().map(|s| status_json(&s)).collect();
             runtime.block_on(upstreams.shutdown());
             ("configured", rows)
@@ -165,18 +161,18 @@ fn test(server: &str, call: Option<&str>, raw: &[String], json: bool, globals: &
             if names.is_empty() { "none".to_string() } else { names.join(", ") }
         )));
     };
-    let runtime = runtime()?;
+    let runtime = &globals.runtime;
     let section = UpstreamSection { enabled: true, ..section };
     let started = std::time::Instant::now();
-    let upstreams = connect(&runtime, std::slice::from_ref(&section));
-    let result = report(&runtime, &config, &upstreams, &section, call, &pairs, json, started.elapsed());
+    let upstreams = connect(runtime, std::slice::from_ref(&section));
+    let result = report(runtime, &config, &upstreams, &section, call, &pairs, json, started.elapsed());
     runtime.block_on(upstreams.shutdown());
     result
 }
 
 #[allow(clippy::too_many_arguments)]
 fn report(
-    runtime: &tokio::runtime::Runtime,
+    runtime: &tokio::runtime::Handle,
     config: &Config,
     upstreams: &Arc<Upstreams>,
     section: &UpstreamSection,

@@ -130,6 +130,10 @@ pub struct Globals {
     pub config: Option<PathBuf>,
     pub verbose: u8,
     pub quiet: bool,
+    /// The process's one runtime: every command that serves, connects upstream servers or
+    /// waits on a future uses it (the main thread has entered it, so it is also
+    /// `Handle::current()` there).
+    pub runtime: tokio::runtime::Handle,
 }
 
 impl Globals {
@@ -153,9 +157,25 @@ pub fn main() -> ExitCode {
     // `ctx run` is for writing and debugging scripts: their print and log lines show unasked.
     let scripts = matches!(cli.command, Command::Run(_));
     init_logging(cli.verbose, cli.quiet || (checking && cli.verbose == 0), scripts);
-    let globals = Globals { config: cli.config.clone(), verbose: cli.verbose, quiet: cli.quiet };
+    let runtime = match crate::runtime::build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let globals = Globals {
+        config: cli.config.clone(),
+        verbose: cli.verbose,
+        quiet: cli.quiet,
+        runtime: runtime.handle().clone(),
+    };
     pipe::silence_closed_stdout();
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli.command, &globals)));
+    let outcome = {
+        let _inside = runtime.enter();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli.command, &globals)))
+    };
+    crate::runtime::stop(runtime);
     let result = match outcome {
         Ok(result) => result,
         // The reader of our output is gone (`| head -1`): nobody is left to tell.

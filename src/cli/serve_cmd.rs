@@ -55,14 +55,13 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     crate::metrics::set_enabled(config.spec.server.metrics);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = Registry::build(kb.clone(), None);
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    let runtime = &globals.runtime;
     let tools = Arc::new(Tools::new(registry));
     tools.config_loaded(&located.path);
     let mcp = Mcp::with_page_size(Arc::clone(&tools), page_size);
-    let upstreams = start_upstreams(&runtime, &sections, &tools, &mcp)?;
+    let upstreams = start_upstreams(runtime, &sections, &tools, &mcp)?;
     if !args.no_reload {
-        let (mcp, handle) = (mcp.clone(), runtime.handle().clone());
+        let (mcp, handle) = (mcp.clone(), runtime.clone());
         // The broadcast is sync, but enter the runtime so rmcp's tasks wake on it.
         tools::reload::watch(located, kb, Arc::clone(&tools), move |tools, prompts| {
             let _guard = handle.enter();
@@ -80,7 +79,6 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             served
         });
         crate::calllog::shutdown();
-        stop(runtime);
         return served.map_err(|e| CliError::from(anyhow::anyhow!(e)));
     }
     let registry = tools.current();
@@ -113,23 +111,8 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
         say!("ctx stopped");
         Ok::<(), anyhow::Error>(())
     });
-    stop(runtime);
+    // The CLI stops the runtime (`runtime::stop`), without waiting for ever on a stuck thread.
     Ok(served?)
-}
-
-/// How long a stopping server waits for threads of the blocking pool that are still running.
-const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// Stops the runtime without waiting for ever: dropping it would wait for every thread of its
-/// blocking pool, and one stuck in a library call (a script past its deadline in a call the
-/// sandbox audit missed, which `tools::stuck` quarantines) would then keep the process from
-/// exiting on SIGTERM. Such a thread ends with the process.
-fn stop(runtime: tokio::runtime::Runtime) {
-    let started = std::time::Instant::now();
-    runtime.shutdown_timeout(STOP_WAIT);
-    if started.elapsed() >= STOP_WAIT {
-        tracing::warn!("a blocking thread was still running {} s after shutdown; exiting anyway", STOP_WAIT.as_secs());
-    }
 }
 
 /// How long `ctx serve` waits for the servers marked `required` before it gives up.
@@ -139,7 +122,7 @@ const REQUIRED_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// that the `required` ones must be ready before ctx serves), and swaps their tools into the
 /// registry whenever one (re)connects or relists.
 fn start_upstreams(
-    runtime: &tokio::runtime::Runtime,
+    runtime: &tokio::runtime::Handle,
     sections: &[crate::config::upstream::UpstreamSection],
     tools: &Arc<Tools>,
     mcp: &Mcp,
@@ -148,7 +131,7 @@ fn start_upstreams(
     // only queued there. One thread swaps the registry, which compiles each tool's schema, and
     // tells the clients, a burst at a time.
     let (sender, queue) = std::sync::mpsc::channel::<Event>();
-    let (weak, mcp, handle) = (Arc::downgrade(tools), mcp.clone(), runtime.handle().clone());
+    let (weak, mcp, handle) = (Arc::downgrade(tools), mcp.clone(), runtime.clone());
     std::thread::Builder::new()
         .name("ctx-upstreams".into())
         .spawn(move || {
@@ -205,19 +188,4 @@ async fn shutdown_signal() {
         _ = terminate => {},
     }
     tracing::info!("shutting down: finishing in-flight requests");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_stuck_blocking_thread_does_not_hold_the_stop() {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        runtime.spawn_blocking(|| std::thread::sleep(std::time::Duration::from_secs(3600)));
-        let started = std::time::Instant::now();
-        stop(runtime);
-        let took = started.elapsed();
-        assert!(took >= STOP_WAIT && took < STOP_WAIT + std::time::Duration::from_secs(2), "{took:?}");
-    }
 }

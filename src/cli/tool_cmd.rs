@@ -307,7 +307,7 @@ fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
     if let Err(e) = crate::calllog::install(&config) {
         tracing::warn!("{e}");
     }
-    let (runtime, upstreams) = upstreams_of(&config)?;
+    let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
     // Without a spec (unknown, or failed to load) the call itself says why.
@@ -316,12 +316,9 @@ fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
         None => (Json::Object(Default::default()), false),
     };
     let options = CallOptions { caller: "cli", ..Default::default() };
-    let outcome = {
-        let _guard = runtime.as_ref().map(|r| r.enter());
-        registry.call(name, params, &options)
-    };
-    if let (Some(runtime), Some(upstreams)) = (&runtime, &upstreams) {
-        runtime.block_on(upstreams.shutdown());
+    let outcome = registry.call(name, params, &options);
+    if let Some(upstreams) = &upstreams {
+        globals.runtime.block_on(upstreams.shutdown());
     }
     // The entries of this command's calls are written before it exits.
     crate::calllog::shutdown();
@@ -329,18 +326,12 @@ fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
 }
 
 /// Connects the config's upstream MCP servers, when it has any, for a command that lists or
-/// calls their tools. The runtime must outlive every call.
+/// calls their tools.
 pub(super) fn upstreams_of(
     config: &Config,
-) -> Result<(Option<tokio::runtime::Runtime>, Option<Arc<crate::upstream::Upstreams>>), CliError> {
-    // Code mode's inner calls run on the runtime too, so there is always one.
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
-    if config.upstreams.is_empty() {
-        return Ok((Some(runtime), None));
-    }
-    let upstreams = super::mcp_cmd::connect(&runtime, &config.upstreams);
-    Ok((Some(runtime), Some(upstreams)))
+    runtime: &tokio::runtime::Handle,
+) -> Option<Arc<crate::upstream::Upstreams>> {
+    (!config.upstreams.is_empty()).then(|| super::mcp_cmd::connect(runtime, &config.upstreams))
 }
 
 /// The enabled upstream servers that are not ready, as load problems.
@@ -387,14 +378,14 @@ fn config_for_test(globals: &Globals, required: bool) -> Result<(Config, Option<
 
 fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
     let config = globals.load_config()?;
-    let (runtime, upstreams) = upstreams_of(&config)?;
+    let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
     // A server that did not connect has no tools to list: say so rather than leave it out.
     let mut problems = registry.problems().to_vec();
-    if let (Some(runtime), Some(upstreams)) = (&runtime, &upstreams) {
+    if let Some(upstreams) = &upstreams {
         problems.extend(not_connected(upstreams));
-        runtime.block_on(upstreams.shutdown());
+        globals.runtime.block_on(upstreams.shutdown());
     }
     if json {
         let body = json!({ "tools": registry.listing().tools, "problems": problems });

@@ -2,8 +2,8 @@
 //! backoff, and `Retry-After` on 429 and 503.
 //!
 //! `Embedder::embed` is blocking (the CLI and `spawn_blocking` call it from plain threads), but
-//! the crate's HTTP client is async. A small runtime of its own drives the requests, so callers
-//! need no runtime and one that has one is not disturbed.
+//! the crate's HTTP client is async: the requests run on ctx's one runtime ([`crate::runtime`]),
+//! and the caller's thread waits for them.
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -299,39 +299,12 @@ fn jitter() -> f64 {
     (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Runs `future` to completion on the embedding runtime and returns its output. A caller
-/// inside another runtime cannot `block_on` (tokio panics), so there the future is spawned and
-/// its result comes back over a channel.
+/// Runs `future` to completion on ctx's runtime and returns its output.
 fn run<T: Send + 'static>(future: impl Future<Output = T> + Send + 'static) -> Result<T, String> {
-    let runtime = runtime()?;
-    if tokio::runtime::Handle::try_current().is_err() {
-        return Ok(runtime.block_on(future));
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    runtime.spawn(async move {
-        let _ = tx.send(future.await);
-    });
-    rx.recv().map_err(|_| "the embedding request stopped before it answered".to_string())
+    crate::runtime::wait(future).ok_or_else(|| "the embedding request stopped before it answered".to_string())
 }
 
-/// One worker thread is plenty: requests are sequential per caller and the work is waiting.
-/// Multi-threaded (not current_thread) so spawned requests run without anyone blocking on it.
-fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
-    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("ctx-embed")
-                .enable_all()
-                .build()
-                .map_err(|e| format!("cannot start the embedding runtime: {e}"))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-/// The client all embedding requests share (its connection pool lives on [`runtime`]).
+/// The client all embedding requests share (its connection pool lives on ctx's runtime).
 fn client() -> Result<&'static reqwest::Client, String> {
     static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
     CLIENT

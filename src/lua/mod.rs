@@ -126,10 +126,22 @@ impl ScriptInfo {
 
 /// Stops a running script from another thread: the caller went away. A handle made by
 /// [`CancelHandle::until`] also reads as cancelled once its deadline passes.
+///
+/// The deadline hook reads the flag ([`CancelHandle::is_cancelled`]); a host call that waits on
+/// the runtime awaits [`CancelHandle::cancelled`] beside its work instead.
 #[derive(Clone, Debug, Default)]
 pub struct CancelHandle {
-    flag: Arc<AtomicBool>,
+    signal: Arc<CancelSignal>,
     deadline: Option<Instant>,
+}
+
+/// What the clones of one handle share.
+#[derive(Debug, Default)]
+struct CancelSignal {
+    /// One atomic load for the hook, every few hundred instructions.
+    flag: AtomicBool,
+    /// Wakes the tasks waiting in [`CancelHandle::cancelled`].
+    wake: tokio::sync::Notify,
 }
 
 impl CancelHandle {
@@ -137,17 +149,40 @@ impl CancelHandle {
         Self::default()
     }
     pub fn cancel(&self) {
-        self.flag.store(true, Ordering::SeqCst);
+        self.signal.flag.store(true, Ordering::SeqCst);
+        self.signal.wake.notify_waiters();
     }
     pub fn is_cancelled(&self) -> bool {
-        self.flag.load(Ordering::SeqCst) || self.deadline.is_some_and(|at| Instant::now() >= at)
+        self.signal.flag.load(Ordering::SeqCst) || self.deadline.is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Resolves once the handle reads as cancelled: when [`CancelHandle::cancel`] is called or
+    /// its deadline passes (at once if either has happened). The deadline needs the runtime's
+    /// timer.
+    pub async fn cancelled(&self) {
+        let flagged = async {
+            let notified = self.signal.wake.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read: a cancel in between still wakes it.
+            notified.as_mut().enable();
+            if !self.signal.flag.load(Ordering::SeqCst) {
+                notified.await;
+            }
+        };
+        match self.deadline {
+            Some(at) => tokio::select! {
+                _ = flagged => {}
+                _ = tokio::time::sleep_until(at.into()) => {}
+            },
+            None => flagged.await,
+        }
     }
 
     /// The same handle, also cancelled at `at`: what a script hands a call it blocks on
     /// (`context.call`), so the callee stops when the caller's own deadline passes.
     pub fn until(&self, at: Instant) -> CancelHandle {
         let deadline = Some(self.deadline.map_or(at, |own| own.min(at)));
-        CancelHandle { flag: Arc::clone(&self.flag), deadline }
+        CancelHandle { signal: Arc::clone(&self.signal), deadline }
     }
 }
 
@@ -860,5 +895,28 @@ fn innermost(err: &mlua::Error) -> String {
         mlua::Error::MemoryError(m) => m.clone(),
         mlua::Error::ExternalError(e) => e.to_string(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn cancelled_resolves_on_cancel_and_at_the_deadline() {
+        let handle = CancelHandle::new();
+        let waiting = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.cancelled().await }
+        });
+        tokio::task::yield_now().await;
+        handle.cancel();
+        tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("woken by cancel").unwrap();
+        handle.cancelled().await;
+
+        let started = Instant::now();
+        let bounded = CancelHandle::new().until(started + Duration::from_millis(30));
+        bounded.cancelled().await;
+        assert!(started.elapsed() >= Duration::from_millis(30) && bounded.is_cancelled());
     }
 }

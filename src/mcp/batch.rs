@@ -152,6 +152,7 @@ mod tests {
 
     #[test]
     fn the_filter_blanks_batch_lines_only() {
+        // A test's own runtime: the filter is async and a unit test has no ctx runtime to run it on.
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let seen = Arc::new(Seen::default());
         let input: &[u8] = b"{\"id\":1,\"a\":[2]}\n  [{\"id\":3}]\n{\"id\":4}\n[1,\n";

@@ -35,8 +35,9 @@ impl Tool for UpstreamTool {
         &self.spec
     }
 
-    /// The blocking form (a caller on a worker thread): waits for the future on the runtime
-    /// the thread belongs to.
+    /// The blocking form (a caller on a blocking thread of the runtime, or a thread that has
+    /// entered it): waits for the future on the runtime the thread belongs to, where the
+    /// upstream connections live.
     fn run(&self, params: Json, env: &CallEnv<'_>) -> Result<Output, CallError> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| {
             CallError::Internal(format!(
@@ -52,11 +53,7 @@ impl Tool for UpstreamTool {
         handle.block_on(async move {
             tokio::select! {
                 result = call => result,
-                _ = async {
-                    while !cancel.is_cancelled() {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                } => Err(CallError::cancelled(&name)),
+                _ = cancel.cancelled() => Err(CallError::cancelled(&name)),
             }
         })
     }

@@ -181,6 +181,7 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     fn read_all(input: Vec<u8>, limit: usize) -> String {
+        // A test's own runtime: the reader is async and a unit test has no ctx runtime to run it on.
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         rt.block_on(async {
             let mut reader = Bounded::with_limit(&input[..], "t", limit);

@@ -11,7 +11,7 @@
 mod egress;
 mod redirect;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mlua::{Lua, Table, Value};
@@ -24,19 +24,6 @@ use redirect::{Failure, Outgoing, Payload};
 
 /// The default per-request timeout when a script gives none (still capped by the deadline).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The runtime that drives host I/O for scripts, which run on plain (blocking) threads.
-pub fn io_runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("ctx-lua-io")
-            .enable_all()
-            .build()
-            .expect("the Lua I/O runtime starts")
-    })
-}
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let http = lua.create_table()?;
@@ -188,7 +175,9 @@ fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> 
     // run can still allocate; reading stops as soon as it grows past that.
     let max_body = state.memory_left(lua).min(state.limits.memory_bytes);
     let cancel = state.cancel();
-    let outcome = io_runtime().block_on(async move {
+    // The request runs on ctx's runtime; this (blocking) thread waits for it. `None`: the caller
+    // cancelled, or the runtime stopped (ctx is shutting down), which cancels the run too.
+    let outcome = crate::runtime::wait(async move {
         // One timeout for the whole request, redirects included.
         let work = async {
             tokio::time::timeout(timeout, redirect::fetch(&client, &policy, request, max_body))
@@ -197,14 +186,10 @@ fn perform(lua: &Lua, state: &Arc<RunState>, spec: Spec) -> mlua::Result<Table> 
         };
         tokio::select! {
             result = work => Some(result),
-            _ = async {
-                while !cancel.is_cancelled() {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            } => None,
+            _ = cancel.cancelled() => None,
         }
     });
-    let Some(result) = outcome else {
+    let Some(result) = outcome.flatten() else {
         state.kill(Kill::Cancelled);
         state.check()?;
         return Err(fail(format!("{name}: cancelled")));

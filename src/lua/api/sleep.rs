@@ -1,15 +1,12 @@
 //! `sleep(seconds)`: never sleeps past the deadline, and wakes up when the caller cancels.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mlua::Lua;
 
 use super::fail;
-use crate::lua::RunState;
-
-/// Longest nap between checks of the cancel flag.
-const STEP: Duration = Duration::from_millis(20);
+use crate::lua::{Kill, RunState};
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
     let state = Arc::clone(state);
@@ -19,16 +16,26 @@ pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {
             return Err(fail(format!("sleep: expected a number of seconds ≥ 0, got {seconds}")));
         }
         let wanted = Duration::from_secs_f64(seconds.min(1e9));
-        let until = std::time::Instant::now() + wanted;
+        let until = Instant::now() + wanted;
         loop {
             state.check()?;
-            let left = until.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
+            if Instant::now() >= until {
                 return Ok(());
             }
-            // Sleeping to the deadline and no further: check() then reports the timeout.
-            let nap = left.min(STEP).min(state.remaining().max(Duration::from_millis(1)));
-            std::thread::sleep(nap);
+            // Sleeping to the deadline and no further: check() then reports the timeout, or the
+            // cancellation that woke it.
+            let wake = until.min(state.deadline());
+            let cancel = state.cancel();
+            let woke = crate::runtime::wait(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(wake.into()) => {}
+                    _ = cancel.cancelled() => {}
+                }
+            });
+            if woke.is_none() {
+                // The runtime stopped: ctx is shutting down, and so is this run.
+                state.kill(Kill::Cancelled);
+            }
         }
     })?;
     lua.globals().set("sleep", sleep)
