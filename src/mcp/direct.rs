@@ -4,10 +4,10 @@
 //! as the tool call itself. A POST that is plainly such a call (the version, method and name
 //! headers agree with the body, no session, no `Mcp-Param-*` headers, no Origin, JSON in, JSON
 //! and SSE accepted, `_meta` holding only the version, capabilities and client info, and no
-//! progress token) is answered here through [`Tools::call`], with the body rmcp would send: a
-//! test sends the same calls both ways and compares the bytes. Everything else goes to rmcp
-//! unchanged, including every protocol error (unknown tool, invalid arguments): those fail
-//! before the tool runs, so answering them from rmcp runs nothing twice.
+//! progress token) is answered here through [`Tools::call`], whatever its outcome (a protocol
+//! error, an approval question, a result), with the body rmcp would send: a test sends the same
+//! calls both ways and compares the bytes. The call enters the pipeline once, here; it is never
+//! handed on to rmcp after that. Every other request goes to rmcp unchanged.
 //!
 //! The route also answers the refusals rmcp cannot word well: a JSON-RPC batch (see `batch.rs`)
 //! and an `initialize` over the session cap or over a scoped token's share of it (see
@@ -27,7 +27,7 @@ use serde_json::{json, Map, Value as Json};
 
 use super::sessions::{Sessions, SessionsError, SharedSessions};
 use super::{batch, convert, Mcp};
-use crate::tools::CallOptions;
+use crate::tools::{CallError, CallOptions};
 
 const VERSION: &str = "2026-07-28";
 /// The `_meta` keys a plain call carries; any other key sends the request to rmcp.
@@ -105,25 +105,31 @@ impl DirectRoute {
         let Some((id, name, arguments)) = plain_call(&bytes, &parts.headers) else {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
         };
+        let may_ask = super::may_ask(self.mcp.tools().current().approvals(), principal.as_deref());
         let options = CallOptions { caller: "mcp", principal, ..Default::default() };
         let outcome = self.mcp.tools().call(name, Json::Object(arguments), options).await;
-        let result = match &outcome {
-            // rmcp's handler answers both: a protocol error in its own words, and a call that
-            // waits for approval with the question when the client can be asked. Nothing ran.
-            Err(e) if e.is_protocol_error() || (needs_asking(e) && declares_elicitation(&bytes)) => {
-                return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
+        // Every outcome is answered here, as rmcp's handler would answer it: the call went
+        // through the pipeline once, and handing the request to rmcp would make it again.
+        let result = match outcome {
+            Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
+            // A client that may be asked gets the question (an input-required result) and calls
+            // again with the answer.
+            Err(CallError::ApprovalRequired(pending)) if may_ask && asks_by_form(&bytes) => {
+                let state = self.mcp.tools().current().approvals().question_state(&pending);
+                match super::approve::input_required(&pending, state) {
+                    Some(question) => to_json(question),
+                    None => convert::error_result(&CallError::ApprovalRequired(pending)).and_then(to_json),
+                }
             }
-            Ok(output) => convert::output(output),
-            Err(e) => convert::error_result(e),
+            Ok(output) => convert::output(&output).and_then(to_json),
+            Err(e) => convert::error_result(&e).and_then(to_json),
         };
         // The tool has run, so a result that cannot be written is answered here, as rmcp answers
         // it: forwarding the request would run the tool a second time.
-        let message = result
-            .and_then(|r| serde_json::to_value(r).map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None)))
-            .map_or_else(
-                |e| json!({"jsonrpc": "2.0", "id": id, "error": e}),
-                |r| json!({"jsonrpc": "2.0", "id": id, "result": r}),
-            );
+        let message = result.map_or_else(
+            |e| json!({"jsonrpc": "2.0", "id": id, "error": e}),
+            |r| json!({"jsonrpc": "2.0", "id": id, "result": r}),
+        );
         self.answered.fetch_add(1, Ordering::Relaxed);
         json_response(StatusCode::OK, &message)
     }
@@ -345,13 +351,19 @@ fn plain_call(body: &Bytes, headers: &HeaderMap) -> Option<(Json, String, Map<St
 }
 
 /// A call that waits for approval, which a client that can ask its user is asked about.
-fn needs_asking(error: &crate::tools::CallError) -> bool {
-    matches!(error, crate::tools::CallError::ApprovalRequired(_))
-}
-
-/// Whether a 2026-era request declares elicitation among its client capabilities (`_meta`).
-fn declares_elicitation(bytes: &[u8]) -> bool {
+/// Whether a 2026-era request's client can be asked in a form (`_meta`'s client capabilities
+/// declare elicitation, with `form`, or without only `url`): rmcp's reading of the same
+/// capabilities.
+fn asks_by_form(bytes: &[u8]) -> bool {
     let Ok(request) = serde_json::from_slice::<Json>(bytes) else { return false };
     let caps = request.pointer("/params/_meta/io.modelcontextprotocol~1clientCapabilities/elicitation");
-    caps.is_some_and(|c| !c.is_null())
+    match caps {
+        Some(Json::Object(e)) => e.contains_key("form") || !e.contains_key("url"),
+        _ => false,
+    }
+}
+
+/// A result as the JSON-RPC response carries it.
+fn to_json(result: impl serde::Serialize) -> Result<Json, rmcp::ErrorData> {
+    serde_json::to_value(result).map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
 }

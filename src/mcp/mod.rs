@@ -311,7 +311,7 @@ fn principal(cx: &RequestContext<RoleServer>) -> Option<Arc<crate::tools::Princi
 /// Whether the caller's own client may be asked to approve its calls: only when the operator
 /// turned it on (`[approval] ask_clients`), and for a scoped token only when its entry says
 /// `approve_own_calls = true`. Otherwise holding a token would be enough to approve its calls.
-fn may_ask(approvals: &crate::approval::Policy, principal: Option<&crate::tools::Principal>) -> bool {
+pub(super) fn may_ask(approvals: &crate::approval::Policy, principal: Option<&crate::tools::Principal>) -> bool {
     approvals.ask_clients && principal.is_none_or(|p| p.approves_own_calls())
 }
 
