@@ -1,7 +1,8 @@
 //! Agents: named personas (a system prompt, the tools to use, arguments) that resolve into a
 //! prompt. Inline agents come from `[agents.inline.*]`; Lua agents from `[agents.script.*]`, whose
 //! `agent.resolve(args, config, context)` can search the knowledge base first. Every caller (REST,
-//! MCP prompts, `ctx agent test`) resolves through [`Registry::prompt`](crate::tools::Registry::prompt).
+//! MCP prompts, `ctx agent test`) resolves an agent through the call pipeline's one door
+//! ([`Registry::enter`](crate::tools::Registry::enter)), like a tool call.
 
 mod inline;
 mod lua_agent;

@@ -1,11 +1,13 @@
 //! The inner calls of one code-mode run, all through the pipeline's one door
 //! ([`Registry::enter`]). A tool function returns a pending call at once. An upstream call
 //! starts on the async runtime right away; a call of ctx's own tools is put off until the
-//! script awaits it, when its call is polled once on the script's own thread (it finishes there
-//! if its tool can finish without blocking) and awaited on the runtime otherwise, or until the
-//! script does anything else first, when it starts on the runtime. So calls started before they are awaited run concurrently, up to
-//! [`CodeLimits::max_concurrent`] at a time per upstream server (and per ctx's own tools): the
-//! others wait their turn, and the wait is not part of a call's own timeout.
+//! script awaits it, when its call is polled once on the script's own thread (it finishes
+//! there if its tool can finish without blocking) and awaited on the runtime otherwise, or
+//! until the script does anything else first, when it starts on the runtime. So calls started
+//! before they are awaited run concurrently, up to [`CodeLimits::max_concurrent`] at a time per
+//! upstream server (and per ctx's own tools): the others wait their turn (a [`Gate`] of the
+//! pipeline, taken before any approval or rate is spent), and the wait is not part of a call's
+//! own timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, InputRequest,
-    InputRequests, InputRequiredResult, ProtocolVersion, ServerRequest,
+    ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    ElicitationSchema, InputRequest, InputRequests, InputRequiredResult, ProtocolVersion, ServerRequest,
 };
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
@@ -43,13 +43,18 @@ pub enum Asking {
 /// Whether and how this request's client can be asked: it declared form elicitation.
 pub fn asking(cx: &RequestContext<RoleServer>) -> Asking {
     let modern = cx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-    let form =
-        cx.client_capabilities().and_then(|c| c.elicitation).is_some_and(|e| e.form.is_some() || e.url.is_none());
+    let form = cx.client_capabilities().and_then(|c| c.elicitation).is_some_and(|e| by_form(&e));
     match (form, modern) {
         (false, _) => Asking::No,
         (true, false) => Asking::Request,
         (true, true) => Asking::InputRequired,
     }
+}
+
+/// Whether a client's elicitation capability covers a form (it names `form`, or names neither
+/// mode, which means form): the one reading of it for rmcp's requests and the direct route's.
+pub fn by_form(elicitation: &ElicitationCapability) -> bool {
+    elicitation.form.is_some() || elicitation.url.is_none()
 }
 
 /// The question for `pending`: one `approve` checkbox.

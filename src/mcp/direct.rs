@@ -350,17 +350,13 @@ fn plain_call(body: &Bytes, headers: &HeaderMap) -> Option<(Json, String, Map<St
     (plain_meta && params.is_empty()).then_some((id, name, arguments))
 }
 
-/// A call that waits for approval, which a client that can ask its user is asked about.
-/// Whether a 2026-era request's client can be asked in a form (`_meta`'s client capabilities
-/// declare elicitation, with `form`, or without only `url`): rmcp's reading of the same
-/// capabilities.
+/// Whether a 2026-era request's client can be asked in a form, read from `_meta`'s client
+/// capabilities exactly as rmcp reads them ([`super::approve::by_form`]).
 fn asks_by_form(bytes: &[u8]) -> bool {
     let Ok(request) = serde_json::from_slice::<Json>(bytes) else { return false };
     let caps = request.pointer("/params/_meta/io.modelcontextprotocol~1clientCapabilities/elicitation");
-    match caps {
-        Some(Json::Object(e)) => e.contains_key("form") || !e.contains_key("url"),
-        _ => false,
-    }
+    let elicitation = caps.cloned().and_then(|c| serde_json::from_value::<rmcp::model::ElicitationCapability>(c).ok());
+    elicitation.is_some_and(|e| super::approve::by_form(&e))
 }
 
 /// A result as the JSON-RPC response carries it.

@@ -1,10 +1,13 @@
 //! Admission: the first stage of every call. Whether the caller may see the name at all, which
-//! tool or agent it is, its parameters checked with defaults filled in, and the rules of call
-//! chains (depth, loops, scripts inside scripts). Nothing here waits or writes.
+//! tool or agent it is, its parameters checked with defaults filled in, the rules of call chains
+//! (depth, loops, scripts inside scripts), and whether the tool is quarantined. Nothing here
+//! waits or writes.
 
 use serde_json::Value as Json;
 
-use super::{principal, CallError, CallOptions, Registry, ToolRef, ToolSpec};
+use std::sync::Arc;
+
+use super::{principal, stuck, CallError, CallOptions, Registry, ToolRef, ToolSpec};
 use crate::agents::AgentRef;
 use crate::types::LoadProblemKind;
 
@@ -41,6 +44,16 @@ pub struct Admitted {
 pub enum Resolved {
     Tool(ToolRef),
     Agent(AgentRef),
+}
+
+impl Resolved {
+    /// What the quarantine of stuck runs knows this tool or agent by (see [`stuck`]).
+    pub fn identity(&self) -> usize {
+        match self {
+            Resolved::Tool(tool) => stuck::identity(tool),
+            Resolved::Agent(agent) => Arc::as_ptr(agent) as *const () as usize,
+        }
+    }
 }
 
 impl Admitted {
@@ -107,11 +120,29 @@ pub(super) fn admit(
             (Resolved::Agent(agent), (Json::Object(args), None))
         }
     };
+    if let Some(refused) = quarantined(&what, name) {
+        return Err(refused);
+    }
     if options.cancel.is_cancelled() {
         return Err(CallError::cancelled(name));
     }
     let (params, token) = params;
     Ok(Admitted { name: name.to_string(), what, params, token })
+}
+
+/// The refusal of a call of a tool or agent whose earlier call overran its deadline inside a
+/// library call and is still running (see [`stuck`]): refused before any policy, so it uses up
+/// no approval and no rate.
+fn quarantined(what: &Resolved, name: &str) -> Option<CallError> {
+    let run = stuck::quarantined(what.identity())?;
+    let (kind, tail) = match what {
+        Resolved::Tool(_) => ("tool", " (the server log has the details)"),
+        Resolved::Agent(_) => ("agent", ""),
+    };
+    Some(CallError::Unavailable(format!(
+        "{kind} '{name}' is quarantined: a call {:.0} s ago overran its deadline inside a library call and is still running; ctx refuses new calls of this {kind} until that call ends or its script is edited{tail}",
+        run.since.elapsed().as_secs_f64()
+    )))
 }
 
 /// Why `name` is not a tool `options`' caller can call: it failed to load, its upstream server

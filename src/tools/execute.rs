@@ -9,7 +9,6 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use super::admit::{Admitted, Resolved};
-use super::pipeline::Gate;
 use super::{stuck, CallEnv, CallError, CallOptions, Output, Registry, Tool};
 use crate::lua::CancelHandle;
 use crate::types::AgentPrompt;
@@ -55,27 +54,13 @@ pub(super) async fn run(
     call: Admitted,
     options: &CallOptions,
     id: u64,
-    (placement, gate): (Placement, Option<Arc<Gate>>),
+    placement: Placement,
 ) -> Result<Answer, CallError> {
     let Admitted { name, what, params, .. } = call;
-    let identity = match &what {
-        Resolved::Tool(tool) => stuck::identity(tool),
-        Resolved::Agent(agent) => Arc::as_ptr(agent) as *const () as usize,
-    };
-    if let Some(run) = stuck::quarantined(identity) {
-        let kind = if matches!(what, Resolved::Tool(_)) { "tool" } else { "agent" };
-        let tail = match kind {
-            "tool" => " (the server log has the details)",
-            _ => "",
-        };
-        return Err(CallError::Unavailable(format!(
-            "{kind} '{name}' is quarantined: a call {:.0} s ago overran its deadline inside a library call and is still running; ctx refuses new calls of this {kind} until that call ends or its script is edited{tail}",
-            run.since.elapsed().as_secs_f64()
-        )));
-    }
+    let identity = what.identity();
     match what {
         Resolved::Tool(tool) => {
-            run_tool(registry, tool, name, params, options, id, (placement, gate)).await.map(Answer::Output)
+            run_tool(registry, tool, name, params, options, id, placement).await.map(Answer::Output)
         }
         Resolved::Agent(agent) => {
             let args = match params {
@@ -124,7 +109,7 @@ async fn run_tool(
     params: Json,
     options: &CallOptions,
     id: u64,
-    (placement, gate): (Placement, Option<Arc<Gate>>),
+    placement: Placement,
 ) -> Result<Output, CallError> {
     if placement == Placement::Here {
         return tool.run(params, &registry.env(&name, options, id));
@@ -132,17 +117,11 @@ async fn run_tool(
     // A tool that waits on another process runs as a future right here: no thread, and
     // dropping this future (the client went away or cancelled) cancels it upstream too.
     if let Some(async_tool) = tool.as_async() {
-        let _permit = permit(gate).await;
         return async_tool.call(params, options.progress.clone()).await;
-    }
-    // An inline run is over within its budget: it takes no permit.
-    if let Some(gate) = &gate {
-        gate.runs_now();
     }
     if let Some(result) = inline(registry, &*tool, &name, &params, options, id) {
         return result;
     }
-    let _permit = permit(gate).await;
     let (identity, deadline) = (stuck::identity(&tool), tool.deadline());
     let (on_pool, opts, tool_name) = (Arc::clone(registry), options.clone(), name.clone());
     let run = move || tool.run(params, &on_pool.env(&tool_name, &opts, id));
@@ -154,15 +133,6 @@ async fn run_tool(
         }
         Err(crashed(&name, &e.to_string()))
     })
-}
-
-/// A permit of `gate`, when the call has one (a closed gate never happens: nothing closes it,
-/// and it would let the call run). The call runs from now on.
-async fn permit(gate: Option<Arc<Gate>>) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    let gate = gate?;
-    let permit = Arc::clone(&gate.permits).acquire_owned().await.ok();
-    gate.runs_now();
-    permit
 }
 
 /// The tool's inline attempt ([`Tool::run_inline`]); a panic in it is an `internal` error.

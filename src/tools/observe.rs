@@ -86,6 +86,13 @@ impl Observed {
         }
     }
 
+    /// Starts the call's duration again (after a person's decision it waited for).
+    pub(super) fn restart(&mut self) {
+        if let Some(open) = &mut self.open {
+            open.at = Instant::now();
+        }
+    }
+
     /// Lets the request go unlogged: it is handed to a path that logs it itself.
     pub fn forget(mut self) {
         self.open = None;

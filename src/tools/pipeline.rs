@@ -1,12 +1,13 @@
 //! The call pipeline: the one door every call enters, from REST, MCP (both eras and stdio), the
-//! CLI, code mode's inner calls, `context.call` and agent prompts alike. A call passes four
-//! stages, in order:
-//! 1. admission ([`super::admit`]): scope, name, parameters and defaults, call-chain rules;
-//! 2. policy ([`super::policy`]): approval, then rate limits, each a [`Policy`] of its own
+//! CLI, code mode's inner calls, `context.call` and agent prompts alike. One guard of
+//! observation ([`super::observe`]) wraps the whole call: it logs and counts the call exactly
+//! once, also when it is refused, fails, or is dropped by its client. Inside it, in order:
+//! 1. admission ([`super::admit`]): scope, name, parameters and defaults, call-chain rules,
+//!    quarantine;
+//! 2. the call's turn, when it shares a [`Gate`] (code mode's `max_concurrent`);
+//! 3. policy ([`super::policy`]): approval, then rate limits, each a [`Policy`] of its own
 //!    feature; a call that needs a person's approval may ask them through the caller's own
 //!    channel ([`Ask`]) and goes on with their answer;
-//! 3. observation ([`super::observe`]): one guard that logs and counts the call exactly once,
-//!    also when it is refused, fails, or is dropped by its client;
 //! 4. execution ([`super::execute`]): the tool's own strategy.
 //!
 //! [`Policy`]: super::policy::Policy
@@ -45,12 +46,12 @@ pub struct Call {
     pub gate: Option<Arc<Gate>>,
 }
 
-/// A call's share of a few permits: a call that cannot finish inline waits for a permit before
-/// it runs, and its own timeout starts after the wait.
+/// A call's share of a few permits: the call waits for a permit once it is admitted, before its
+/// policies are asked (an approval or a rate is not spent on a call that then waits its turn
+/// and may never run), and holds it until it has run. Its own timeout starts after the wait.
 pub struct Gate {
     pub permits: Arc<tokio::sync::Semaphore>,
-    /// When the call began to run (with its permit, or inline without one): its own time, the
-    /// wait for a turn left out.
+    /// When the call got its permit: its own time starts there, the wait for a turn left out.
     running: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
@@ -59,13 +60,17 @@ impl Gate {
         Arc::new(Gate { permits, running: std::sync::Mutex::new(None) })
     }
 
-    /// When the call began to run, if it did.
+    /// When the call got its turn, if it did.
     pub fn running_since(&self) -> Option<std::time::Instant> {
         *self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(super) fn runs_now(&self) {
+    /// Waits for a permit (a closed gate never happens: nothing closes it, and it would let the
+    /// call run).
+    async fn turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let permit = Arc::clone(&self.permits).acquire_owned().await.ok();
         *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+        permit
     }
 }
 
@@ -101,7 +106,7 @@ impl Registry {
                 Observed::start("prompts/get", &json!({ "name": name, "arguments": args.clone() }), &options)
             }
         };
-        let result = self.stages(target, &name, args, &options, (placement, gate), observed.id()).await;
+        let result = self.stages(target, &name, args, &options, (placement, gate), &mut observed).await;
         match target {
             Target::Tool => {
                 observed.known(self.tool(&name).is_some());
@@ -134,11 +139,15 @@ impl Registry {
         args: Json,
         options: &CallOptions,
         (placement, gate): (Placement, Option<Arc<Gate>>),
-        id: u64,
+        observed: &mut Observed,
     ) -> Result<Answer, CallError> {
         let call = admit::admit(self, target, name, args, options)?;
-        let call = self.police(call, options, placement).await?;
-        execute::run(self, call, options, id, (placement, gate)).await
+        let _permit = match &gate {
+            Some(gate) => gate.turn().await,
+            None => None,
+        };
+        let call = self.police(call, options, placement, observed).await?;
+        execute::run(self, call, options, observed.id(), placement).await
     }
 
     /// The policy stage: every policy in order, off the async workers when one of them reads a
@@ -148,6 +157,7 @@ impl Registry {
         mut call: Admitted,
         options: &CallOptions,
         placement: Placement,
+        observed: &mut Observed,
     ) -> Result<Admitted, CallError> {
         let mut asked = false;
         loop {
@@ -164,6 +174,8 @@ impl Registry {
                 (Err(CallError::ApprovalRequired(pending)), Some(ask)) if !asked && placement == Placement::Async => {
                     asked = true;
                     call.token = Some(ask.ask(&pending).await?);
+                    // A person's time to decide is not the call's: its duration starts again.
+                    observed.restart();
                 }
                 (Err(e), _) => return Err(e),
             }
@@ -204,8 +216,9 @@ impl Registry {
 }
 
 /// Waits for `future` on this thread, which may block: how the CLI and a Lua tool's
-/// `context.call` wait for a call placed [`Placement::Here`] (that runs on this thread and is
-/// ready at once unless the tool is a future of its own).
+/// `context.call` wait for a call placed [`Placement::Here`]. Such a call runs on this thread
+/// and is ready at its first poll (an upstream tool blocks in its own `run`); the park loop
+/// only keeps this correct for any future.
 pub fn wait<T>(future: impl Future<Output = T>) -> T {
     struct Unpark(std::thread::Thread);
     impl std::task::Wake for Unpark {

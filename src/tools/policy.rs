@@ -9,7 +9,8 @@ use super::{CallError, CallOptions};
 
 /// One policy. A call runs only when every policy let it through: each is asked in turn
 /// ([`Policy::check`]), and only then are their holds made final ([`Policy::commit`]), so a
-/// later refusal (a rate limit) does not use up what an earlier one granted (an approval).
+/// later refusal (a rate limit) does not use up what an earlier one granted (an approval). A
+/// policy with nothing to hold spends what it grants in `check` (a rate limit's token).
 pub trait Policy: Send + Sync {
     /// Whether checking `call` may block the thread (it reads a file another process writes):
     /// such checks run on the blocking pool, never on an async worker.

@@ -3,7 +3,11 @@
 //! A rule names tools (one Lua tool's own `rate`, or `[[server.rate_limits]]` globs over any
 //! tool: built-ins, upstream tools, scripted tools). Each (rule, tool, caller) has its own
 //! bucket: the caller is the scoped token's name, and every unscoped call shares one bucket.
-//! Inner calls (`context.call`, code mode) count against their caller like any other call.
+//! Inner calls (`context.call`, code mode) count against their caller like any other call, and an
+//! agent's prompt counts under the agent's name. Rate limits are a [`Policy`] of the call
+//! pipeline.
+//!
+//! [`Policy`]: super::policy::Policy
 //!
 //! The buckets live for the process, not for one registry snapshot, so a hot reload does not
 //! hand every caller a fresh burst. A rule that changes gets new buckets (its text is part of

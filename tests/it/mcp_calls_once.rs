@@ -597,3 +597,21 @@ fn a_stateless_call_with_invalid_arguments_is_logged_once_through_rmcp() {
 fn a_stateless_call_with_invalid_arguments_is_logged_once_on_the_direct_route() {
     invalid_arguments_are_logged_once(Route::Direct);
 }
+
+/// The approval question the direct route answers with is the one rmcp answers with: the same
+/// result, bar the request state (it carries each request's own token). The second request
+/// joins the first one's pending approval, so its id and expiry are the same.
+#[test]
+fn the_direct_route_asks_for_approval_exactly_as_rmcp_does() {
+    let p = Probe::start();
+    let ask = |route| {
+        let mut reply = p.stateless(route, true, "deploy", json!({"arguments": {"message": "same question"}}));
+        assert_eq!(reply["result"]["resultType"], "input_required", "{route:?}: {reply}");
+        let state = reply["result"]["requestState"].take();
+        assert!(state.as_str().is_some_and(|s| s.contains('.')), "{route:?}: a token and its MAC: {state}");
+        reply
+    };
+    let direct = ask(Route::Direct);
+    let rmcp = ask(Route::Rmcp);
+    assert_eq!(direct, rmcp, "the same question both ways");
+}
