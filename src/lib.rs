@@ -45,6 +45,7 @@ pub mod cli;
 pub mod code;
 pub mod config;
 pub mod connectors;
+pub mod contract;
 pub mod embed;
 pub mod kb;
 pub mod lua;

@@ -8,7 +8,7 @@ use serde_json::{Map, Value as Json};
 
 use crate::lua::convert::{self, ConvertError, Shape};
 
-pub use crate::lua::convert::json_size;
+use crate::contract::text::json_size;
 use crate::tools::Output;
 
 /// An inner call's result as a Lua value sees it (seed 001): the structured content when
@@ -497,5 +497,18 @@ mod tests {
             let err = script_output(bad.clone()).err().unwrap_or_else(|| panic!("{bad} passed"));
             assert!(err.contains(says) && err.contains("looks like a full MCP result"), "{bad}: {err}");
         }
+    }
+
+    /// Nested wide objects (four levels of 300,000 keys) are cut to the limit with their shape
+    /// (`lua::convert` checks that only the keys kept are held).
+    #[test]
+    fn nested_wide_objects_are_cut_without_holding_their_keys() {
+        #[allow(clippy::disallowed_methods)]
+        let lua = mlua::Lua::new();
+        let script = "local t = 0 for level = 1, 4 do local o = {a = t} for i = 1, 3e5 do o['k' .. i] = i end t = o end return t";
+        let value: mlua::Value = lua.load(script).eval().unwrap();
+        let (cut, what) = truncate_lua(&lua, &value, 4096, usize::MAX).unwrap();
+        assert!(what.is_some() && json_size(&cut) <= 4096 + 256, "{}", json_size(&cut));
+        assert!(cut["a"]["a"].is_object(), "{cut}");
     }
 }

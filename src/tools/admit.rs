@@ -4,12 +4,9 @@
 
 use serde_json::Value as Json;
 
-use super::{principal, CallError, CallOptions, Registry, ToolRef, ToolSpec};
+use super::{principal, CallError, CallOptions, Registry, ToolRef, ToolSpec, MAX_NAME_BYTES};
 use crate::agents::AgentRef;
 use crate::types::LoadProblemKind;
-
-/// The longest tool name a call may give.
-pub const MAX_NAME_BYTES: usize = 256;
 
 /// How deep a chain of tool calls may go (a tool calling a tool calling a tool...).
 pub const MAX_CHAIN: usize = 16;
@@ -76,7 +73,7 @@ pub(super) fn admit(
         Target::Tool => {
             // A token beside the arguments is the caller's, not the tool's.
             let beside = match &mut params {
-                Json::Object(map) => map.remove(crate::approval::PARAM),
+                Json::Object(map) => map.remove(crate::contract::approval::PARAM),
                 _ => None,
             };
             let tool = registry.tool(name).filter(|_| in_scope).ok_or_else(|| unknown_tool(registry, name, options))?;
