@@ -39,6 +39,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub mod agents;
+pub mod app;
 pub mod approval;
 pub mod calllog;
 pub mod cli;

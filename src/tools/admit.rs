@@ -4,8 +4,8 @@
 
 use serde_json::Value as Json;
 
+use super::agent::AgentRef;
 use super::{principal, CallError, CallOptions, Registry, ToolRef, ToolSpec, MAX_NAME_BYTES};
-use crate::agents::AgentRef;
 use crate::types::LoadProblemKind;
 
 /// How deep a chain of tool calls may go (a tool calling a tool calling a tool...).
@@ -84,7 +84,7 @@ pub(super) fn admit(
                 .map_err(|problems| CallError::InvalidParams { tool: name.to_string(), problems })?;
             let token = options.approval.clone().or_else(|| beside.as_ref().and_then(Json::as_str).map(String::from));
             check_chain(name, &options.chain)?;
-            if let Some(refusal) = crate::code::nested_script(registry.kb().config(), &options.chain, name) {
+            if let Some(refusal) = super::in_script::nested_script(registry.kb().config(), &options.chain, name) {
                 return Err(CallError::BadRequest(refusal));
             }
             (Resolved::Tool(tool), (params, token))

@@ -4,16 +4,17 @@
 //! mode's inner calls, `context.call` and agent prompts alike.
 
 mod admit;
+pub mod agent;
 pub mod bridge;
 mod builtin;
 mod execute;
+pub mod in_script;
 mod lua_tool;
 mod observe;
 pub mod pipeline;
 pub mod policy;
 pub mod rate;
 mod registry;
-pub mod reload;
 pub mod stuck;
 pub mod upstream_tool;
 
@@ -32,7 +33,7 @@ use crate::contract::error;
 pub use crate::contract::error::{http_status, retry_secs, CallError};
 pub use crate::contract::{params, principal};
 pub use crate::contract::{Output, Params, Principal, ToolSpec, UpstreamOrigin, BUILTINS, MAX_NAME_BYTES};
-pub use registry::{check, CallOptions, Checked, Registry, Tools};
+pub use registry::{broken_problem, load_lua, CallOptions, Derive, Loaded, Registry, Tools};
 
 use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};
@@ -90,6 +91,12 @@ pub trait Tool: Send + Sync {
     /// How long a call may run, when the tool enforces a limit: a call still running this long
     /// plus [`stuck::GRACE`] after it started is abandoned (see [`stuck`]).
     fn deadline(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// The description `principal` (a scoped token) sees, when it differs from the spec's:
+    /// code mode's `execute` and scripted tools list the tools a script may call, so a scoped
+    /// token gets one rendered from its own tools.
+    fn description_for(&self, _registry: &Registry, _principal: &Principal) -> Option<String> {
         None
     }
     /// Tools that wait on another process rather than compute (upstream MCP servers) run as a
