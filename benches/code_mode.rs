@@ -49,7 +49,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use ctx::tools::{CallOptions, Output, Registry, Tools};
+use ctx::tools::{CallOptions, Output, Tools};
 use ctx::upstream::Upstreams;
 use serde_json::{json, Value};
 
@@ -111,7 +111,7 @@ fn main() {
         let echo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/echo.lua")).expect("echo.lua");
         let extra = "[tools.script.echo]\npath = \"tools/echo.lua\"\ngreeting = \"hi\"\n";
         let corpus = Corpus::with_files(extra, &[("tools/echo.lua", &echo)]);
-        let registry = Registry::build(corpus.kb.clone(), None);
+        let registry = ctx::app::build(corpus.kb.clone(), None);
         assert!(registry.problems().is_empty(), "{:?}", registry.problems());
         let tools = Arc::new(Tools::new(registry));
         if let Ok(which) = std::env::var("CTX_SPIN") {
@@ -350,7 +350,7 @@ fn upstream(runtime: &tokio::runtime::Runtime, runs: usize, verdicts: &mut Vec<S
     for (label, extra) in configs {
         let config = format!("[mcp.servers.f]\ncommand = {:?}\n{extra}", fault.display().to_string());
         let corpus = Corpus::with_files(&config, &[]);
-        let tools = Arc::new(Tools::new(Registry::build(corpus.kb.clone(), None)));
+        let tools = Arc::new(Tools::new(ctx::app::build(corpus.kb.clone(), None)));
         let sections = corpus.kb.config().upstreams.clone();
         let upstreams = {
             let _inside = runtime.enter();

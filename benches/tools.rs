@@ -75,7 +75,7 @@ fn main() {
     let mut corpus = Corpus::with_files(extra, &[("tools/echo.lua", &echo), ("tools/kb-search.lua", KB_SEARCH)]);
     let growth = corpus.grow_to(CHUNKS);
     println!("corpus: {} documents, {} chunks", growth.docs, growth.chunks);
-    let registry = Arc::new(Registry::build(corpus.kb.clone(), None));
+    let registry = Arc::new(ctx::app::build(corpus.kb.clone(), None));
     assert!(registry.problems().is_empty(), "{:?}", registry.problems());
     let options = CallOptions { caller: "bench", ..Default::default() };
     let mut verdicts = Vec::new();
@@ -85,7 +85,7 @@ fn main() {
     let queries: Vec<Value> = QUERIES.iter().map(|q| json!({"query": q})).collect();
     // What the servers run on: tokio workers, with the blocking pool behind them.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let tools = Arc::new(Tools::new(Registry::build(corpus.kb.clone(), None)));
+    let tools = Arc::new(Tools::new(ctx::app::build(corpus.kb.clone(), None)));
     if run("echo") {
         let params = echo_params.clone();
         let served = time_served(&runtime, &tools, 20_000, move |_| ("echo", params.clone()));
@@ -230,7 +230,7 @@ fn separate_processes(dir: &std::path::Path, tool: &str, processes: usize, span:
 fn one_caller(args: &[String]) {
     let file = std::path::PathBuf::from(&args[0]);
     let config = ctx::config::Config::load(&ctx::config::locate(Some(&file))).expect("config");
-    let registry = Arc::new(Registry::build(ctx::kb::Kb::open(Arc::new(config)).expect("kb"), None));
+    let registry = Arc::new(ctx::app::build(ctx::kb::Kb::open(Arc::new(config)).expect("kb"), None));
     let params: Vec<Value> = match args[1].as_str() {
         "echo" => vec![json!({"message": "hello"})],
         _ => QUERIES.iter().map(|q| json!({"query": q})).collect(),

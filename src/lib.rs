@@ -4,33 +4,40 @@
 //! served over MCP and REST.
 //!
 //! # Layout
-//! The contract:
+//! Top-level modules stand on one-way floors, written down once in `src/floors.txt`: a module
+//! uses only modules on lower floors, and `tests/it/floors.rs` fails the build otherwise.
+//!
+//! The contract (floors 0-1):
 //! - [`schema`]: the JSON Schemas in `schemas/`, bundled, compiled, and worded as messages.
 //! - [`types`]: Rust types generated from those schemas (the only generated code).
-//! - [`config`]: `ctx.toml` located, expanded, validated and typed.
+//! - [`runtime`]: the process's one async runtime, which the CLI builds and sync code waits on.
+//! - [`contract`]: the types every feature shares (tool spec, call error, output, parameters,
+//!   principal, limits, cancel and progress, redaction) and small helpers.
 //!
-//! The knowledge base:
-//! - [`connectors`]: filesystem, git and Lua sources that feed sync.
-//! - [`embed`]: embedding providers (the local static model, Ollama, OpenAI) for semantic search.
-//! - [`kb`]: the SQLite store, chunking, sync and search.
-//!
-//! Scripts and calls:
+//! Features (floors 2-8):
+//! - [`config`]: `ctx.toml` located, expanded, validated and typed (data only).
 //! - [`lua`]: the sandbox (the only place a Lua state is created) and its host APIs.
+//! - [`embed`]: embedding providers (the local static model, Ollama, OpenAI) for semantic search.
+//! - [`approval`]: which tool calls wait for a person, and the check before they run.
+//! - [`calllog`]: the tool-call log, written in the background beside the knowledge base.
+//! - [`upstream`]: the gateway's supervised client connection to each upstream MCP server.
+//! - [`connectors`]: filesystem, git and Lua sources that feed sync.
+//! - [`kb`]: the SQLite store, chunking, sync and search.
+//! - [`metrics`]: counters and histograms of calls, served as Prometheus text.
 //! - [`tools`]: the tool registry and the call path every call takes: built-ins, Lua tools,
-//!   upstream tools, scoped tokens, rate limits.
+//!   upstream tools, scoped tokens, rate limits; the `Tool` and `Agent` traits.
 //! - [`agents`]: inline and Lua agents, resolved into prompts.
 //! - [`code`]: code mode: one agent-sent Lua script that calls many tools (`execute`, scripted
 //!   tools, discovery).
-//! - [`upstream`]: the gateway's supervised client connection to each upstream MCP server.
-//! - [`approval`]: which tool calls wait for a person, and the check before they run.
-//! - [`calllog`]: the tool-call log, written in the background beside the knowledge base.
-//! - [`metrics`]: counters and histograms of calls, served as Prometheus text.
 //!
-//! Adapters:
+//! Assembly (floor 9):
+//! - [`app`]: the registry built from a config (Lua tools, agents, code mode's tools), the check
+//!   of a config's scripts, and hot reload.
+//!
+//! Adapters (floors 10-12):
 //! - [`mcp`]: MCP over rmcp (Streamable HTTP in both eras, and stdio).
 //! - [`server`]: the HTTP server: REST, `/mcp`, the OpenAPI document and Swagger UI, limits.
 //! - [`cli`]: the `ctx` command line.
-//! - [`runtime`]: the process's one async runtime, which the CLI builds and sync code waits on.
 
 /// mimalloc instead of the system allocator: ctx's calls allocate and free many small values on
 /// one thread that another thread made (a script's arguments, a tool's result), which glibc
@@ -39,12 +46,14 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub mod agents;
+pub mod app;
 pub mod approval;
 pub mod calllog;
 pub mod cli;
 pub mod code;
 pub mod config;
 pub mod connectors;
+pub mod contract;
 pub mod embed;
 pub mod kb;
 pub mod lua;

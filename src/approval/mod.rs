@@ -17,8 +17,8 @@ use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
-use crate::tools::{CallError, ToolSpec};
-use crate::types::Approval;
+pub use crate::contract::approval::{Pending, PARAM};
+use crate::contract::{CallError, ToolSpec};
 pub use store::Store;
 
 /// Pending approvals one caller may hold at once: a client cannot fill the store.
@@ -33,10 +33,6 @@ fn question_key() -> &'static [u8] {
     static KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     KEY.get_or_init(|| random_hex(32).into_bytes())
 }
-
-/// The parameter name a caller may put beside the arguments to present a token (REST also
-/// takes the `Ctx-Approval` header).
-pub const PARAM: &str = "_approval";
 
 /// Which tools need approval under one config.
 pub struct Policy {
@@ -295,70 +291,6 @@ impl Policy {
                 "tool '{tool}' did not run: this caller already has {pending} calls waiting for approval; wait until a person decides some"
             ))),
         }
-    }
-}
-
-/// Approval is a policy of the call pipeline, asked first: a call that needs a person's approval
-/// runs only with the token of an approved, unused approval bound to exactly this call, and
-/// that approval is used up only once every other policy let the call through. Checking reads
-/// the approvals' SQLite file, which a person's `ctx approvals approve` may hold for a moment.
-impl crate::tools::policy::Policy for Policy {
-    fn blocks(&self, call: &crate::tools::Admitted) -> bool {
-        call.tool().is_some_and(|spec| self.needs(spec))
-    }
-
-    fn check(
-        &self,
-        call: &crate::tools::Admitted,
-        options: &crate::tools::CallOptions,
-    ) -> Result<Option<crate::tools::policy::Hold>, CallError> {
-        if !call.tool().is_some_and(|spec| self.needs(spec)) {
-            return Ok(None);
-        }
-        let caller = options.principal.as_deref().map(crate::tools::Principal::name).unwrap_or("");
-        let id = self.check(&call.name, &call.params, caller, options.caller, call.token.as_deref())?;
-        Ok(Some(crate::tools::policy::Hold(id)))
-    }
-
-    fn commit(&self, call: &crate::tools::Admitted, hold: crate::tools::policy::Hold) -> Result<(), CallError> {
-        self.consume(&call.name, &hold.0)
-    }
-}
-
-/// A call that waits for approval: the record and the token its caller presents later.
-#[derive(Clone, Debug)]
-pub struct Pending {
-    pub approval: Approval,
-    pub token: String,
-}
-
-impl Pending {
-    /// What the call's log line and a script's error say: which call waits, and who decides.
-    /// Not the token, which runs the call once approved: only its caller's answer holds it.
-    pub fn summary(&self) -> String {
-        let a = &self.approval;
-        format!(
-            "tool '{}' needs approval before it runs; nothing ran. Approval {} is pending until {}: a person approves it with `ctx approvals approve {}`",
-            a.tool,
-            a.id,
-            a.expires_at.format("%Y-%m-%d %H:%M:%S UTC"),
-            a.id
-        )
-    }
-
-    /// What to do next, in words, for the caller (and the person it shows this to).
-    pub fn message(&self) -> String {
-        let id = &self.approval.id;
-        format!(
-            "{} (or POST /approvals/{id}/approve, or denies it), then the same call runs once when sent again with the token {} (REST: header Ctx-Approval; MCP and scripts: \"{PARAM}\" beside the arguments)",
-            self.summary(),
-            self.token
-        )
-    }
-
-    /// The wire form with the token and the message.
-    pub fn body(&self) -> Approval {
-        Approval { token: Some(self.token.clone()), message: Some(self.message()), ..self.approval.clone() }
     }
 }
 

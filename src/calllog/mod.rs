@@ -537,7 +537,7 @@ fn write_value(out: &mut Writer, value: &Json, listed: &[String], secrets: &crat
 
 /// Whether a key's value is never kept: named like a secret, listed, or an approval token.
 fn is_redacted(key: &str, listed: &[String]) -> bool {
-    key.eq_ignore_ascii_case(crate::approval::PARAM)
+    key.eq_ignore_ascii_case(crate::contract::approval::PARAM)
         || crate::config::redact::is_secret_key(key)
         || listed.iter().any(|l| l.eq_ignore_ascii_case(key))
 }

@@ -62,7 +62,7 @@ fn bind(
         statement.raw_bind_parameter(next(), e.id as i64)?;
         statement.raw_bind_parameter(next(), e.parent.map(|p| p as i64))?;
         statement.raw_bind_parameter(next(), at_ms)?;
-        statement.raw_bind_parameter(next(), cut(&e.tool, crate::tools::MAX_NAME_BYTES))?;
+        statement.raw_bind_parameter(next(), cut(&e.tool, crate::contract::MAX_NAME_BYTES))?;
         statement.raw_bind_parameter(next(), (!e.caller.is_empty()).then_some(e.caller.as_str()))?;
         statement.raw_bind_parameter(next(), e.via)?;
         statement.raw_bind_parameter(next(), e.micros as i64)?;

@@ -67,7 +67,7 @@ fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Res
 fn registry(globals: &Globals) -> Result<Registry, CliError> {
     let config = globals.load_config()?;
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
-    Ok(Registry::build(kb, None))
+    Ok(crate::app::build(kb, None))
 }
 
 fn list(json: bool, globals: &Globals) -> Result<(), CliError> {

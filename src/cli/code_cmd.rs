@@ -12,7 +12,7 @@ use serde_json::{json, Value as Json};
 use super::tool_cmd::{call_failed, upstreams_of, with_upstreams};
 use super::{CliError, Globals};
 use crate::kb::Kb;
-use crate::tools::{CallOptions, Output, Registry};
+use crate::tools::{CallOptions, Output};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -66,7 +66,7 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
     }
     let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
-    let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
+    let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
     let mut params = json!({ "script": script });
     if let Some(timeout) = args.timeout {
         params["timeout"] = json!(timeout);
@@ -130,7 +130,7 @@ pub fn catalog(args: CatalogArgs, globals: &Globals) -> Result<(), CliError> {
     let config = globals.load_config()?;
     let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
-    let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
+    let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
     let text = crate::code::catalog_prompt(&registry, args.scripted.as_deref(), None).map_err(CliError::Usage);
     if let Some(upstreams) = &upstreams {
         globals.runtime.block_on(upstreams.shutdown());

@@ -11,7 +11,7 @@ use super::{CliError, Globals};
 use crate::config::upstream::UpstreamSection;
 use crate::config::Config;
 use crate::kb::Kb;
-use crate::tools::{CallOptions, Registry};
+use crate::tools::CallOptions;
 use crate::types::UpstreamHealth;
 use crate::upstream::{EventSink, Status, Upstreams};
 
@@ -193,7 +193,7 @@ fn report(
     // The registry every server uses, so names, filters, validation and results are exactly
     // what clients get.
     let kb = Kb::open(Arc::new(config.clone())).context("cannot open the knowledge base")?;
-    let registry = Arc::new(Registry::build(kb, None).with_upstreams(upstreams));
+    let registry = Arc::new(crate::app::build(kb, None).with_upstreams(upstreams));
     let ours: Vec<_> =
         registry.all_specs().filter(|s| s.upstream.as_ref().is_some_and(|o| o.server == section.name)).collect();
     let Some(tool) = call else {

@@ -51,7 +51,7 @@ fn check(globals: &Globals) -> Result<(), CliError> {
         problems.extend(upstream_problems);
         warnings.extend(upstream_warnings);
         let missing: Vec<&str> = config.scripts.iter().filter(|s| !s.path.is_file()).map(|s| s.name.as_str()).collect();
-        let checked = crate::tools::check(config);
+        let checked = crate::app::check(config);
         let section = |problem: &crate::types::LoadProblem| match problem.kind {
             LoadProblemKind::Agent if config.spec.agents.inline.keys().any(|k| k.as_str() == problem.name) => {
                 "agents.inline"

@@ -8,7 +8,7 @@ use super::{CliError, Globals};
 use crate::kb::Kb;
 use crate::mcp::Mcp;
 use crate::server::{self, App};
-use crate::tools::{self, Registry, Tools};
+use crate::tools::Tools;
 use crate::upstream::{Event, EventSink, Upstreams};
 
 /// Prints a status line. Unlike `println!` it never panics: whoever launched the server may have
@@ -54,7 +54,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     }
     crate::metrics::set_enabled(config.spec.server.metrics);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
-    let registry = Registry::build(kb.clone(), None);
+    let registry = crate::app::build(kb.clone(), None);
     let runtime = &globals.runtime;
     let tools = Arc::new(Tools::new(registry));
     tools.config_loaded(&located.path);
@@ -63,7 +63,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     if !args.no_reload {
         let (mcp, handle) = (mcp.clone(), runtime.clone());
         // The broadcast is sync, but enter the runtime so rmcp's tasks wake on it.
-        tools::reload::watch(located, kb, Arc::clone(&tools), move |tools, prompts| {
+        crate::app::reload::watch(located, kb, Arc::clone(&tools), move |tools, prompts| {
             let _guard = handle.enter();
             mcp.lists_changed(crate::mcp::Changed { tools, prompts, resources: false });
         })

@@ -173,7 +173,7 @@ fn run_test(
         },
     };
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
-    let registry = match Registry::with_script(kb, &section) {
+    let registry = match crate::app::with_script(kb, &section) {
         Ok(r) => Arc::new(r),
         Err(message) => return Err(load_failed(&section.name, &shown, using.as_deref(), message, json)),
     };
@@ -309,7 +309,7 @@ fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
     }
     let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
-    let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
+    let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
     // Without a spec (unknown, or failed to load) the call itself says why.
     let (params, builtin) = match registry.spec(name) {
         Some(spec) => (spec.params.coerce(&pairs).map_err(CliError::Usage)?, spec.builtin),
@@ -380,7 +380,7 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
     let config = globals.load_config()?;
     let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
-    let registry = with_upstreams(Registry::build(kb, None), upstreams.as_ref());
+    let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
     // A server that did not connect has no tools to list: say so rather than leave it out.
     let mut problems = registry.problems().to_vec();
     if let Some(upstreams) = &upstreams {

@@ -178,7 +178,7 @@ impl Calls {
             self.trip("max_calls", message.clone());
             return Err(Refusal::Stop(message));
         }
-        let size = super::outcome::json_size(&params);
+        let size = crate::contract::text::json_size(&params);
         if !reserve(&self.held, size, self.limits.memory_bytes) {
             return Err(Refusal::Refuse(format!(
                 "{path}: the script's calls would hold more than its memory limit of {} MiB of arguments and results; \

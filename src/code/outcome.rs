@@ -8,30 +8,11 @@ use serde_json::{Map, Value as Json};
 
 use crate::lua::convert::{self, ConvertError, Shape};
 
-pub use crate::lua::convert::json_size;
+use crate::contract::text::json_size;
+// What a script sees of an inner call's result is the contract's: a Lua tool's
+// `context.call` sees the same.
+pub use crate::contract::output::inner_value;
 use crate::tools::Output;
-
-/// An inner call's result as a Lua value sees it (seed 001): the structured content when
-/// there is one, else the text parsed as JSON, else the text. `Err` with the message when the
-/// tool reported a failure (`isError`, or a Lua tool's handled `{error = ...}`). Takes the
-/// output: a result of many MiB is moved, not copied.
-pub fn inner_value(output: Output) -> Result<Json, String> {
-    match output {
-        Output::Value(v) => Ok(v),
-        Output::Text(t) => Ok(parsed(t)),
-        Output::HandledError(v) => Err(match v.get("error") {
-            Some(Json::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
-            None => v.to_string(),
-        }),
-        Output::Upstream(raw) => from_mcp_result(raw),
-        Output::Content(_) => match serde_json::to_value(output.mcp()) {
-            Ok(Json::Object(raw)) => from_mcp_result(raw),
-            _ => Ok(Json::Null),
-        },
-        Output::Traced { output, .. } => inner_value(*output),
-    }
-}
 
 /// Whether an output reports a failure (`isError`), without converting it.
 pub fn failed(output: &Output) -> bool {
@@ -52,38 +33,6 @@ pub fn size_of(output: &Output) -> usize {
         Output::Content(blocks) => json_size(blocks),
         Output::Traced { output, .. } => size_of(output),
     }
-}
-
-/// A full MCP `CallToolResult` as the script sees it.
-fn from_mcp_result(mut raw: serde_json::Map<String, Json>) -> Result<Json, String> {
-    let blocks = match raw.remove("content") {
-        Some(Json::Array(blocks)) => blocks,
-        _ => Vec::new(),
-    };
-    let texts: Option<Vec<&str>> =
-        blocks.iter().map(|b| if b.get("type")? == "text" { b.get("text")?.as_str() } else { None }).collect();
-    let text = texts.map(|t| t.join("\n"));
-    if raw.get("isError").and_then(Json::as_bool).unwrap_or(false) {
-        return Err(text.unwrap_or_else(|| "the tool reported an error without a text message".to_string()));
-    }
-    if let Some(structured @ Json::Object(_)) = raw.remove("structuredContent") {
-        return Ok(structured);
-    }
-    match text {
-        Some(text) if !blocks.is_empty() => Ok(parsed(text)),
-        _ => Ok(serde_json::json!({ "content": blocks })),
-    }
-}
-
-/// `text` as JSON when it is an object or an array, else the text itself.
-fn parsed(text: String) -> Json {
-    let trimmed = text.trim_start();
-    if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        if let Ok(value) = serde_json::from_str::<Json>(&text) {
-            return value;
-        }
-    }
-    Json::String(text)
 }
 
 /// The script's result as a tool result (seed 001): a table with keys is structured content
@@ -497,5 +446,18 @@ mod tests {
             let err = script_output(bad.clone()).err().unwrap_or_else(|| panic!("{bad} passed"));
             assert!(err.contains(says) && err.contains("looks like a full MCP result"), "{bad}: {err}");
         }
+    }
+
+    /// Nested wide objects (four levels of 300,000 keys) are cut to the limit with their shape
+    /// (`lua::convert` checks that only the keys kept are held).
+    #[test]
+    fn nested_wide_objects_are_cut_without_holding_their_keys() {
+        #[allow(clippy::disallowed_methods)]
+        let lua = mlua::Lua::new();
+        let script = "local t = 0 for level = 1, 4 do local o = {a = t} for i = 1, 3e5 do o['k' .. i] = i end t = o end return t";
+        let value: mlua::Value = lua.load(script).eval().unwrap();
+        let (cut, what) = truncate_lua(&lua, &value, 4096, usize::MAX).unwrap();
+        assert!(what.is_some() && json_size(&cut) <= 4096 + 256, "{}", json_size(&cut));
+        assert!(cut["a"]["a"].is_object(), "{cut}");
     }
 }

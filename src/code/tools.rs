@@ -12,7 +12,7 @@ use serde_json::{json, Value as Json};
 use super::catalog::Catalog;
 use super::run::Runner;
 use crate::config::code_mode::{CodeMode, ScriptedSection};
-use crate::tools::{CallEnv, CallError, Output, Params, Tool, ToolRef, ToolSpec};
+use crate::tools::{CallEnv, CallError, Output, Params, Principal, Registry, Tool, ToolRef, ToolSpec};
 use crate::types::{LoadProblem, LoadProblemKind, ToolAnnotations};
 
 /// The largest script `execute` accepts, in bytes.
@@ -128,6 +128,17 @@ impl Tool for ScriptTool {
 
     fn deadline(&self) -> Option<Duration> {
         Some(self.runner.limits.timeout)
+    }
+
+    /// `execute`'s description lists the catalog: a scoped token gets one rendered from its
+    /// own tools. A scripted tool's lists the signatures of the tools it may call: a scoped
+    /// token sees only those it may call itself.
+    fn description_for(&self, registry: &Registry, principal: &Principal) -> Option<String> {
+        if self.spec.builtin {
+            Some(super::catalog_of(registry, principal).execute_description())
+        } else {
+            super::scripted_description(registry, &self.spec.name, principal)
+        }
     }
 }
 

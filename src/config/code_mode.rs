@@ -16,13 +16,13 @@ use super::{toml_source, ConfigProblem, ReservedVar};
 use crate::types;
 
 /// The built-in tools code mode adds. A scripted tool cannot take one of these names, nor one
-/// of [`crate::tools::BUILTINS`], whether or not code mode is enabled: the names stay reserved
+/// of [`crate::contract::BUILTINS`], whether or not code mode is enabled: the names stay reserved
 /// so turning it on never renames an operator's tool.
 pub const CODE_MODE_TOOLS: [&str; 5] = ["execute", "list_servers", "list_tools", "describe_tool", "search_tools"];
 
 /// Whether `name` is a built-in tool's, which a scripted tool cannot shadow.
 pub fn is_builtin(name: &str) -> bool {
-    crate::tools::BUILTINS.contains(&name) || CODE_MODE_TOOLS.contains(&name)
+    crate::contract::BUILTINS.contains(&name) || CODE_MODE_TOOLS.contains(&name)
 }
 
 /// The globs compiled into one set, for matching registry tool names. The config refused a

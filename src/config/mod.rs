@@ -9,7 +9,7 @@ mod error;
 mod expand;
 pub mod hosts;
 mod mcp_import;
-pub mod redact;
+pub mod rate;
 mod toml_source;
 pub mod upstream;
 
@@ -22,6 +22,8 @@ use serde_json::{Map, Value};
 
 pub use broken::{BrokenSection, SectionKind};
 pub use error::{ConfigError, ConfigProblem};
+// Secrets and their redaction sit in the contract, below every module that shows a message.
+pub use crate::contract::redact;
 pub use expand::expand as expand_vars;
 
 use crate::schema::{Dialect, SchemaValidator};
@@ -124,7 +126,7 @@ impl ScriptSection {
     /// A section for a script run straight from a path (`ctx tool test` without `--source`):
     /// named after the file, default limits, no config keys.
     pub fn from_path(kind: ScriptKind, path: &Path) -> Self {
-        let limits = crate::lua::Limits::default_for(kind);
+        let limits = crate::contract::Limits::with_timeout(kind.default_timeout());
         ScriptSection {
             kind,
             name: path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
@@ -225,7 +227,7 @@ impl Config {
             found.push((problem.path.clone(), ConfigProblem { key: problem.dotted(), line, message: problem.message }));
         }
         found.extend(host_rule_problems(&value, text));
-        for (path, message) in crate::tools::rate::config_problems(&value) {
+        for (path, message) in rate::config_problems(&value) {
             let problem = ConfigProblem { line: toml_source::line_of(text, &path), message, key: path.join(".") };
             found.push((path, problem));
         }

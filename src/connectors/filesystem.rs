@@ -95,7 +95,7 @@ impl FilesystemConnector<'_> {
                     continue;
                 }
             };
-            let updated_at = meta.modified().ok().and_then(rfc3339).unwrap_or_else(crate::kb::now_rfc3339);
+            let updated_at = meta.modified().ok().and_then(rfc3339).unwrap_or_else(crate::contract::time::now_rfc3339);
             let created_at = meta.created().ok().and_then(rfc3339);
             let metadata = if file.lossy { json!({ "lossy_utf8": true }) } else { serde_json::Value::Null };
             let item = Item {
@@ -127,7 +127,7 @@ fn globs(patterns: &[String], key: &str) -> Result<GlobSet, ConnectorError> {
 
 fn rfc3339(time: SystemTime) -> Option<String> {
     let secs = time.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
-    crate::kb::unix_to_rfc3339(secs as i64)
+    crate::contract::time::unix_to_rfc3339(secs as i64)
 }
 
 fn err_path(err: &ignore::Error) -> Option<String> {

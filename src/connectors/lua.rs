@@ -3,7 +3,7 @@
 //!
 //! `context` tells an incremental script where the last sync stopped: `context.last_sync`, when
 //! the last successful sync started (nil before the first), and `context.state.get/set`, a small
-//! key-value state kept per source (see [`crate::kb::connector_state`]) that sync saves with the
+//! key-value state kept per source (see [`super::state`]) that sync saves with the
 //! documents, and only when the sync succeeds.
 //!
 //! What `scan()` returns lives in Lua memory, under the memory cap, but a string that several
@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use mlua::{Lua, Table, Value};
 use serde_json::{Map, Value as Json};
 
+use super::state::{self as connector_state, Saved};
 use super::{ConnectorError, Event, Item, ScanEnd, Sink, SkipReason};
 use crate::config::{Config, ScriptSection};
-use crate::kb::connector_state::{self, Saved};
-use crate::kb::{normalize_date, unix_to_rfc3339};
+use crate::contract::time::{normalize_date, unix_to_rfc3339};
 use crate::lua::{api, convert, CancelHandle, Limits, RunState, ScriptError, ScriptInfo, Vm};
 use crate::schema::{Dialect, SchemaValidator};
 
@@ -414,7 +414,7 @@ pub fn item_from_json(json: Json) -> Result<Item, (Option<String>, String)> {
         source_url: text("source_url"),
         author: text("author"),
         created_at: date("created_at")?,
-        updated_at: date("updated_at")?.unwrap_or_else(crate::kb::now_rfc3339),
+        updated_at: date("updated_at")?.unwrap_or_else(crate::contract::time::now_rfc3339),
         metadata,
         source_id,
     })

@@ -8,6 +8,7 @@ pub mod filesystem;
 pub mod git;
 mod html;
 pub mod lua;
+pub mod state;
 
 use serde_json::Value;
 

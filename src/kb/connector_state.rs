@@ -20,20 +20,8 @@ CREATE TABLE connector_state (
 );
 "#;
 
-/// The most bytes of JSON one source's state may hold: cursors and ids, not documents.
-pub const MAX_BYTES: usize = 64 * 1024;
-
-/// The most bytes of one key.
-pub const MAX_KEY_BYTES: usize = 256;
-
-/// What the last successful sync of a source left for the next one.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Saved {
-    /// When the last successful sync started (RFC 3339, UTC); `None` before the first one.
-    pub last_success: Option<String>,
-    /// The script's key-value state.
-    pub values: Map<String, Value>,
-}
+// What is saved and its bounds are the connectors' (a script sets them); the SQL is here.
+pub use crate::connectors::state::{Saved, MAX_BYTES, MAX_KEY_BYTES};
 
 pub(super) fn load(conn: &rusqlite::Connection, source: &str) -> Result<Saved, KbError> {
     let row: Option<(String, String)> = conn

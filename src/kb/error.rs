@@ -34,3 +34,30 @@ pub enum KbError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
+
+/// What a knowledge-base error means for a call: said here, since the contract's
+/// [`CallError`](crate::contract::CallError) knows nothing of the knowledge base.
+impl crate::contract::CallError {
+    /// Maps a knowledge-base error: the caller's mistakes are `bad_request`, the rest internal.
+    pub fn from_kb(err: KbError) -> Self {
+        match err {
+            KbError::NotFound(_) => Self::NotFound(err.to_string()),
+            KbError::Embed(_) => Self::Unavailable(err.to_string()),
+            KbError::EmptyQuery
+            | KbError::NoWords(_)
+            | KbError::SemanticUnavailable
+            | KbError::UnknownSource { .. }
+            | KbError::UnknownTarget { .. }
+            | KbError::BadDate(_)
+            | KbError::BadLimit { .. } => Self::BadRequest(err.to_string()),
+            // A budgeted inline query that ran out of time: the call runs again on the pool.
+            KbError::Sqlite(ref e) if super::budget::is_interrupt(e) => {
+                Self::Internal("the query was interrupted".into())
+            }
+            other => {
+                tracing::error!("knowledge base error: {other}");
+                Self::Internal("the knowledge base failed to answer; the server log has the details".into())
+            }
+        }
+    }
+}

@@ -25,6 +25,8 @@ pub use error::KbError;
 pub use store::{SqliteStore, Stats, Store};
 
 use crate::config::Config;
+// The one date format of stored documents; in the contract, since connectors write it too.
+pub use crate::contract::time::{normalize_date, now_rfc3339, unix_to_rfc3339};
 use crate::embed::Embedder;
 use crate::types::{Document, SearchRequest, SearchResponse, SourceStatus, SourceStatusType, SourcesResponse};
 
@@ -187,51 +189,9 @@ impl Kb {
     }
 }
 
-/// Now as RFC 3339 UTC with second precision, the one format every stored date uses.
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-/// Normalises a date (`YYYY-MM-DD`, RFC 3339 with any offset, or unix seconds) to RFC 3339 UTC.
-pub fn normalize_date(text: &str) -> Option<String> {
-    let text = text.trim();
-    if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(text) {
-        return Some(dt.with_timezone(&chrono::Utc).format("%Y-%m-%dT%H:%M:%SZ").to_string());
-    }
-    if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        return Some(format!("{}T00:00:00Z", date.format("%Y-%m-%d")));
-    }
-    if let Ok(secs) = text.parse::<i64>() {
-        return unix_to_rfc3339(secs);
-    }
-    None
-}
-
-/// Unix seconds as RFC 3339 UTC.
-pub fn unix_to_rfc3339(secs: i64) -> Option<String> {
-    chrono::DateTime::from_timestamp(secs, 0).map(|dt| dt.format("%Y-%m-%dT%H:%M:%SZ").to_string())
-}
-
-/// Lower-case hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates_normalise_to_utc() {
-        assert_eq!(normalize_date("2026-01-31").as_deref(), Some("2026-01-31T00:00:00Z"));
-        assert_eq!(normalize_date("2026-01-31T12:00:00+02:00").as_deref(), Some("2026-01-31T10:00:00Z"));
-        assert_eq!(normalize_date("0").as_deref(), Some("1970-01-01T00:00:00Z"));
-        assert_eq!(normalize_date("yesterday"), None);
-    }
 
     #[test]
     fn ids_are_stable_and_distinct() {

@@ -385,7 +385,7 @@ pub fn content_hash(item: &Item) -> String {
         hasher.update([0u8]);
     }
     hasher.update(item.metadata.to_string().as_bytes());
-    super::hex(&hasher.finalize())
+    crate::contract::text::hex(&hasher.finalize())
 }
 
 fn to_document(source: &str, item: Item, content_hash: String, spec: ChunkSpec) -> NewDocument {

@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 
+use crate::contract::text::seconds;
+use crate::contract::CallError;
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ScriptError {
     /// The script file could not be read.
@@ -107,15 +110,32 @@ impl ScriptError {
 /// Room for the "… (truncated, N bytes)" that a cut appends.
 const CUT_NOTE_ROOM: usize = 48;
 
-/// "1 second", "30 seconds", "2.5 seconds": how limits read in messages.
-pub(crate) fn seconds(d: &Duration) -> String {
-    let secs = d.as_secs_f64();
-    if secs == 1.0 {
-        "1 second".to_string()
-    } else if secs.fract() == 0.0 {
-        format!("{} seconds", secs as u64)
-    } else {
-        format!("{secs:.1} seconds")
+/// What a script's failure means for a call: said here, beside [`ScriptError`], since the
+/// contract's [`CallError`] knows nothing of scripts.
+impl CallError {
+    /// Turns a script failure into the call error of `tool`.
+    pub fn from_script(tool: &str, err: ScriptError) -> CallError {
+        CallError::from_script_of(format!("tool '{tool}'"), err)
+    }
+
+    /// Turns a script failure into a call error; `subject` reads "tool 'x'" or "agent 'x'".
+    pub fn from_script_of(subject: String, err: ScriptError) -> CallError {
+        match err {
+            ScriptError::Timeout { limit, .. } => CallError::Timeout { subject, limit },
+            ScriptError::Memory { limit_bytes, .. } => CallError::MemoryLimit { subject, limit_bytes },
+            ScriptError::Cancelled { .. } => CallError::Cancelled { subject },
+            e @ ScriptError::ResultTooLarge { .. } => CallError::ResultTooLarge(e.to_string()),
+            ScriptError::Raised { message, code, data } => {
+                CallError::ToolFailed { message, tool_code: code, data: Some(data) }
+            }
+            // Script errors arrive bounded from the Lua layer; this bounds the rest (a contract
+            // message quoting a script's text) before it reaches a client or a log line.
+            other => CallError::ToolFailed {
+                message: ScriptError::bounded_text(&other.to_string(), ScriptError::MESSAGE_CAP),
+                tool_code: None,
+                data: None,
+            },
+        }
     }
 }
 

@@ -26,8 +26,11 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value};
 use serde_json::{Map, Value as Json};
 
-pub(crate) use error::seconds;
+pub(crate) use crate::contract::text::seconds;
 pub use error::ScriptError;
+// Plain data of the contract, used here first: re-exported where scripts are run.
+pub use crate::contract::cancel::{CancelHandle, Progress, ProgressSink};
+pub use crate::contract::Limits;
 
 use crate::config::{ScriptKind, ScriptSection};
 
@@ -50,19 +53,13 @@ const HOOK_EVERY_INLINE: u32 = 64;
 /// instruction of the run can touch while it holds an async worker.
 const INLINE_MEMORY: usize = 512 * 1024;
 
-/// Resource limits of one script run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    pub timeout: Duration,
-    pub memory_bytes: usize,
-    pub max_result_bytes: usize,
-}
-
+// `Limits` is plain data in the contract (config fills it in too); what a config section or a
+// kind of script means for it is said here.
 impl Limits {
     /// The defaults for a kind of script: 64 MiB, 4 MiB of result, 30 s (tools, agents) or
     /// 300 s (connectors).
     pub fn default_for(kind: ScriptKind) -> Self {
-        Limits { timeout: kind.default_timeout(), memory_bytes: 64 * 1024 * 1024, max_result_bytes: 4 * 1024 * 1024 }
+        Limits::with_timeout(kind.default_timeout())
     }
 
     pub fn for_section(section: &ScriptSection) -> Self {
@@ -121,68 +118,6 @@ impl ScriptInfo {
     /// "tool 'jira'" and the like, for messages.
     pub fn what(&self) -> String {
         format!("{} '{}'", self.kind.as_str(), self.name)
-    }
-}
-
-/// Stops a running script from another thread: the caller went away. A handle made by
-/// [`CancelHandle::until`] also reads as cancelled once its deadline passes.
-///
-/// The deadline hook reads the flag ([`CancelHandle::is_cancelled`]); a host call that waits on
-/// the runtime awaits [`CancelHandle::cancelled`] beside its work instead.
-#[derive(Clone, Debug, Default)]
-pub struct CancelHandle {
-    signal: Arc<CancelSignal>,
-    deadline: Option<Instant>,
-}
-
-/// What the clones of one handle share.
-#[derive(Debug, Default)]
-struct CancelSignal {
-    /// One atomic load for the hook, every few hundred instructions.
-    flag: AtomicBool,
-    /// Wakes the tasks waiting in [`CancelHandle::cancelled`].
-    wake: tokio::sync::Notify,
-}
-
-impl CancelHandle {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    pub fn cancel(&self) {
-        self.signal.flag.store(true, Ordering::SeqCst);
-        self.signal.wake.notify_waiters();
-    }
-    pub fn is_cancelled(&self) -> bool {
-        self.signal.flag.load(Ordering::SeqCst) || self.deadline.is_some_and(|at| Instant::now() >= at)
-    }
-
-    /// Resolves once the handle reads as cancelled: when [`CancelHandle::cancel`] is called or
-    /// its deadline passes (at once if either has happened). The deadline needs the runtime's
-    /// timer.
-    pub async fn cancelled(&self) {
-        let flagged = async {
-            let notified = self.signal.wake.notified();
-            tokio::pin!(notified);
-            // Registered before the flag is read: a cancel in between still wakes it.
-            notified.as_mut().enable();
-            if !self.signal.flag.load(Ordering::SeqCst) {
-                notified.await;
-            }
-        };
-        match self.deadline {
-            Some(at) => tokio::select! {
-                _ = flagged => {}
-                _ = tokio::time::sleep_until(at.into()) => {}
-            },
-            None => flagged.await,
-        }
-    }
-
-    /// The same handle, also cancelled at `at`: what a script hands a call it blocks on
-    /// (`context.call`), so the callee stops when the caller's own deadline passes.
-    pub fn until(&self, at: Instant) -> CancelHandle {
-        let deadline = Some(self.deadline.map_or(at, |own| own.min(at)));
-        CancelHandle { signal: Arc::clone(&self.signal), deadline }
     }
 }
 
@@ -253,17 +188,6 @@ pub struct RunState {
 
 /// What [`RunState::defer`] runs.
 pub type DeferredWork = Arc<dyn Fn() + Send + Sync>;
-
-/// One `progress(done, total?, message?)` call from a script.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Progress {
-    pub done: f64,
-    pub total: Option<f64>,
-    pub message: Option<String>,
-}
-
-/// Receives a script's progress reports.
-pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
 impl RunState {
     fn new(info: ScriptInfo, limits: Limits, cancel: CancelHandle) -> RunState {

@@ -83,7 +83,7 @@ impl DirectRoute {
         // body opened sessions outside the token's share. The byte search keeps the parse off
         // the path of plain calls.
         let may_open_session = !parts.headers.contains_key("mcp-session-id") && mentions_initialize(&bytes);
-        let principal = parts.extensions.get::<crate::server::Caller>().and_then(|c| c.0.clone());
+        let principal = parts.extensions.get::<crate::contract::Caller>().and_then(|c| c.0.clone());
         if may_open_session {
             let full = self.sessions.full().await;
             // Only a refusal, or a scoped token's session to record, needs the body parsed.
@@ -139,7 +139,7 @@ impl DirectRoute {
     /// would close it).
     fn foreign_session(&self, request: &Request<Body>) -> Option<Response<Body>> {
         let id = request.headers().get("mcp-session-id")?.to_str().ok()?;
-        let caller = request.extensions().get::<crate::server::Caller>().and_then(|c| c.0.clone());
+        let caller = request.extensions().get::<crate::contract::Caller>().and_then(|c| c.0.clone());
         if self.sessions.may_use(id, caller.as_deref().map(|p| p.name())) {
             return None;
         }

@@ -86,15 +86,16 @@ impl Mcp {
 
     /// `/mcp`: rmcp's Streamable HTTP endpoint behind the direct route for plain stateless
     /// tool calls (and the refusals rmcp cannot word well: batches, too many sessions).
+    /// `allowed_origins` is the server's `[server] allowed_origins`.
     pub fn http_route(
         &self,
-        security: &crate::server::Security,
+        allowed_origins: &[String],
         max_body_bytes: usize,
         sessions: SharedSessions,
         shutdown: CancellationToken,
     ) -> direct::DirectRoute {
         let limit = rmcp_body_limit(max_body_bytes);
-        let rmcp = self.http_service(security, max_body_bytes, Arc::clone(&sessions), shutdown);
+        let rmcp = self.http_service(allowed_origins, max_body_bytes, Arc::clone(&sessions), shutdown);
         direct::DirectRoute::new(self.clone(), rmcp, limit, sessions)
     }
 
@@ -119,7 +120,7 @@ impl Mcp {
     /// the token, Host and Origin; rmcp checks Origin again with the same settings.
     pub fn http_service(
         &self,
-        security: &crate::server::Security,
+        allowed_origins: &[String],
         max_body_bytes: usize,
         sessions: SharedSessions,
         shutdown: CancellationToken,
@@ -134,8 +135,8 @@ impl Mcp {
         // The guard is the one Host check (`server::guard::is_loopback_host`): a second list
         // here would disagree with it (rmcp allows 127.0.0.1 but not the rest of 127.0.0.0/8).
         config = config.disable_allowed_hosts();
-        if !security.allowed_origins.is_empty() {
-            let mut origins = security.allowed_origins.clone();
+        if !allowed_origins.is_empty() {
+            let mut origins = allowed_origins.to_vec();
             // Same-origin pages (served by ctx itself) pass the guard; let them through here too.
             origins.extend(["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"].map(String::from));
             config = config.with_allowed_origins(origins);
@@ -305,7 +306,7 @@ impl Mcp {
 /// Stdio and unscoped requests have none.
 fn principal(cx: &RequestContext<RoleServer>) -> Option<Arc<crate::tools::Principal>> {
     let parts = cx.extensions.get::<axum::http::request::Parts>()?;
-    parts.extensions.get::<crate::server::Caller>().and_then(|c| c.0.clone())
+    parts.extensions.get::<crate::contract::Caller>().and_then(|c| c.0.clone())
 }
 
 /// Whether the caller's own client may be asked to approve its calls: only when the operator

@@ -112,10 +112,8 @@ impl Security {
 #[derive(Clone, Copy, Debug)]
 pub struct Authorized(pub bool);
 
-/// Whom an authorized request's calls are made for: the principal of its scoped token, or
-/// `None` (auth_token, or a server without tokens): every tool.
-#[derive(Clone, Debug, Default)]
-pub struct Caller(pub Option<Arc<Principal>>);
+/// Whom an authorized request's calls are made for (set here, read by the MCP adapter too).
+pub use crate::contract::Caller;
 
 /// Runs before every route.
 pub async fn check(State(security): State<Arc<Security>>, mut request: Request, next: Next) -> Response {

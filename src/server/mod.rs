@@ -133,7 +133,12 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<App>> {
 pub fn router(app: Arc<App>) -> Router {
     let security = Arc::clone(&app.security);
     let cors = security.cors();
-    let mcp = app.mcp.http_route(&security, app.max_body_bytes, Arc::clone(&app.sessions), app.shutdown.child_token());
+    let mcp = app.mcp.http_route(
+        &security.allowed_origins,
+        app.max_body_bytes,
+        Arc::clone(&app.sessions),
+        app.shutdown.child_token(),
+    );
     let (api, _) = routes().split_for_parts();
     // Outside the REST document: the MCP endpoint (its contract is the MCP specification) and
     // the pages of Swagger UI.

@@ -3,16 +3,13 @@
 //! (depth, loops, scripts inside scripts), and whether the tool is quarantined. Nothing here
 //! waits or writes.
 
-use serde_json::Value as Json;
-
 use std::sync::Arc;
 
-use super::{principal, stuck, CallError, CallOptions, Registry, ToolRef, ToolSpec};
-use crate::agents::AgentRef;
-use crate::types::LoadProblemKind;
+use serde_json::Value as Json;
 
-/// The longest tool name a call may give.
-pub const MAX_NAME_BYTES: usize = 256;
+use super::agent::AgentRef;
+use super::{principal, stuck, CallError, CallOptions, Registry, ToolRef, ToolSpec, MAX_NAME_BYTES};
+use crate::types::LoadProblemKind;
 
 /// How deep a chain of tool calls may go (a tool calling a tool calling a tool...).
 pub const MAX_CHAIN: usize = 16;
@@ -89,7 +86,7 @@ pub(super) fn admit(
         Target::Tool => {
             // A token beside the arguments is the caller's, not the tool's.
             let beside = match &mut params {
-                Json::Object(map) => map.remove(crate::approval::PARAM),
+                Json::Object(map) => map.remove(crate::contract::approval::PARAM),
                 _ => None,
             };
             let tool = registry.tool(name).filter(|_| in_scope).ok_or_else(|| unknown_tool(registry, name, options))?;
@@ -100,7 +97,7 @@ pub(super) fn admit(
                 .map_err(|problems| CallError::InvalidParams { tool: name.to_string(), problems })?;
             let token = options.approval.clone().or_else(|| beside.as_ref().and_then(Json::as_str).map(String::from));
             check_chain(name, &options.chain)?;
-            if let Some(refusal) = crate::code::nested_script(registry.kb().config(), &options.chain, name) {
+            if let Some(refusal) = super::in_script::nested_script(registry.kb().config(), &options.chain, name) {
                 return Err(CallError::BadRequest(refusal));
             }
             (Resolved::Tool(tool), (params, token))

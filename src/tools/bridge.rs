@@ -161,7 +161,7 @@ fn make_functions(vm: &Vm) -> mlua::Result<[(&'static str, Function); 4]> {
             };
         // A Lua tool that a script called is still working for that script: code mode's
         // destructive policy holds for the tools it calls in turn.
-        if let Some(refusal) = crate::code::refused_in_script(&registry, &options.chain, &name) {
+        if let Some(refusal) = super::in_script::refused_in_script(&registry, &options.chain, &name) {
             return Err(fail(format!("context.call: {refusal}")));
         }
         // The callee blocks this script: it stops when this script's own deadline passes.
@@ -169,7 +169,7 @@ fn make_functions(vm: &Vm) -> mlua::Result<[(&'static str, Function); 4]> {
         options.cancel = options.cancel.until(st.deadline());
         let outcome = registry.call(&name, params, &options);
         st.check()?;
-        match outcome.map_err(|e| e.to_string()).and_then(crate::code::outcome::inner_value) {
+        match outcome.map_err(|e| e.to_string()).and_then(crate::contract::output::inner_value) {
             Ok(value) => convert::to_lua(lua, &value),
             Err(message) => Err(fail(format!("context.call: tool '{name}' failed: {message}"))),
         }

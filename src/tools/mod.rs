@@ -4,94 +4,43 @@
 //! mode's inner calls, `context.call` and agent prompts alike.
 
 mod admit;
+pub mod agent;
 pub mod bridge;
 mod builtin;
-mod error;
 mod execute;
+pub mod in_script;
 mod lua_tool;
 mod observe;
-mod output;
-pub mod params;
 pub mod pipeline;
 pub mod policy;
-pub mod principal;
 pub mod rate;
 mod registry;
-pub mod reload;
 pub mod stuck;
 pub mod upstream_tool;
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value as Json};
+use serde_json::Value as Json;
 
-pub use admit::{Admitted, Resolved, Target, MAX_CHAIN, MAX_NAME_BYTES, MAX_REENTRY};
+pub use admit::{Admitted, Resolved, Target, MAX_CHAIN, MAX_REENTRY};
 pub use builtin::result_schema;
-pub use error::{http_status, retry_secs, CallError};
 pub use execute::{Answer, Placement};
 pub use observe::Observed;
-pub use output::Output;
-pub use params::Params;
 pub use pipeline::{Ask, Call};
-pub use principal::Principal;
-pub use registry::{check, CallOptions, Checked, Registry, Tools};
+// The call's types live in the contract, the floor below every feature; re-exported here,
+// where the call path that uses them is.
+use crate::contract::error;
+pub use crate::contract::error::{http_status, retry_secs, CallError};
+pub use crate::contract::{params, principal};
+pub use crate::contract::{Output, Params, Principal, ToolSpec, UpstreamOrigin, BUILTINS, MAX_NAME_BYTES};
+pub use registry::{broken_problem, load_lua, CallOptions, Derive, Loaded, Registry, Tools};
 
 use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};
-use crate::types::{ToolAnnotations, ToolInfo};
 
 /// How long a call may run inline on an async worker ([`Tool::run_inline`]) before it moves to
 /// the blocking pool: far below what would hold up the worker's other requests.
 pub const INLINE_BUDGET: std::time::Duration = std::time::Duration::from_millis(1);
-
-/// Built-in tool names, in listing order. Lua tools may not take them.
-pub const BUILTINS: [&str; 3] = ["search", "get", "sources"];
-
-/// A tool as agents see it, with its compiled parameter validator.
-pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    pub version: Option<String>,
-    pub builtin: bool,
-    pub params: Params,
-    pub annotations: Option<ToolAnnotations>,
-    pub output_schema: Option<Map<String, Json>>,
-    /// The script file as written in ctx.toml, for Lua tools.
-    pub script: Option<String>,
-    /// The `[tools.script.<section>]` key, for Lua tools.
-    pub section: Option<String>,
-    /// Left out of the flat listings (an upstream server with `expose = "discover"`): still
-    /// callable by name.
-    pub hidden: bool,
-    /// Where an upstream tool comes from, with its `tools/list` entry as the server sent it.
-    pub upstream: Option<UpstreamOrigin>,
-    /// The tool's own script asks that every call wait for approval (`approve = true` in its
-    /// `tool` table); its config section can ask too, and either is enough.
-    pub approve: bool,
-}
-
-/// The server and original name of an upstream tool, and its listing entry unchanged.
-pub struct UpstreamOrigin {
-    pub server: String,
-    pub tool: String,
-    pub raw: Map<String, Json>,
-}
-
-impl ToolSpec {
-    /// The listing entry (`GET /tools/list`). Config values are not part of a spec, so they can
-    /// never appear here.
-    pub fn info(&self) -> ToolInfo {
-        ToolInfo {
-            name: self.name.clone(),
-            description: self.description.clone(),
-            builtin: self.builtin,
-            version: self.version.clone(),
-            parameters: self.params.schema().as_object().cloned().unwrap_or_default(),
-            annotations: self.annotations.clone(),
-            output_schema: self.output_schema.clone().unwrap_or_default(),
-        }
-    }
-}
 
 /// What one call may use besides its parameters.
 pub struct CallEnv<'a> {
@@ -142,6 +91,12 @@ pub trait Tool: Send + Sync {
     /// How long a call may run, when the tool enforces a limit: a call still running this long
     /// plus [`stuck::GRACE`] after it started is abandoned (see [`stuck`]).
     fn deadline(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// The description `principal` (a scoped token) sees, when it differs from the spec's:
+    /// code mode's `execute` and scripted tools list the tools a script may call, so a scoped
+    /// token gets one rendered from its own tools.
+    fn description_for(&self, _registry: &Registry, _principal: &Principal) -> Option<String> {
         None
     }
     /// Tools that wait on another process rather than compute (upstream MCP servers) run as a

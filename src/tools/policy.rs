@@ -1,6 +1,6 @@
-//! Policy: what a call must pass after admission and before it runs. Each policy lives in its
-//! feature's own module (approval in `approval`, rate limits in [`super::rate`]) and plugs in
-//! through [`Policy`]; the registry holds them in the order they are asked.
+//! Policy: what a call must pass after admission and before it runs. Each policy's rules live
+//! in its feature's own module (approval in `approval`, rate limits in [`super::rate`]) and plug
+//! in through [`Policy`]; the registry holds them in the order they are asked.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -29,6 +29,30 @@ pub trait Policy: Send + Sync {
 
 /// What a policy granted and keeps until the call runs (an approval's id).
 pub struct Hold(pub String);
+
+/// Approval is a policy of the call pipeline, asked first (said here: `approval` sits below
+/// the call path and knows only the contract): a call that needs a person's approval
+/// runs only with the token of an approved, unused approval bound to exactly this call, and
+/// that approval is used up only once every other policy let the call through. Checking reads
+/// the approvals' SQLite file, which a person's `ctx approvals approve` may hold for a moment.
+impl Policy for crate::approval::Policy {
+    fn blocks(&self, call: &Admitted) -> bool {
+        call.tool().is_some_and(|spec| self.needs(spec))
+    }
+
+    fn check(&self, call: &Admitted, options: &CallOptions) -> Result<Option<Hold>, CallError> {
+        if !call.tool().is_some_and(|spec| self.needs(spec)) {
+            return Ok(None);
+        }
+        let caller = options.principal.as_deref().map(super::Principal::name).unwrap_or("");
+        let id = self.check(&call.name, &call.params, caller, options.caller, call.token.as_deref())?;
+        Ok(Some(Hold(id)))
+    }
+
+    fn commit(&self, call: &Admitted, hold: Hold) -> Result<(), CallError> {
+        self.consume(&call.name, &hold.0)
+    }
+}
 
 /// Asks every policy about `call`, in order, then commits their holds. When `gone` is set (the
 /// caller stopped waiting while this ran on the blocking pool), nothing is committed: the call

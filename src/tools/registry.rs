@@ -9,12 +9,12 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
+use super::agent::{AgentRef, AgentSpec};
 use super::execute::Answer;
 use super::lua_tool::LuaTool;
 use super::pipeline::{self, Call};
-use super::{builtin, CallEnv, CallError, Output, ToolRef, ToolSpec, BUILTINS};
-use crate::agents::{self, AgentRef, AgentSpec};
-use crate::config::{BrokenSection, Config, ScriptKind, ScriptSection};
+use super::{builtin, CallEnv, CallError, Output, ToolRef, ToolSpec};
+use crate::config::{BrokenSection, Config, ScriptSection};
 use crate::kb::Kb;
 use crate::lua::{watchdog, CancelHandle, ProgressSink};
 use crate::types::{
@@ -67,37 +67,17 @@ pub struct Registry {
     /// this config (their buckets outlive the snapshot). A call that only asks for approval
     /// costs no rate.
     pub(super) policies: Vec<Arc<dyn super::policy::Policy>>,
+    /// What makes the derived tools again when the others change (a relist).
+    derive: Derive,
 }
 
-impl Registry {
-    /// Loads every `[tools.script.*]`. A script that fails to load, or a section an unset
-    /// `${VAR}` disables, is reported in [`Registry::problems`] and does not stop the others.
-    /// With `previous`, such a tool keeps its last good version from that snapshot (hot reload).
-    pub fn build(kb: Kb, previous: Option<&Registry>) -> Registry {
-        let config = Arc::clone(kb.config());
-        let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
-        let broken: Vec<&BrokenSection> = config.broken_of(ScriptKind::Tool).collect();
-        let mut loaded = load_lua(&sections, &broken, previous);
-        let names: Vec<&str> =
-            BUILTINS.iter().copied().chain(loaded.tools.iter().map(|t| t.spec().name.as_str())).collect();
-        let (agents, agent_problems, unknown_tools) =
-            agents::load(&config, previous.map(|p| p.agents.as_slice()).unwrap_or(&[]), &names);
-        for warning in &unknown_tools {
-            tracing::warn!("[agents.*.{}]: {}", warning.name, warning.message);
-        }
-        loaded.problems.extend(agent_problems);
-        // Connectors are not served from here, but /health and `ctx tool list` report every
-        // disabled section, so a broken source is not silently missing.
-        let connectors = config.broken_of(ScriptKind::Connector);
-        loaded.problems.extend(connectors.map(|b| broken_problem(LoadProblemKind::Connector, b)));
-        loaded.problems.extend(config.broken_upstreams().map(|b| broken_problem(LoadProblemKind::Upstream, b)));
-        let mut registry = Registry::assemble(kb, loaded.tools, loaded.problems);
-        registry.warnings = loaded.warnings;
-        registry.agents = agents;
-        registry.own.2 = registry.warnings.len();
-        registry
-    }
+/// Tools made from the others of a registry (code mode's `execute`, discovery and scripted
+/// tools, whose catalogs describe them), with their load problems: rebuilt whenever the
+/// others change. Given by whoever assembles the registry (`app`): those tools are built on a
+/// floor above this one.
+pub type Derive = fn(&Config, &[ToolRef]) -> (Vec<ToolRef>, Vec<LoadProblem>);
 
+impl Registry {
     /// This registry with the tools of `upstreams` as they are listed now, in place of the ones
     /// it had: what a relist or a reload swaps in.
     pub fn with_upstreams(&self, upstreams: &Arc<crate::upstream::Upstreams>) -> Registry {
@@ -120,10 +100,9 @@ impl Registry {
         all.extend(extra);
         let mut all_problems = self.problems[..problems].to_vec();
         all_problems.extend(collisions);
-        let config = self.kb.config();
-        let (code, code_problems) = crate::code::tools::tools(&config.code_mode, &config.scripted, &all);
-        all.extend(code);
-        all_problems.extend(code_problems);
+        let (derived, derived_problems) = (self.derive)(self.kb.config(), &all);
+        all.extend(derived);
+        all_problems.extend(derived_problems);
         let mut all_warnings = self.warnings[..warnings].to_vec();
         all_warnings.extend(notes);
         let index = all.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
@@ -138,33 +117,22 @@ impl Registry {
             upstreams: Some(Arc::clone(upstreams)),
             approvals: Arc::clone(&self.approvals),
             policies: self.policies.clone(),
+            derive: self.derive,
         }
     }
 
-    /// A registry of the built-ins plus the one script of `section` (`ctx tool test`). Fails
-    /// with the load error, so the caller can show it.
-    pub fn with_script(kb: Kb, section: &ScriptSection) -> Result<Registry, String> {
-        let loaded = load_lua(&[section], &[], None);
-        match loaded.problems.into_iter().next() {
-            Some(problem) => Err(problem.message),
-            None => {
-                let mut registry = Registry::assemble(kb, loaded.tools, Vec::new());
-                registry.warnings = loaded.warnings;
-                registry.own.2 = registry.warnings.len();
-                Ok(registry)
-            }
-        }
-    }
-
-    fn assemble(kb: Kb, lua: Vec<ToolRef>, mut problems: Vec<LoadProblem>) -> Registry {
+    /// The registry of the built-ins, the Lua tools `loaded` ([`load_lua`]) and `agents`, with
+    /// the tools `derive` makes from them. What `app` assembles from a config.
+    pub fn new(kb: Kb, loaded: Loaded, agents: Vec<AgentRef>, derive: Derive) -> Registry {
+        let Loaded { tools: lua, mut problems, warnings } = loaded;
         let mut tools: Vec<ToolRef> = builtin::all().into_iter().chain(lua).collect();
-        // Code mode's tools come last and are rebuilt with every relist: their catalogs
-        // describe the tools before them.
-        let own = (tools.len(), problems.len(), 0);
+        // Derived tools come last and are rebuilt with every relist: their catalogs describe
+        // the tools before them.
+        let own = (tools.len(), problems.len(), warnings.len());
         let config = kb.config();
-        let (code, code_problems) = crate::code::tools::tools(&config.code_mode, &config.scripted, &tools);
-        tools.extend(code);
-        problems.extend(code_problems);
+        let (derived, derived_problems) = derive(config, &tools);
+        tools.extend(derived);
+        problems.extend(derived_problems);
         let index = tools.iter().enumerate().map(|(i, t)| (t.spec().name.clone(), i)).collect();
         let tool_of_section = |section: &str| {
             let tool = tools.iter().find(|t| t.spec().section.as_deref() == Some(section));
@@ -173,18 +141,7 @@ impl Registry {
         let rates = Arc::new(super::rate::Rules::from_config(config, &tool_of_section));
         let approvals = Arc::new(crate::approval::Policy::from_config(config));
         let policies: Vec<Arc<dyn super::policy::Policy>> = vec![approvals.clone(), rates];
-        Registry {
-            tools,
-            index,
-            agents: Vec::new(),
-            problems,
-            warnings: Vec::new(),
-            own,
-            kb,
-            upstreams: None,
-            approvals,
-            policies,
-        }
+        Registry { tools, index, agents, problems, warnings, own, kb, upstreams: None, approvals, policies, derive }
     }
 
     /// The error for a call of `name` that is not registered: "failed to load" with the reason
@@ -198,6 +155,17 @@ impl Registry {
     /// The agents, in listing order.
     pub fn agents(&self) -> impl Iterator<Item = &AgentSpec> {
         self.agents.iter().map(|a| a.spec())
+    }
+
+    /// The agents themselves: what a reload keeps of an agent whose script now fails.
+    pub fn agent_refs(&self) -> &[AgentRef] {
+        &self.agents
+    }
+
+    /// The tool of the `[tools.script.<section>]` section: what a reload keeps of a tool whose
+    /// script now fails.
+    pub fn by_section(&self, section: &str) -> Option<ToolRef> {
+        self.tools.iter().find(|t| t.spec().section.as_deref() == Some(section)).cloned()
     }
 
     /// `GET /agents/list`: the agents `principal` may use (every one without a principal).
@@ -220,8 +188,13 @@ impl Registry {
     /// Every tool, listed or not (`expose = "discover"` servers' tools included).
     /// Built-ins (code mode's among them) come first, then the rest in registry order.
     pub fn all_specs(&self) -> impl Iterator<Item = &ToolSpec> {
-        let specs = || self.tools.iter().map(|t| t.spec());
-        specs().filter(|s| s.builtin).chain(specs().filter(|s| !s.builtin))
+        self.all_tools().map(|t| t.spec())
+    }
+
+    /// Every tool in the order of [`Registry::all_specs`].
+    fn all_tools(&self) -> impl Iterator<Item = &ToolRef> {
+        let tools = || self.tools.iter();
+        tools().filter(|t| t.spec().builtin).chain(tools().filter(|t| !t.spec().builtin))
     }
 
     pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
@@ -245,26 +218,16 @@ impl Registry {
         ToolsList { tools: tools.collect() }
     }
 
-    /// The specs `principal` may see, each with the description it sees when that differs:
-    /// `execute`'s lists the catalog, so a scoped token gets one rendered from its own tools.
+    /// The specs `principal` may see, each with the description it sees when that differs
+    /// (see [`Tool::description_for`](super::Tool::description_for)).
     pub fn specs_for<'a>(
         &'a self,
         principal: Option<&'a super::Principal>,
     ) -> impl Iterator<Item = (&'a ToolSpec, Option<String>)> + 'a {
-        self.specs().filter(move |s| super::principal::allows(principal, &s.name)).map(move |s| match principal {
-            Some(p) if s.builtin && s.name == "execute" => {
-                (s, Some(crate::code::catalog_of(self, p).execute_description()))
-            }
-            // A scripted tool's description lists the signatures of the tools it may call:
-            // a scoped token sees only those it may call itself.
-            Some(p)
-                if crate::code::runs_scripts(self.kb().config(), &s.name)
-                    && s.upstream.is_none()
-                    && s.script.is_none() =>
-            {
-                (s, crate::code::scripted_description(self, &s.name, p))
-            }
-            _ => (s, None),
+        let listed = self.all_tools().filter(|t| !t.spec().hidden);
+        listed.filter(move |t| super::principal::allows(principal, &t.spec().name)).map(move |t| {
+            let description = principal.and_then(|p| t.description_for(self, p));
+            (t.spec(), description)
         })
     }
 
@@ -290,10 +253,6 @@ impl Registry {
     /// Which calls wait for approval, and the store of approvals.
     pub fn approvals(&self) -> &Arc<crate::approval::Policy> {
         &self.approvals
-    }
-
-    fn by_section(&self, section: &str) -> Option<ToolRef> {
-        self.tools.iter().find(|t| t.spec().section.as_deref() == Some(section)).cloned()
     }
 
     /// Calls a tool from a thread that may block (the CLI, a Lua tool's `context.call`): the
@@ -362,47 +321,15 @@ impl Registry {
     }
 }
 
-/// What [`check`] found: problems make `ctx schema check` fail, warnings do not.
-#[derive(Debug, Default)]
-pub struct Checked {
+/// What [`load_lua`] loaded (sorted by name), what failed, and what looks wrong.
+pub struct Loaded {
+    pub tools: Vec<ToolRef>,
     pub problems: Vec<LoadProblem>,
     pub warnings: Vec<LoadProblem>,
-    /// Scripted tools' globs that match no tool, as whole lines.
-    pub scripted: Vec<String>,
-}
-
-/// Loads the tool and agent scripts of a config and reports what fails, without a knowledge
-/// base (`ctx schema check`): load errors, shadowed built-ins, duplicate names and agents that
-/// name unknown tools. Sections an unset variable disables are the caller's to report: they
-/// are config problems, with their keys and lines.
-pub fn check(config: &Config) -> Checked {
-    let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
-    let mut loaded = load_lua(&sections, &[], None);
-    let names: Vec<&str> =
-        BUILTINS.iter().copied().chain(loaded.tools.iter().map(|t| t.spec().name.as_str())).collect();
-    let (_, agent_problems, unknown_tools) = agents::load(config, &[], &names);
-    let disabled = |p: &LoadProblem| config.broken_of(ScriptKind::Agent).any(|b| b.name == p.name);
-    loaded.problems.extend(agent_problems.into_iter().filter(|p| !disabled(p)));
-    loaded.problems.extend(unknown_tools);
-    let servers: Vec<&str> = config
-        .upstreams
-        .iter()
-        .map(|u| u.name.as_str())
-        .chain(config.broken_upstreams().map(|b| b.name.as_str()))
-        .collect();
-    let scripted = crate::code::tools::unmatched_globs(&config.scripted, &names, &servers);
-    Checked { problems: loaded.problems, warnings: loaded.warnings, scripted }
-}
-
-/// What [`load_lua`] loaded (sorted by name), what failed, and what looks wrong.
-struct Loaded {
-    tools: Vec<ToolRef>,
-    problems: Vec<LoadProblem>,
-    warnings: Vec<LoadProblem>,
 }
 
 /// The load problem of a section an unset variable disables.
-fn broken_problem(kind: LoadProblemKind, section: &BrokenSection) -> LoadProblem {
+pub fn broken_problem(kind: LoadProblemKind, section: &BrokenSection) -> LoadProblem {
     LoadProblem { kind, name: section.name.clone(), message: crate::config::redact::string(section.message()) }
 }
 
@@ -419,7 +346,7 @@ fn required_with_default(spec: &ToolSpec) -> Vec<String> {
 /// Loads Lua tools in config order; returns them sorted by name, the problems and warnings.
 /// A section in `broken` (disabled by an unset variable) is a problem too. With `previous`, a
 /// tool that fails this way or to load keeps its last good version from that snapshot.
-fn load_lua(sections: &[&ScriptSection], broken: &[&BrokenSection], previous: Option<&Registry>) -> Loaded {
+pub fn load_lua(sections: &[&ScriptSection], broken: &[&BrokenSection], previous: Option<&Registry>) -> Loaded {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
     let mut lua: Vec<ToolRef> = Vec::new();

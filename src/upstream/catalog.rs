@@ -219,7 +219,7 @@ impl Kept {
             self.duplicates += 1;
             return;
         }
-        let size = crate::lua::convert::json_size(entry);
+        let size = crate::contract::text::json_size(entry);
         if size > MAX_ENTRY_BYTES {
             // The key itself may be the huge part: keep only its start for the message.
             self.oversized.push(key.chars().take(64).collect());

@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use super::flood::{self, ByteCount, CallMeter, ServerMeter, Verdict};
 use super::process::{self, Child};
 use crate::config::upstream::{UpstreamSection, UpstreamTransport};
-use crate::lua::{Progress, ProgressSink};
+use crate::contract::{Progress, ProgressSink};
 
 /// Which lists an upstream said changed (bits), and a wake-up for the supervisor.
 #[derive(Default)]

@@ -41,7 +41,7 @@ use client::Failure;
 use supervisor::Shared;
 
 use crate::config::upstream::{Expose, UpstreamSection, UpstreamTransport};
-use crate::lua::ProgressSink;
+use crate::contract::ProgressSink;
 
 /// A server's lifecycle state, as `/health` and `ctx mcp list` show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -496,4 +496,27 @@ impl Drop for Upstreams {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a failed upstream request means for a call: said here, since the contract's
+/// [`CallError`](crate::contract::CallError) knows nothing of upstream servers.
+impl crate::contract::CallError {
+    /// What a failed upstream request means for the caller of the tool `tool`.
+    pub fn from_upstream(tool: &str, limit: Duration, error: UpstreamError) -> Self {
+        use UpstreamError as U;
+        match error {
+            U::Timeout { .. } => Self::Timeout { subject: format!("tool '{tool}'"), limit },
+            // Invalid params from the upstream's own checks: the caller's mistake, as here.
+            U::Rpc { code: -32602, message, .. } => {
+                Self::BadRequest(format!("tool '{tool}': the upstream server refused the arguments: {message}"))
+            }
+            e @ U::TooLarge { .. } => Self::ResultTooLarge(format!("tool '{tool}': {e}")),
+            e @ (U::UnknownServer(_) | U::Down { .. } | U::Disconnected { .. }) => {
+                Self::Unavailable(format!("tool '{tool}': {e}"))
+            }
+            e @ U::Rpc { .. } => {
+                Self::ToolFailed { message: format!("tool '{tool}': {e}"), tool_code: None, data: None }
+            }
+        }
+    }
 }

@@ -130,7 +130,7 @@ path = "tools/broken.lua"
     // The unknown tool is a warning at start (the agent still loads) and an error in schema check.
     assert_eq!(registry.agents().count(), 1);
     let config = registry.kb().config();
-    let checked = ctx::tools::check(config);
+    let checked = ctx::app::check(config);
     assert!(
         checked.problems.iter().any(|p| p.message.contains("names tools that are not registered: deploy-prod")),
         "{checked:?}"

@@ -13,6 +13,7 @@ mod config_upstreams;
 mod embed_providers;
 mod fault_upstream;
 mod file_formats;
+mod floors;
 mod gateway;
 mod gateway_runtime;
 mod hardening_egress;

@@ -363,7 +363,7 @@ fn a_registry_swap_sends_list_changed_and_the_new_tool_is_callable() {
     )
     .unwrap();
     let section = ctx::config::ScriptSection::from_path(ctx::config::ScriptKind::Tool, &dir.join("tools/added.lua"));
-    let registry = ctx::tools::Registry::with_script(c.tools.current().kb().clone(), &section).unwrap();
+    let registry = ctx::app::with_script(c.tools.current().kb().clone(), &section).unwrap();
     c.tools.replace(registry);
     {
         let _guard = c.runtime.enter();

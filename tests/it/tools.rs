@@ -53,7 +53,7 @@ pub fn fixture(tools_toml: &str, scripts: &[(&str, &str)]) -> Fixture {
     let kb = Kb::open(Arc::new(config)).unwrap();
     let summaries = sync_target(&kb, "all", SyncOptions::default(), &mut |_| {}).unwrap();
     assert_eq!(summaries[0].added, 6, "the sample corpus is indexed");
-    Fixture { _dir: dir, registry: std::sync::Arc::new(Registry::build(kb, None)) }
+    Fixture { _dir: dir, registry: std::sync::Arc::new(ctx::app::build(kb, None)) }
 }
 
 pub fn shipped(name: &str) -> String {

@@ -7,7 +7,7 @@ use mlua::Lua;
 use sha2::{Digest, Sha256};
 
 use super::fail;
-use crate::kb::hex;
+use crate::contract::text::hex;
 use crate::lua::RunState;
 
 pub fn register(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<()> {

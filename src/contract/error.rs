@@ -1,12 +1,13 @@
 //! The one error enum of a tool call, and the one place its codes map to HTTP statuses and MCP.
+//! What a feature's own errors mean for a call is said beside them (`CallError::from_script` in
+//! `lua`, `from_kb` in `kb`, `from_upstream` in `upstream`): the contract knows none of them.
 
 use std::time::Duration;
 
 use serde_json::{json, Map, Value as Json};
 
-use crate::config::redact;
-use crate::kb::KbError;
-use crate::lua::{seconds, ScriptError};
+use super::redact;
+use super::text::seconds;
 use crate::types::{ErrorBody, ErrorCode, ErrorDetail};
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -60,7 +61,7 @@ pub enum CallError {
     RateLimited { tool: String, rate: String, retry_after: Duration },
     /// The call needs a person's approval: nothing ran, and a pending approval records it.
     #[error("{}", .0.summary())]
-    ApprovalRequired(Box<crate::approval::Pending>),
+    ApprovalRequired(Box<super::approval::Pending>),
     /// The call needed approval and its token does not allow it (denied, used, expired, or
     /// bound to another call or caller): nothing ran.
     #[error("{}", redact::text(.0))]
@@ -71,25 +72,6 @@ pub enum CallError {
 }
 
 impl CallError {
-    /// What a failed upstream request means for the caller of the tool `tool`.
-    pub fn from_upstream(tool: &str, limit: Duration, error: crate::upstream::UpstreamError) -> CallError {
-        use crate::upstream::UpstreamError as U;
-        match error {
-            U::Timeout { .. } => CallError::Timeout { subject: format!("tool '{tool}'"), limit },
-            // Invalid params from the upstream's own checks: the caller's mistake, as here.
-            U::Rpc { code: -32602, message, .. } => {
-                CallError::BadRequest(format!("tool '{tool}': the upstream server refused the arguments: {message}"))
-            }
-            e @ U::TooLarge { .. } => CallError::ResultTooLarge(format!("tool '{tool}': {e}")),
-            e @ (U::UnknownServer(_) | U::Down { .. } | U::Disconnected { .. }) => {
-                CallError::Unavailable(format!("tool '{tool}': {e}"))
-            }
-            e @ U::Rpc { .. } => {
-                CallError::ToolFailed { message: format!("tool '{tool}': {e}"), tool_code: None, data: None }
-            }
-        }
-    }
-
     pub fn code(&self) -> ErrorCode {
         match self {
             CallError::UnknownTool(_) | CallError::UnknownAgent(_) | CallError::NotFound(_) => ErrorCode::NotFound,
@@ -192,54 +174,6 @@ impl CallError {
     /// The call of `tool` was cancelled before it finished.
     pub fn cancelled(tool: &str) -> CallError {
         CallError::Cancelled { subject: format!("tool '{tool}'") }
-    }
-
-    /// Turns a script failure into the call error of `tool`.
-    pub fn from_script(tool: &str, err: ScriptError) -> CallError {
-        CallError::from_script_of(format!("tool '{tool}'"), err)
-    }
-
-    /// Turns a script failure into a call error; `subject` reads "tool 'x'" or "agent 'x'".
-    pub fn from_script_of(subject: String, err: ScriptError) -> CallError {
-        match err {
-            ScriptError::Timeout { limit, .. } => CallError::Timeout { subject, limit },
-            ScriptError::Memory { limit_bytes, .. } => CallError::MemoryLimit { subject, limit_bytes },
-            ScriptError::Cancelled { .. } => CallError::Cancelled { subject },
-            e @ ScriptError::ResultTooLarge { .. } => CallError::ResultTooLarge(e.to_string()),
-            ScriptError::Raised { message, code, data } => {
-                CallError::ToolFailed { message, tool_code: code, data: Some(data) }
-            }
-            // Script errors arrive bounded from the Lua layer; this bounds the rest (a contract
-            // message quoting a script's text) before it reaches a client or a log line.
-            other => CallError::ToolFailed {
-                message: ScriptError::bounded_text(&other.to_string(), ScriptError::MESSAGE_CAP),
-                tool_code: None,
-                data: None,
-            },
-        }
-    }
-
-    /// Maps a knowledge-base error: the caller's mistakes are `bad_request`, the rest internal.
-    pub fn from_kb(err: KbError) -> CallError {
-        match err {
-            KbError::NotFound(_) => CallError::NotFound(err.to_string()),
-            KbError::Embed(_) => CallError::Unavailable(err.to_string()),
-            KbError::EmptyQuery
-            | KbError::NoWords(_)
-            | KbError::SemanticUnavailable
-            | KbError::UnknownSource { .. }
-            | KbError::UnknownTarget { .. }
-            | KbError::BadDate(_)
-            | KbError::BadLimit { .. } => CallError::BadRequest(err.to_string()),
-            // A budgeted inline query that ran out of time: the call runs again on the pool.
-            KbError::Sqlite(ref e) if crate::kb::budget::is_interrupt(e) => {
-                CallError::Internal("the query was interrupted".into())
-            }
-            other => {
-                tracing::error!("knowledge base error: {other}");
-                CallError::Internal("the knowledge base failed to answer; the server log has the details".into())
-            }
-        }
     }
 }
 

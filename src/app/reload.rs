@@ -1,6 +1,6 @@
 //! Hot reload: watch the config file and every tool script, rebuild the registry in the
 //! background and swap it in atomically. In-flight calls finish on the snapshot they started
-//! with; a script that fails to load keeps its last good version (see [`Registry::build`]).
+//! with; a script that fails to load keeps its last good version (see [`super::build`]).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
 
-use super::{Registry, Tools};
 use crate::config::{Config, ConfigError, Located};
 use crate::kb::Kb;
+use crate::tools::Tools;
 
 /// Edits come in bursts (an editor writes, renames, touches): wait this long for quiet.
 const SETTLE: Duration = Duration::from_millis(150);
@@ -98,7 +98,7 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
         upstreams.apply(&next.config().upstreams);
     }
     let previous = tools.current();
-    let registry = Registry::build(next.clone(), Some(&previous));
+    let registry = super::build(next.clone(), Some(&previous));
     for problem in registry.problems() {
         tracing::error!("{} {} failed to load: {}", problem.kind, problem.name, problem.message);
     }

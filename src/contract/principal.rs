@@ -61,6 +61,12 @@ pub fn allows(principal: Option<&Principal>, tool: &str) -> bool {
     principal.is_none_or(|p| p.allows(tool))
 }
 
+/// Whom an authorized request's calls are made for: the principal of its scoped token, or
+/// `None` (auth_token, or a server without tokens): every tool. The server's guard sets it as a
+/// request extension; REST and MCP read it.
+#[derive(Clone, Debug, Default)]
+pub struct Caller(pub Option<std::sync::Arc<Principal>>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -163,3 +163,57 @@ fn upstream_value(result: &serde_json::Map<String, Json>) -> Json {
         _ => json!({ "content": blocks }),
     }
 }
+
+/// An inner call's result as a Lua value sees it (seed 001): the structured content when
+/// there is one, else the text parsed as JSON, else the text. `Err` with the message when the
+/// tool reported a failure (`isError`, or a Lua tool's handled `{error = ...}`). Takes the
+/// output: a result of many MiB is moved, not copied.
+pub fn inner_value(output: Output) -> Result<Json, String> {
+    match output {
+        Output::Value(v) => Ok(v),
+        Output::Text(t) => Ok(parsed(t)),
+        Output::HandledError(v) => Err(match v.get("error") {
+            Some(Json::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => v.to_string(),
+        }),
+        Output::Upstream(raw) => from_mcp_result(raw),
+        Output::Content(_) => match serde_json::to_value(output.mcp()) {
+            Ok(Json::Object(raw)) => from_mcp_result(raw),
+            _ => Ok(Json::Null),
+        },
+        Output::Traced { output, .. } => inner_value(*output),
+    }
+}
+
+/// A full MCP `CallToolResult` as the script sees it.
+fn from_mcp_result(mut raw: serde_json::Map<String, Json>) -> Result<Json, String> {
+    let blocks = match raw.remove("content") {
+        Some(Json::Array(blocks)) => blocks,
+        _ => Vec::new(),
+    };
+    let texts: Option<Vec<&str>> =
+        blocks.iter().map(|b| if b.get("type")? == "text" { b.get("text")?.as_str() } else { None }).collect();
+    let text = texts.map(|t| t.join("\n"));
+    if raw.get("isError").and_then(Json::as_bool).unwrap_or(false) {
+        return Err(text.unwrap_or_else(|| "the tool reported an error without a text message".to_string()));
+    }
+    if let Some(structured @ Json::Object(_)) = raw.remove("structuredContent") {
+        return Ok(structured);
+    }
+    match text {
+        Some(text) if !blocks.is_empty() => Ok(parsed(text)),
+        _ => Ok(serde_json::json!({ "content": blocks })),
+    }
+}
+
+/// `text` as JSON when it is an object or an array, else the text itself.
+fn parsed(text: String) -> Json {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        if let Ok(value) = serde_json::from_str::<Json>(&text) {
+            return value;
+        }
+    }
+    Json::String(text)
+}
