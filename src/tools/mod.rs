@@ -18,6 +18,7 @@ pub mod principal;
 pub mod rate;
 mod registry;
 pub mod reload;
+pub mod state;
 pub mod stuck;
 pub mod upstream_tool;
 
@@ -35,6 +36,7 @@ pub use params::Params;
 pub use pipeline::{Ask, Call};
 pub use principal::Principal;
 pub use registry::{check, CallOptions, Checked, Registry, Tools};
+pub use state::CallState;
 
 use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};

@@ -67,13 +67,19 @@ pub struct Registry {
     /// this config (their buckets outlive the snapshot). A call that only asks for approval
     /// costs no rate.
     pub(super) policies: Vec<Arc<dyn super::policy::Policy>>,
+    /// What calls of this application share across snapshots (the call log, metrics, rate
+    /// buckets, quarantine...).
+    pub(super) state: Arc<super::CallState>,
 }
 
 impl Registry {
     /// Loads every `[tools.script.*]`. A script that fails to load, or a section an unset
     /// `${VAR}` disables, is reported in [`Registry::problems`] and does not stop the others.
-    /// With `previous`, such a tool keeps its last good version from that snapshot (hot reload).
+    /// With `previous`, such a tool keeps its last good version from that snapshot (hot reload),
+    /// and the new snapshot shares its [`CallState`](super::CallState); without, it is the
+    /// first snapshot of a new application.
     pub fn build(kb: Kb, previous: Option<&Registry>) -> Registry {
+        let state = previous.map(|p| Arc::clone(&p.state)).unwrap_or_default();
         let config = Arc::clone(kb.config());
         let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
         let broken: Vec<&BrokenSection> = config.broken_of(ScriptKind::Tool).collect();
@@ -91,7 +97,7 @@ impl Registry {
         let connectors = config.broken_of(ScriptKind::Connector);
         loaded.problems.extend(connectors.map(|b| broken_problem(LoadProblemKind::Connector, b)));
         loaded.problems.extend(config.broken_upstreams().map(|b| broken_problem(LoadProblemKind::Upstream, b)));
-        let mut registry = Registry::assemble(kb, loaded.tools, loaded.problems);
+        let mut registry = Registry::assemble(kb, loaded.tools, loaded.problems, state);
         registry.warnings = loaded.warnings;
         registry.agents = agents;
         registry.own.2 = registry.warnings.len();
@@ -138,6 +144,7 @@ impl Registry {
             upstreams: Some(Arc::clone(upstreams)),
             approvals: Arc::clone(&self.approvals),
             policies: self.policies.clone(),
+            state: Arc::clone(&self.state),
         }
     }
 
@@ -148,7 +155,7 @@ impl Registry {
         match loaded.problems.into_iter().next() {
             Some(problem) => Err(problem.message),
             None => {
-                let mut registry = Registry::assemble(kb, loaded.tools, Vec::new());
+                let mut registry = Registry::assemble(kb, loaded.tools, Vec::new(), Arc::default());
                 registry.warnings = loaded.warnings;
                 registry.own.2 = registry.warnings.len();
                 Ok(registry)
@@ -156,7 +163,7 @@ impl Registry {
         }
     }
 
-    fn assemble(kb: Kb, lua: Vec<ToolRef>, mut problems: Vec<LoadProblem>) -> Registry {
+    fn assemble(kb: Kb, lua: Vec<ToolRef>, mut problems: Vec<LoadProblem>, state: Arc<super::CallState>) -> Registry {
         let mut tools: Vec<ToolRef> = builtin::all().into_iter().chain(lua).collect();
         // Code mode's tools come last and are rebuilt with every relist: their catalogs
         // describe the tools before them.
@@ -170,8 +177,8 @@ impl Registry {
             let tool = tools.iter().find(|t| t.spec().section.as_deref() == Some(section));
             tool.map(|t| t.spec().name.clone())
         };
-        let rates = Arc::new(super::rate::Rules::from_config(config, &tool_of_section));
-        let approvals = Arc::new(crate::approval::Policy::from_config(config));
+        let rates = Arc::new(super::rate::Rules::from_config(config, &tool_of_section, &state.rates));
+        let approvals = Arc::new(crate::approval::Policy::from_config(config, Arc::clone(&state.question_key)));
         let policies: Vec<Arc<dyn super::policy::Policy>> = vec![approvals.clone(), rates];
         Registry {
             tools,
@@ -184,6 +191,7 @@ impl Registry {
             upstreams: None,
             approvals,
             policies,
+            state,
         }
     }
 
@@ -285,6 +293,12 @@ impl Registry {
     /// The upstream MCP servers whose tools this registry holds, when it has any.
     pub fn upstream_servers(&self) -> Option<&Arc<crate::upstream::Upstreams>> {
         self.upstreams.as_ref()
+    }
+
+    /// What calls of this application share across snapshots: its call log, metrics, rate
+    /// buckets and quarantine.
+    pub fn state(&self) -> &Arc<super::CallState> {
+        &self.state
     }
 
     /// Which calls wait for approval, and the store of approvals.
