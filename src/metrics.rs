@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// Latency buckets, in seconds: from an inline search to an agent's long deploy.
 const BUCKETS: [f64; 15] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
@@ -58,72 +58,99 @@ impl ToolStats {
     }
 }
 
-/// Whether calls are counted (`server.metrics`): off, the call path skips even the atomics.
-static ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-/// Turns counting on or off (the server, from `server.metrics`, at start and on reload).
-pub fn set_enabled(on: bool) {
-    ON.store(on, Ordering::Relaxed);
+/// The call counters of one application (see `tools::CallState`): what `/metrics` shows.
+pub struct Metrics {
+    /// Whether calls are counted (`server.metrics`): off, the call path skips even the atomics.
+    on: AtomicBool,
+    tools: RwLock<HashMap<String, Arc<ToolStats>>>,
+    /// Tells this application's counters from another's in a thread's cache.
+    id: u64,
 }
 
-fn tools() -> &'static RwLock<HashMap<String, Arc<ToolStats>>> {
-    static TOOLS: OnceLock<RwLock<HashMap<String, Arc<ToolStats>>>> = OnceLock::new();
-    TOOLS.get_or_init(Default::default)
-}
-
-/// Counts one finished call. `tool` must be a registered name (an unknown name is counted as
-/// `(unknown)`, so a client cannot grow the label set).
-pub fn call(tool: &str, known: bool, outcome: &str, micros: u64) {
-    if !ON.load(Ordering::Relaxed) {
-        return;
+impl Default for Metrics {
+    fn default() -> Metrics {
+        // Ids only: two applications in one process never share one.
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Metrics { on: AtomicBool::new(true), tools: RwLock::default(), id: NEXT.fetch_add(1, Ordering::Relaxed) }
     }
-    let tool = if known { tool } else { "(unknown)" };
-    // An outcome this list lacks would be a bug: counted as internal rather than lost.
-    let index = OUTCOMES.iter().position(|o| *o == outcome).or_else(|| OUTCOMES.iter().position(|o| *o == "internal"));
-    let Some(index) = index else { return };
-    with_stats(tool, |stats| {
-        stats.outcomes[index].fetch_add(1, Ordering::Relaxed);
-        let seconds = micros as f64 / 1e6;
-        if let Some(bucket) = BUCKETS.iter().position(|b| seconds <= *b) {
-            stats.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+}
+
+impl Metrics {
+    /// Turns counting on or off (from `server.metrics`, at start and on reload).
+    pub fn set_enabled(&self, on: bool) {
+        self.on.store(on, Ordering::Relaxed);
+    }
+
+    /// Counts one finished call. `tool` must be a registered name (an unknown name is counted
+    /// as `(unknown)`, so a client cannot grow the label set).
+    pub fn call(&self, tool: &str, known: bool, outcome: &str, micros: u64) {
+        if !self.on.load(Ordering::Relaxed) {
+            return;
         }
-        stats.count.fetch_add(1, Ordering::Relaxed);
-        stats.micros.fetch_add(micros, Ordering::Relaxed);
-    });
-}
-
-/// Runs `count` on the counters of `tool`, made on its first call. Each thread keeps the ones
-/// it has used, so a call touches no shared lock or reference count, only the counters
-/// themselves (entries are never removed from the map, so a kept one is the one scrapes read).
-fn with_stats(tool: &str, count: impl FnOnce(&ToolStats)) {
-    thread_local! {
-        static SEEN: std::cell::RefCell<HashMap<String, Arc<ToolStats>>> = Default::default();
-    }
-    let mut count = Some(count);
-    SEEN.with_borrow(|seen| {
-        if let Some(stats) = seen.get(tool) {
-            if let Some(count) = count.take() {
-                count(stats);
+        let tool = if known { tool } else { "(unknown)" };
+        // An outcome this list lacks would be a bug: counted as internal rather than lost.
+        let index =
+            OUTCOMES.iter().position(|o| *o == outcome).or_else(|| OUTCOMES.iter().position(|o| *o == "internal"));
+        let Some(index) = index else { return };
+        self.with_stats(tool, |stats| {
+            stats.outcomes[index].fetch_add(1, Ordering::Relaxed);
+            let seconds = micros as f64 / 1e6;
+            if let Some(bucket) = BUCKETS.iter().position(|b| seconds <= *b) {
+                stats.buckets[bucket].fetch_add(1, Ordering::Relaxed);
             }
+            stats.count.fetch_add(1, Ordering::Relaxed);
+            stats.micros.fetch_add(micros, Ordering::Relaxed);
+        });
+    }
+
+    /// Runs `count` on the counters of `tool`, made on its first call. Each thread keeps the
+    /// ones it has used, so a call touches no shared lock or reference count, only the counters
+    /// themselves (entries are never removed from the map, so a kept one is the one scrapes
+    /// read).
+    fn with_stats(&self, tool: &str, count: impl FnOnce(&ToolStats)) {
+        thread_local! {
+            // A cache of one application's counters (the id says whose): a thread that serves
+            // two applications in turn reads the map again when it switches.
+            static SEEN: std::cell::RefCell<(u64, HashMap<String, Arc<ToolStats>>)> = Default::default();
         }
-    });
-    let Some(count) = count else { return };
-    let stats = {
-        let map = tools().read().unwrap_or_else(|p| p.into_inner());
-        map.get(tool).cloned()
-    };
-    let stats = stats.unwrap_or_else(|| {
-        let mut map = tools().write().unwrap_or_else(|p| p.into_inner());
-        let key = if map.len() >= MAX_TOOLS && !map.contains_key(tool) { "(other)" } else { tool };
-        Arc::clone(map.entry(key.to_string()).or_insert_with(|| Arc::new(ToolStats::new())))
-    });
-    count(&stats);
-    SEEN.with_borrow_mut(|seen| {
-        // Bounded like the map: past it, a thread looks the rest up each time.
-        if seen.len() < MAX_TOOLS {
-            seen.insert(tool.to_string(), stats);
-        }
-    });
+        let mut count = Some(count);
+        SEEN.with_borrow(|(id, seen)| {
+            if let Some(stats) = seen.get(tool).filter(|_| *id == self.id) {
+                if let Some(count) = count.take() {
+                    count(stats);
+                }
+            }
+        });
+        let Some(count) = count else { return };
+        let stats = {
+            let map = self.tools.read().unwrap_or_else(|p| p.into_inner());
+            map.get(tool).cloned()
+        };
+        let stats = stats.unwrap_or_else(|| {
+            let mut map = self.tools.write().unwrap_or_else(|p| p.into_inner());
+            let key = if map.len() >= MAX_TOOLS && !map.contains_key(tool) { "(other)" } else { tool };
+            Arc::clone(map.entry(key.to_string()).or_insert_with(|| Arc::new(ToolStats::new())))
+        });
+        count(&stats);
+        SEEN.with_borrow_mut(|(id, seen)| {
+            if *id != self.id {
+                seen.clear();
+                *id = self.id;
+            }
+            // Bounded like the map: past it, a thread looks the rest up each time.
+            if seen.len() < MAX_TOOLS {
+                seen.insert(tool.to_string(), stats);
+            }
+        });
+    }
+
+    /// The whole exposition, with the call log's own counters.
+    pub fn render(&self, scraped: &Scraped, log: &crate::calllog::Counters) -> String {
+        let mut out = String::with_capacity(4096);
+        // Writing to a String cannot fail.
+        let _ = write_all(self, &mut out, scraped, log);
+        out
+    }
 }
 
 /// What the scrape reads from elsewhere.
@@ -136,20 +163,13 @@ pub struct Scraped {
     pub mcp_sessions: u64,
 }
 
-/// The whole exposition.
-pub fn render(scraped: &Scraped) -> String {
-    let mut out = String::with_capacity(4096);
-    let _ = write_all(&mut out, scraped);
-    out
-}
-
-fn write_all(out: &mut String, s: &Scraped) -> std::fmt::Result {
+fn write_all(metrics: &Metrics, out: &mut String, s: &Scraped, log: &crate::calllog::Counters) -> std::fmt::Result {
     writeln!(out, "# HELP ctx_build_info The running ctx.")?;
     writeln!(out, "# TYPE ctx_build_info gauge")?;
     writeln!(out, "ctx_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))?;
 
     let mut tools: Vec<(String, Arc<ToolStats>)> = {
-        let map = tools().read().unwrap_or_else(|p| p.into_inner());
+        let map = metrics.tools.read().unwrap_or_else(|p| p.into_inner());
         map.iter().map(|(k, v)| (k.clone(), Arc::clone(v))).collect()
     };
     tools.sort_by(|a, b| a.0.cmp(&b.0));
@@ -253,7 +273,6 @@ fn write_all(out: &mut String, s: &Scraped) -> std::fmt::Result {
     writeln!(out, "# TYPE ctx_approvals_pending gauge")?;
     writeln!(out, "ctx_approvals_pending {}", s.approvals_pending)?;
 
-    let log = crate::calllog::counters();
     let written = log.written.load(Ordering::Relaxed);
     let dropped = log.dropped.load(Ordering::Relaxed);
     let failed = log.write_errors.load(Ordering::Relaxed);
@@ -291,10 +310,11 @@ mod tests {
 
     #[test]
     fn calls_count_by_outcome_and_fall_in_their_buckets() {
-        call("metrics-test-tool", true, "ok", 700);
-        call("metrics-test-tool", true, "rate_limited", 20_000);
-        call("no-such-tool-xyz", false, "not_found", 10);
-        let text = render(&Scraped::default());
+        let metrics = Metrics::default();
+        metrics.call("metrics-test-tool", true, "ok", 700);
+        metrics.call("metrics-test-tool", true, "rate_limited", 20_000);
+        metrics.call("no-such-tool-xyz", false, "not_found", 10);
+        let text = metrics.render(&Scraped::default(), &crate::calllog::Counters::default());
         assert!(text.contains("ctx_tool_calls_total{tool=\"metrics-test-tool\",outcome=\"ok\"} 1"), "{text}");
         assert!(text.contains("ctx_tool_calls_total{tool=\"metrics-test-tool\",outcome=\"rate_limited\"} 1"));
         assert!(text.contains("ctx_tool_call_duration_seconds_bucket{tool=\"metrics-test-tool\",le=\"0.0005\"} 0"));

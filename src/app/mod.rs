@@ -17,8 +17,10 @@ use crate::types::{LoadProblem, LoadProblemKind};
 /// Loads every `[tools.script.*]` and every agent. A script that fails to load, or a section
 /// an unset `${VAR}` disables, is reported in [`Registry::problems`] and does not stop the
 /// others. With `previous`, such a tool or agent keeps its last good version from that snapshot
-/// (hot reload).
+/// (hot reload), and the new snapshot shares its calls' state (call log, metrics, rate buckets,
+/// quarantine); without, it is the first snapshot of a new application, with a state of its own.
 pub fn build(kb: Kb, previous: Option<&Registry>) -> Registry {
+    let state = previous.map(|p| Arc::clone(p.state())).unwrap_or_default();
     let config = Arc::clone(kb.config());
     let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
     let broken: Vec<&BrokenSection> = config.broken_of(ScriptKind::Tool).collect();
@@ -36,7 +38,7 @@ pub fn build(kb: Kb, previous: Option<&Registry>) -> Registry {
     let connectors = config.broken_of(ScriptKind::Connector);
     loaded.problems.extend(connectors.map(|b| broken_problem(LoadProblemKind::Connector, b)));
     loaded.problems.extend(config.broken_upstreams().map(|b| broken_problem(LoadProblemKind::Upstream, b)));
-    Registry::new(kb, loaded, agents, derived)
+    Registry::new(kb, loaded, agents, derived, state)
 }
 
 /// A registry of the built-ins plus the one script of `section` (`ctx tool test`). Fails
@@ -46,7 +48,7 @@ pub fn with_script(kb: Kb, section: &ScriptSection) -> Result<Registry, String> 
     if !loaded.problems.is_empty() {
         return Err(loaded.problems.swap_remove(0).message);
     }
-    Ok(Registry::new(kb, loaded, Vec::new(), derived))
+    Ok(Registry::new(kb, loaded, Vec::new(), derived, Arc::default()))
 }
 
 /// Code mode's tools (`execute`, discovery, scripted tools) for a registry whose other tools

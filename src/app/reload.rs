@@ -76,10 +76,11 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
     for section in &config.broken {
         tracing::warn!("{}", section.message());
     }
-    if let Err(e) = crate::calllog::install(&config) {
+    let state = Arc::clone(tools.current().state());
+    if let Err(e) = state.log.install(&config) {
         tracing::error!("{e}");
     }
-    crate::metrics::set_enabled(config.spec.server.metrics);
+    state.metrics.set_enabled(config.spec.server.metrics);
     let next = if config.db_path() == kb.config().db_path() {
         kb.with_config(config)
     } else {

@@ -28,12 +28,6 @@ const MAX_PENDING: i64 = 100;
 /// them whole before deciding.
 pub const MAX_PARAMS_BYTES: usize = 16 * 1024;
 
-/// The key of the questions' MACs: random, for this process only.
-fn question_key() -> &'static [u8] {
-    static KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    KEY.get_or_init(|| random_hex(32).into_bytes())
-}
-
 /// Which tools need approval under one config.
 pub struct Policy {
     globs: GlobSet,
@@ -52,6 +46,7 @@ pub struct Policy {
     /// What a REST request must show (`Ctx-Approver`) to approve or deny; none: only the CLI.
     pub approver_token: Option<String>,
     pub store: Store,
+    question_key: std::sync::Arc<[u8]>,
 }
 
 fn globs(patterns: impl IntoIterator<Item = String>) -> GlobSet {
@@ -65,7 +60,9 @@ fn globs(patterns: impl IntoIterator<Item = String>) -> GlobSet {
 }
 
 impl Policy {
-    pub fn from_config(config: &Config) -> Policy {
+    /// `question_key` signs the questions this application asks clients (see
+    /// [`Policy::question_state`]).
+    pub fn from_config(config: &Config, question_key: std::sync::Arc<[u8]>) -> Policy {
         let spec = &config.spec.approval;
         let sections = config
             .spec
@@ -103,6 +100,7 @@ impl Policy {
             ask_clients: spec.ask_clients,
             approver_token: spec.approver_token.as_ref().map(|t| t.to_string()),
             store: Store::new(store_path(config)),
+            question_key,
         }
     }
 
@@ -235,7 +233,7 @@ impl Policy {
 
     fn mac(&self, token: &str) -> String {
         use hmac::{KeyInit, Mac};
-        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(question_key()).expect("any key length");
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.question_key).expect("any key length");
         mac.update(b"ctx approval question\0");
         mac.update(token.as_bytes());
         mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
@@ -321,7 +319,7 @@ fn hash(token: &str) -> String {
 }
 
 /// `n` random bytes as hex, from the operating system's generator.
-fn random_hex(n: usize) -> String {
+pub fn random_hex(n: usize) -> String {
     let mut bytes = Vec::with_capacity(n);
     while bytes.len() < n {
         bytes.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
@@ -366,6 +364,7 @@ mod tests {
             ask_clients: false,
             approver_token: None,
             store: Store::new(dir.join("approvals.sqlite")),
+            question_key: random_hex(32).into_bytes().into(),
         }
     }
 

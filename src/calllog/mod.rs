@@ -77,9 +77,9 @@ impl Default for Entry {
 }
 
 impl Entry {
-    /// Renders `value` as this call's result, into the entry's own buffer.
-    pub fn set_result(&mut self, value: &Json) {
-        with_log(|log| match log {
+    /// Renders `value` as this call's result, into the entry's own buffer, as `log` keeps it.
+    pub fn set_result(&mut self, log: &CallLog, value: &Json) {
+        log.with_log(|log| match log {
             Some(log) => render_into(value, &log.settings, &log.secrets, &mut self.result),
             None => self.result = Rendered::default(),
         });
@@ -118,16 +118,6 @@ fn give_back(batch: &mut Vec<Box<Entry>>) {
     let room = POOL_MAX.saturating_sub(pool.len());
     // A kept entry's message is replaced by the call that fills it next (freed there).
     pool.extend(batch.drain(..).filter(|e| e.capacity() <= POOL_ENTRY_BYTES).take(room));
-}
-
-/// Starts the log entry of a call with `params`: `None` when no log runs.
-pub fn begin(params: &Json) -> Option<Box<Entry>> {
-    with_log(|log| {
-        let log = log?;
-        let mut entry = take_entry();
-        render_into(params, &log.settings, &log.secrets, &mut entry.params);
-        Some(entry)
-    })
 }
 
 /// A value as the log keeps it: JSON text with secrets and listed names redacted, cut to
@@ -180,6 +170,20 @@ pub struct Counters {
     pub write_errors: AtomicU64,
 }
 
+/// The tool-call log of one application (see `tools::CallState`): the log that runs now, if any,
+/// and its counters. A reload installs the next one.
+pub struct CallLog {
+    running: RwLock<Option<Arc<Log>>>,
+    /// Changes with each install (drawn from [`GENERATIONS`]), so threads know when to read
+    /// `running` again, and never matches another log's.
+    generation: AtomicU64,
+    counters: Arc<Counters>,
+}
+
+/// Generation numbers, unique in the process: a thread's cached log (see [`CallLog::with_log`])
+/// can never be taken for another application's.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
 /// The running log: its settings, and the queue to its writer once a call has been logged.
 struct Log {
     /// Made with the writer on the first entry, so an idle server holds neither the queue's
@@ -189,6 +193,8 @@ struct Log {
     settings: Settings,
     /// The config's secrets as of this install (a reload installs again).
     secrets: Arc<crate::config::redact::Redactor>,
+    /// The application's counters, which the writer thread adds to.
+    counters: Arc<Counters>,
 }
 
 enum Message {
@@ -197,96 +203,132 @@ enum Message {
     Flush(SyncSender<()>),
 }
 
-fn slot() -> &'static RwLock<Option<Arc<Log>>> {
-    static LOG: OnceLock<RwLock<Option<Arc<Log>>>> = OnceLock::new();
-    LOG.get_or_init(Default::default)
-}
-
-/// Bumped after each change of [`slot`], so threads know when to read it again.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// Replaces the running log, and tells the call path's threads.
-fn swap(log: Option<Arc<Log>>) -> Option<Arc<Log>> {
-    let old = std::mem::replace(&mut *slot().write().unwrap_or_else(|p| p.into_inner()), log);
-    GENERATION.fetch_add(1, Ordering::Release);
-    old
-}
-
-/// Runs `f` with the running log as this thread last read it. The call path reads only the
-/// generation (a line no call writes): neither a lock nor a reference count is shared by two
-/// calls, which on a busy server cost more than the rest of the log's work on the call path.
-fn with_log<R>(f: impl FnOnce(Option<&Log>) -> R) -> R {
-    thread_local! {
-        static SEEN: std::cell::RefCell<(u64, Option<Arc<Log>>)> = const { std::cell::RefCell::new((u64::MAX, None)) };
-    }
-    let generation = GENERATION.load(Ordering::Acquire);
-    SEEN.with_borrow_mut(|seen| {
-        if seen.0 != generation {
-            *seen = (generation, slot().read().unwrap_or_else(|p| p.into_inner()).clone());
+impl Default for CallLog {
+    fn default() -> CallLog {
+        CallLog {
+            running: RwLock::default(),
+            generation: AtomicU64::new(GENERATIONS.fetch_add(1, Ordering::Relaxed)),
+            counters: Arc::default(),
         }
-        f(seen.1.as_deref())
-    })
+    }
 }
 
-/// The counters, whether or not a log is running.
-pub fn counters() -> &'static Counters {
-    static COUNTERS: OnceLock<Counters> = OnceLock::new();
-    COUNTERS.get_or_init(Counters::default)
-}
+impl CallLog {
+    /// Replaces the running log, and tells the call path's threads.
+    fn swap(&self, log: Option<Arc<Log>>) -> Option<Arc<Log>> {
+        let old = std::mem::replace(&mut *self.running.write().unwrap_or_else(|p| p.into_inner()), log);
+        self.generation.store(GENERATIONS.fetch_add(1, Ordering::Relaxed), Ordering::Release);
+        old
+    }
 
-/// Starts the log of `config` for this process, or stops it when the config turns it off.
-/// A log already running with the same file keeps running with the new settings' retention
-/// applied from its next batch. Fails when the file cannot be opened.
-pub fn install(config: &Config) -> Result<(), String> {
-    let Some(settings) = Settings::of(config) else {
-        shutdown();
-        return Ok(());
-    };
-    let running = slot().read().unwrap_or_else(|p| p.into_inner()).clone();
-    if let Some(log) = running.as_ref().filter(|log| log.settings == settings) {
-        // Same log; a reload may have changed the config's secrets, which render_into uses.
-        let secrets = crate::config::redact::current();
-        if !Arc::ptr_eq(&log.secrets, &secrets) {
-            let writer = Arc::clone(&log.writer);
-            swap(Some(Arc::new(Log { writer, settings: log.settings.clone(), secrets })));
+    /// Runs `f` with the running log as this thread last read it. The call path reads only the
+    /// generation (a line no call writes): neither a lock nor a reference count is shared by
+    /// two calls, which on a busy server cost more than the rest of the log's work on the call
+    /// path.
+    fn with_log<R>(&self, f: impl FnOnce(Option<&Log>) -> R) -> R {
+        thread_local! {
+            // A cache of the log a thread used last, with its generation (unique in the
+            // process, so a thread that serves two applications reads again when it switches).
+            static SEEN: std::cell::RefCell<(u64, Option<Arc<Log>>)> = const { std::cell::RefCell::new((0, None)) };
         }
-        return Ok(());
+        let generation = self.generation.load(Ordering::Acquire);
+        SEEN.with_borrow_mut(|seen| {
+            if seen.0 != generation {
+                *seen = (generation, self.running.read().unwrap_or_else(|p| p.into_inner()).clone());
+            }
+            f(seen.1.as_deref())
+        })
     }
-    // Opened now, so a file that cannot be written is a startup error, and retention runs at
-    // start; the writer opens it again when the first call comes.
-    let mut store = Store::open(&settings.path).map_err(|e| {
-        format!(
-            "the tool-call log {} cannot be opened: {e}; set log.path to a writable file or log.enabled = false",
-            settings.path.display()
-        )
-    })?;
-    if let Err(e) = store.prune(settings.max_age, settings.max_entries) {
-        tracing::warn!("the tool-call log's retention failed: {e}");
-    }
-    drop(store);
-    let log = Log { writer: Arc::default(), settings, secrets: crate::config::redact::current() };
-    let old = swap(Some(Arc::new(log)));
-    // The old writer finishes its queue; no lock is held meanwhile.
-    if let Some(old) = old {
-        flush_log(&old);
-    }
-    Ok(())
-}
 
-/// Writes what is queued and stops logging (the CLI before it exits, a reload that turns the
-/// log off).
-pub fn shutdown() {
-    let old = swap(None);
-    if let Some(old) = old {
-        flush_log(&old);
+    /// The counters, whether or not a log is running.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
     }
-}
 
-/// Waits until every entry queued so far is written (at most a few seconds).
-pub fn flush() {
-    let log = slot().read().unwrap_or_else(|p| p.into_inner()).clone();
-    if let Some(log) = log {
-        flush_log(&log);
+    /// Starts the log entry of a call with `params`: `None` when no log runs.
+    pub fn begin(&self, params: &Json) -> Option<Box<Entry>> {
+        self.with_log(|log| {
+            let log = log?;
+            let mut entry = take_entry();
+            render_into(params, &log.settings, &log.secrets, &mut entry.params);
+            Some(entry)
+        })
+    }
+
+    /// Starts the log of `config`, or stops it when the config turns it off. A log already
+    /// running with the same file keeps running with the new settings' retention applied from
+    /// its next batch. Fails when the file cannot be opened.
+    pub fn install(&self, config: &Config) -> Result<(), String> {
+        let Some(settings) = Settings::of(config) else {
+            self.shutdown();
+            return Ok(());
+        };
+        let running = self.running.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(log) = running.as_ref().filter(|log| log.settings == settings) {
+            // Same log; a reload may have changed the config's secrets, which render_into uses.
+            let secrets = crate::config::redact::current();
+            if !Arc::ptr_eq(&log.secrets, &secrets) {
+                let (writer, counters) = (Arc::clone(&log.writer), Arc::clone(&log.counters));
+                self.swap(Some(Arc::new(Log { writer, settings: log.settings.clone(), secrets, counters })));
+            }
+            return Ok(());
+        }
+        // Opened now, so a file that cannot be written is a startup error, and retention runs at
+        // start; the writer opens it again when the first call comes.
+        let mut store = Store::open(&settings.path).map_err(|e| {
+            format!(
+                "the tool-call log {} cannot be opened: {e}; set log.path to a writable file or log.enabled = false",
+                settings.path.display()
+            )
+        })?;
+        if let Err(e) = store.prune(settings.max_age, settings.max_entries) {
+            tracing::warn!("the tool-call log's retention failed: {e}");
+        }
+        drop(store);
+        let counters = Arc::clone(&self.counters);
+        let log = Log { writer: Arc::default(), settings, secrets: crate::config::redact::current(), counters };
+        let old = self.swap(Some(Arc::new(log)));
+        // The old writer finishes its queue; no lock is held meanwhile.
+        if let Some(old) = old {
+            flush_log(&old);
+        }
+        Ok(())
+    }
+
+    /// Writes what is queued and stops logging (the CLI before it exits, a reload that turns
+    /// the log off).
+    pub fn shutdown(&self) {
+        let old = self.swap(None);
+        if let Some(old) = old {
+            flush_log(&old);
+        }
+    }
+
+    /// Waits until every entry queued so far is written (at most a few seconds).
+    pub fn flush(&self) {
+        let log = self.running.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(log) = log {
+            flush_log(&log);
+        }
+    }
+
+    /// Hands a finished call to the writer. Never blocks: with the queue full the entry is
+    /// dropped and counted.
+    pub fn record(&self, entry: Box<Entry>) {
+        let sent = self.with_log(|log| log.map(|log| log.queue().try_send(Message::Entry(entry))));
+        let Some(sent) = sent else { return };
+        match sent {
+            Ok(()) => {
+                self.counters.queued.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                let dropped = self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                // Once, then every 10,000: the count is in /metrics.
+                if dropped.is_multiple_of(10_000) {
+                    tracing::warn!(dropped = dropped + 1, "the tool-call log is behind; entries are being dropped");
+                }
+            }
+        }
     }
 }
 
@@ -296,11 +338,11 @@ impl Log {
     fn queue(&self) -> &SyncSender<Message> {
         self.writer.get_or_init(|| {
             let (tx, rx) = sync_channel(QUEUE);
-            let settings = self.settings.clone();
+            let (settings, counters) = (self.settings.clone(), Arc::clone(&self.counters));
             let started = std::thread::Builder::new().name("ctx-call-log".into()).spawn(move || {
                 lower_priority();
                 match Store::open(&settings.path) {
-                    Ok(store) => write_loop(store, rx, settings),
+                    Ok(store) => write_loop(store, rx, settings, &counters),
                     Err(e) => tracing::error!(
                         "the tool-call log {} cannot be opened any more: {e}; calls are not logged",
                         settings.path.display()
@@ -324,25 +366,6 @@ fn flush_log(log: &Log) {
     }
 }
 
-/// Hands a finished call to the writer. Never blocks: with the queue full the entry is dropped
-/// and counted.
-pub fn record(entry: Box<Entry>) {
-    let sent = with_log(|log| log.map(|log| log.queue().try_send(Message::Entry(entry))));
-    let Some(sent) = sent else { return };
-    match sent {
-        Ok(()) => {
-            counters().queued.fetch_add(1, Ordering::Relaxed);
-        }
-        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-            let dropped = counters().dropped.fetch_add(1, Ordering::Relaxed);
-            // Once, then every 10,000: the count is in /metrics.
-            if dropped.is_multiple_of(10_000) {
-                tracing::warn!(dropped = dropped + 1, "the tool-call log is behind; entries are being dropped");
-            }
-        }
-    }
-}
-
 /// Background work yields to the calls it logs: on a busy machine the writer gets a smaller
 /// share of the CPU (nice +5: still several times the few percent it needs at the server's
 /// peak rate, so its queue does not grow).
@@ -356,7 +379,7 @@ fn lower_priority() {
 }
 
 /// The writer: batches of whatever is queued, one transaction each; retention once a minute.
-fn write_loop(mut store: Store, rx: Receiver<Message>, settings: Settings) {
+fn write_loop(mut store: Store, rx: Receiver<Message>, settings: Settings, counters: &Counters) {
     let mut last_prune: Option<Instant> = None;
     let mut batch: Vec<Box<Entry>> = Vec::with_capacity(256);
     let mut waiting: Vec<SyncSender<()>> = Vec::new();
@@ -397,10 +420,10 @@ fn write_loop(mut store: Store, rx: Receiver<Message>, settings: Settings) {
             let n = batch.len() as u64;
             match store.insert(&batch, &settings) {
                 Ok(()) => {
-                    counters().written.fetch_add(n, Ordering::Relaxed);
+                    counters.written.fetch_add(n, Ordering::Relaxed);
                 }
                 Err(e) => {
-                    counters().write_errors.fetch_add(n, Ordering::Relaxed);
+                    counters.write_errors.fetch_add(n, Ordering::Relaxed);
                     tracing::error!("the tool-call log could not write {n} entries: {e}");
                 }
             }

@@ -61,12 +61,12 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
             "code mode is disabled ([code_mode] enabled = false in ctx.toml); enable it to run scripts".to_string(),
         ));
     }
-    if let Err(e) = crate::calllog::install(&config) {
-        tracing::warn!("{e}");
-    }
     let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
+    if let Err(e) = registry.state().log.install(registry.kb().config()) {
+        tracing::warn!("{e}");
+    }
     let mut params = json!({ "script": script });
     if let Some(timeout) = args.timeout {
         params["timeout"] = json!(timeout);
@@ -77,7 +77,7 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
         globals.runtime.block_on(upstreams.shutdown());
     }
     // The entries of this command's calls are written before it exits.
-    crate::calllog::shutdown();
+    registry.state().log.shutdown();
     match outcome {
         Ok(output) if args.json => {
             println!("{}", output.rest_body());

@@ -48,13 +48,15 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     let page_size = config.spec.server.mcp_page_size as usize;
     let limits = server::Limits::from_config(&config.spec.server);
     let sections = config.upstreams.clone();
-    // A log that cannot be opened costs the log only: the server runs, and says why.
-    if let Err(e) = crate::calllog::install(&config) {
-        tracing::error!("{e}");
-    }
-    crate::metrics::set_enabled(config.spec.server.metrics);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = crate::app::build(kb.clone(), None);
+    // The application's state comes with its first registry; a reload hands it on.
+    let state = Arc::clone(registry.state());
+    // A log that cannot be opened costs the log only: the server runs, and says why.
+    if let Err(e) = state.log.install(kb.config()) {
+        tracing::error!("{e}");
+    }
+    state.metrics.set_enabled(kb.config().spec.server.metrics);
     let runtime = &globals.runtime;
     let tools = Arc::new(Tools::new(registry));
     tools.config_loaded(&located.path);
@@ -78,7 +80,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             upstreams.shutdown().await;
             served
         });
-        crate::calllog::shutdown();
+        state.log.shutdown();
         return served.map_err(|e| CliError::from(anyhow::anyhow!(e)));
     }
     let registry = tools.current();
@@ -106,7 +108,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
         let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes).with_limits(limits));
         let served = server::run(listener, app, shutdown_signal()).await.context("the server failed");
         upstreams.shutdown().await;
-        crate::calllog::shutdown();
+        state.log.shutdown();
         served?;
         say!("ctx stopped");
         Ok::<(), anyhow::Error>(())

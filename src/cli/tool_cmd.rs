@@ -304,12 +304,12 @@ fn note(json: bool, line: &str) {
 fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(), CliError> {
     let pairs = param_pairs(raw)?;
     let config = globals.load_config()?;
-    if let Err(e) = crate::calllog::install(&config) {
-        tracing::warn!("{e}");
-    }
     let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
+    if let Err(e) = registry.state().log.install(registry.kb().config()) {
+        tracing::warn!("{e}");
+    }
     // Without a spec (unknown, or failed to load) the call itself says why.
     let (params, builtin) = match registry.spec(name) {
         Some(spec) => (spec.params.coerce(&pairs).map_err(CliError::Usage)?, spec.builtin),
@@ -321,7 +321,7 @@ fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
         globals.runtime.block_on(upstreams.shutdown());
     }
     // The entries of this command's calls are written before it exits.
-    crate::calllog::shutdown();
+    registry.state().log.shutdown();
     print_outcome(outcome, builtin, json)
 }
 

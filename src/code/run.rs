@@ -3,7 +3,7 @@
 //! `result`, and the script's outcome as a tool result with its trace.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use globset::GlobSet;
@@ -18,6 +18,7 @@ use crate::config::code_mode::{CodeLimits, CodeMode};
 use crate::config::ScriptKind;
 use crate::lua::reuse::{self, ScriptKey};
 use crate::lua::{convert, CancelHandle, Limits, ScriptError, ScriptInfo, Vm};
+use crate::tools::state::ScriptRuns;
 use crate::tools::{CallEnv, CallError, Output};
 use crate::types::ErrorCode;
 
@@ -35,24 +36,21 @@ pub const MAX_RUNS: usize = 16;
 /// server's own token, or none on loopback) are trusted with them all.
 pub const MAX_RUNS_PER_TOKEN: usize = MAX_RUNS / 2;
 
-static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Runs in progress per scoped token, by its name.
-static BY_TOKEN: std::sync::LazyLock<Mutex<HashMap<String, usize>>> = std::sync::LazyLock::new(Default::default);
-
-/// One of the [`MAX_RUNS`] places (and of its token's share), given back when dropped.
-struct RunSlot {
+/// One of the [`MAX_RUNS`] places of an application's scripts (and of its token's share),
+/// given back when dropped.
+struct RunSlot<'a> {
+    runs: &'a ScriptRuns,
     token: Option<String>,
-    /// Whether it holds a place in [`RUNNING`] (a refused one holds at most its token's).
+    /// Whether it holds a place in all (a refused one holds at most its token's).
     counted: bool,
 }
 
-impl RunSlot {
+impl RunSlot<'_> {
     /// A place, or why there is none.
-    fn take(token: Option<&str>) -> Result<RunSlot, String> {
+    fn take<'a>(runs: &'a ScriptRuns, token: Option<&str>) -> Result<RunSlot<'a>, String> {
         use std::sync::atomic::Ordering;
         if let Some(token) = token {
-            let mut by_token = BY_TOKEN.lock().unwrap_or_else(|p| p.into_inner());
+            let mut by_token = runs.by_token.lock().unwrap_or_else(|p| p.into_inner());
             let running = by_token.entry(token.to_string()).or_default();
             if *running >= MAX_RUNS_PER_TOKEN {
                 return Err(format!(
@@ -63,8 +61,8 @@ impl RunSlot {
             *running += 1;
         }
         // From here, dropping `slot` gives back what it took.
-        let mut slot = RunSlot { token: token.map(str::to_string), counted: false };
-        RUNNING.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_RUNS).then_some(n + 1)).map_err(
+        let mut slot = RunSlot { runs, token: token.map(str::to_string), counted: false };
+        runs.running.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < MAX_RUNS).then_some(n + 1)).map_err(
             |_| format!("{MAX_RUNS} code-mode scripts are running at once, the most ctx runs together; retry shortly"),
         )?;
         slot.counted = true;
@@ -72,13 +70,13 @@ impl RunSlot {
     }
 }
 
-impl Drop for RunSlot {
+impl Drop for RunSlot<'_> {
     fn drop(&mut self) {
         if self.counted {
-            RUNNING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            self.runs.running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         }
         if let Some(token) = &self.token {
-            let mut by_token = BY_TOKEN.lock().unwrap_or_else(|p| p.into_inner());
+            let mut by_token = self.runs.by_token.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(running) = by_token.get_mut(token) {
                 *running -= 1;
                 if *running == 0 {
@@ -174,8 +172,8 @@ impl Runner {
     /// configured limit).
     pub fn run(&self, script: &str, timeout: Option<Duration>, env: &CallEnv<'_>) -> Result<Output, CallError> {
         let token = env.principal.as_deref().map(|p| p.name());
-        let _slot =
-            RunSlot::take(token).map_err(|why| CallError::Unavailable(format!("tool '{}': {why}", self.name)))?;
+        let _slot = RunSlot::take(&env.registry.state().scripts, token)
+            .map_err(|why| CallError::Unavailable(format!("tool '{}': {why}", self.name)))?;
         let handle = tokio::runtime::Handle::try_current().map_err(|_| {
             CallError::Internal(format!("tool '{}' needs ctx's async runtime, which this caller has not", self.name))
         })?;

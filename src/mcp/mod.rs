@@ -317,9 +317,14 @@ pub(super) fn may_ask(approvals: &crate::approval::Policy, principal: Option<&cr
 }
 
 /// Starts the call-log entry of an MCP request that is not a tool call, with its caller.
-fn observe(cx: &RequestContext<RoleServer>, method: &str, params: &Json) -> crate::tools::Observed {
+fn observe<'a>(
+    registry: &'a crate::tools::Registry,
+    cx: &RequestContext<RoleServer>,
+    method: &str,
+    params: &Json,
+) -> crate::tools::Observed<'a> {
     let options = CallOptions { caller: "mcp", principal: principal(cx), ..Default::default() };
-    crate::tools::Observed::start(method, params, &options)
+    crate::tools::Observed::start(registry.state(), method, params, &options)
 }
 
 /// rmcp's body limit: the server's, but never below what MCP handshakes need.
@@ -421,7 +426,8 @@ impl ServerHandler for Mcp {
         cx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         let principal = principal(&cx);
-        let observed = observe(&cx, "prompts/list", &Json::Null);
+        let current = self.inner.tools.current();
+        let observed = observe(&current, &cx, "prompts/list", &Json::Null);
         let registry = self.inner.tools.current();
         let mut prompts: Vec<_> = registry.agents_for(principal.as_deref()).map(convert::prompt).collect();
         // The catalog prompt shows what `execute` can reach: only for a caller that may call it.
@@ -450,7 +456,8 @@ impl ServerHandler for Mcp {
         let may_script = crate::tools::principal::allows(principal.as_deref(), scripted.unwrap_or("execute"));
         if !is_agent && request.name == crate::code::PROMPT && may_script {
             let params = json!({ "name": request.name, "arguments": request.arguments });
-            let observed = observe(&cx, "prompts/get", &params);
+            let current = self.inner.tools.current();
+            let observed = observe(&current, &cx, "prompts/get", &params);
             let result = crate::code::catalog_prompt(&registry, scripted, principal.as_deref());
             let summary = result
                 .as_ref()
@@ -464,7 +471,8 @@ impl ServerHandler for Mcp {
         }
         if !is_agent {
             let params = json!({ "name": request.name, "arguments": request.arguments });
-            let observed = observe(&cx, "prompts/get", &params);
+            let current = self.inner.tools.current();
+            let observed = observe(&current, &cx, "prompts/get", &params);
             let arguments = request.arguments.clone().unwrap_or_default();
             let reach = upstream::Reach::new(&registry, principal.as_deref());
             let upstream = upstream::get_prompt(tools, &reach, &request.name, arguments);
@@ -507,7 +515,8 @@ impl ServerHandler for Mcp {
         if !upstream::has_resources(&self.inner.tools) {
             return Err(McpError::method_not_found::<ListResourcesRequestMethod>());
         }
-        let observed = observe(&cx, "resources/list", &Json::Null);
+        let current = self.inner.tools.current();
+        let observed = observe(&current, &cx, "resources/list", &Json::Null);
         let principal = principal(&cx);
         let registry = self.inner.tools.current();
         let reach = upstream::Reach::new(&registry, principal.as_deref());
@@ -524,7 +533,8 @@ impl ServerHandler for Mcp {
         if !upstream::has_resources(&self.inner.tools) {
             return Err(McpError::method_not_found::<ListResourceTemplatesRequestMethod>());
         }
-        let observed = observe(&cx, "resources/templates/list", &Json::Null);
+        let current = self.inner.tools.current();
+        let observed = observe(&current, &cx, "resources/templates/list", &Json::Null);
         let principal = principal(&cx);
         let registry = self.inner.tools.current();
         let reach = upstream::Reach::new(&registry, principal.as_deref());
@@ -538,7 +548,8 @@ impl ServerHandler for Mcp {
         request: ReadResourceRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let observed = observe(&cx, "resources/read", &json!({ "uri": request.uri }));
+        let current = self.inner.tools.current();
+        let observed = observe(&current, &cx, "resources/read", &json!({ "uri": request.uri }));
         let principal = principal(&cx);
         let registry = self.inner.tools.current();
         let reach = upstream::Reach::new(&registry, principal.as_deref());

@@ -159,7 +159,9 @@ pub async fn metrics(State(app): State<Arc<App>>, caller: Option<Extension<guard
         connections: app.connections.count() as u64,
         mcp_sessions: app.sessions.count().await as u64,
     };
-    let mut response = crate::metrics::render(&scraped).into_response();
+    let registry = app.tools.current();
+    let state = registry.state();
+    let mut response = state.metrics.render(&scraped, state.log.counters()).into_response();
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));

@@ -40,7 +40,7 @@ pub async fn health(
     let mut problems = registry.problems().to_vec();
     // Calls abandoned past their deadline (the sandbox's last line of defence) hold a thread and
     // keep their tool quarantined until they end.
-    for run in crate::tools::stuck::all() {
+    for run in registry.state().quarantine.all() {
         problems.push(LoadProblem {
             kind: LoadProblemKind::Tool,
             name: run.tool.clone(),

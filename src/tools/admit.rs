@@ -117,7 +117,7 @@ pub(super) fn admit(
             (Resolved::Agent(agent), (Json::Object(args), None))
         }
     };
-    if let Some(refused) = quarantined(&what, name) {
+    if let Some(refused) = quarantined(&registry.state().quarantine, &what, name) {
         return Err(refused);
     }
     if options.cancel.is_cancelled() {
@@ -130,8 +130,8 @@ pub(super) fn admit(
 /// The refusal of a call of a tool or agent whose earlier call overran its deadline inside a
 /// library call and is still running (see [`stuck`]): refused before any policy, so it uses up
 /// no approval and no rate.
-fn quarantined(what: &Resolved, name: &str) -> Option<CallError> {
-    let run = stuck::quarantined(what.identity())?;
+fn quarantined(quarantine: &stuck::Quarantine, what: &Resolved, name: &str) -> Option<CallError> {
+    let run = quarantine.quarantined(what.identity())?;
     let (kind, tail) = match what {
         Resolved::Tool(_) => ("tool", " (the server log has the details)"),
         Resolved::Agent(_) => ("agent", ""),

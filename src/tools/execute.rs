@@ -89,12 +89,14 @@ pub(super) async fn run(
                 // caller gets a timeout, and the agent is quarantined while its run goes on.
                 Placement::Async => {
                     let subject = format!("agent '{name}'");
-                    watched(identity, deadline, subject, &options.cancel, resolve).await.unwrap_or_else(|e| {
-                        tracing::error!(agent = %name, "agent panicked: {e}");
-                        Err(CallError::Internal(format!(
-                            "agent '{name}' crashed inside ctx; the server log has the details"
-                        )))
-                    })
+                    watched((&registry.state.quarantine, identity), deadline, subject, &options.cancel, resolve)
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::error!(agent = %name, "agent panicked: {e}");
+                            Err(CallError::Internal(format!(
+                                "agent '{name}' crashed inside ctx; the server log has the details"
+                            )))
+                        })
                 }
             };
             prompt.map(Answer::Prompt)
@@ -126,7 +128,7 @@ async fn run_tool(
     let (on_pool, opts, tool_name) = (Arc::clone(registry), options.clone(), name.clone());
     let run = move || tool.run(params, &on_pool.env(&tool_name, &opts, id));
     let subject = format!("tool '{name}'");
-    watched(identity, deadline, subject, &options.cancel, run).await.unwrap_or_else(|e| {
+    watched((&registry.state.quarantine, identity), deadline, subject, &options.cancel, run).await.unwrap_or_else(|e| {
         // A run cancelled with its runtime (shutdown) did not crash.
         if e.is_cancelled() {
             return Err(CallError::cancelled(&name));
@@ -155,14 +157,14 @@ fn inline(
 /// there), and the tool or agent of `identity` is quarantined until the run ends. Dropping the
 /// future (the client went away) cancels the run too. `Err` when the run panicked.
 async fn watched<T: Send + 'static>(
-    identity: usize,
+    (quarantine, identity): (&Arc<stuck::Quarantine>, usize),
     deadline: Option<std::time::Duration>,
     subject: String,
     cancel: &CancelHandle,
     work: impl FnOnce() -> Result<T, CallError> + Send + 'static,
 ) -> Result<Result<T, CallError>, tokio::task::JoinError> {
     let on_drop = CancelOnDrop(Some(cancel.clone()));
-    let watch = stuck::Watch::new(identity);
+    let watch = stuck::Watch::new(quarantine, identity);
     let on_thread = watch.clone();
     let mut task = tokio::task::spawn_blocking(move || {
         let _finish = stuck::Finish(on_thread);

@@ -15,6 +15,7 @@ pub mod pipeline;
 pub mod policy;
 pub mod rate;
 mod registry;
+pub mod state;
 pub mod stuck;
 pub mod upstream_tool;
 
@@ -34,6 +35,7 @@ pub use crate::contract::error::{http_status, retry_secs, CallError};
 pub use crate::contract::{params, principal};
 pub use crate::contract::{Output, Params, Principal, ToolSpec, UpstreamOrigin, BUILTINS, MAX_NAME_BYTES};
 pub use registry::{broken_problem, load_lua, CallOptions, Derive, Loaded, Registry, Tools};
+pub use state::CallState;
 
 use crate::kb::Kb;
 use crate::lua::{CancelHandle, ProgressSink};

@@ -8,7 +8,7 @@ use std::time::{Instant, SystemTime};
 
 use serde_json::Value as Json;
 
-use super::{CallError, CallOptions, Output, Principal};
+use super::{CallError, CallOptions, CallState, Output, Principal};
 
 /// An id for each call, so inner calls can name their parent. It starts from the process's
 /// start time in microseconds, so ids stay unique in a log that several processes (a server,
@@ -25,8 +25,10 @@ fn next_call_id() -> u64 {
 
 /// A call or request being observed. Dropped before [`Observed::end`] or [`Observed::finish`],
 /// it is logged as cancelled.
-pub struct Observed {
+pub struct Observed<'a> {
     open: Option<Box<Open>>,
+    /// The application's call log and metrics.
+    state: &'a CallState,
 }
 
 struct Open {
@@ -44,21 +46,22 @@ struct Open {
     entry: Option<Box<crate::calllog::Entry>>,
 }
 
-impl Observed {
+impl<'a> Observed<'a> {
     /// Starts observing a request that is not a tool call under its MCP method's name
     /// (`prompts/get`, `resources/read`): names with a `/`, which no tool can have.
-    pub fn start(method: &str, params: &Json, options: &CallOptions) -> Observed {
-        Observed::open(method, true, params, options)
+    pub fn start(state: &'a CallState, method: &str, params: &Json, options: &CallOptions) -> Observed<'a> {
+        Observed::open(state, method, true, params, options)
     }
 
     /// Starts observing a call of `name`, with its parameters as sent. Whether the name is known
     /// is decided when the call ends.
-    pub(super) fn call(name: &str, params: &Json, options: &CallOptions) -> Observed {
-        Observed::open(name, false, params, options)
+    pub(super) fn call(state: &'a CallState, name: &str, params: &Json, options: &CallOptions) -> Observed<'a> {
+        Observed::open(state, name, false, params, options)
     }
 
-    fn open(name: &str, known: bool, params: &Json, options: &CallOptions) -> Observed {
+    fn open(state: &'a CallState, name: &str, known: bool, params: &Json, options: &CallOptions) -> Observed<'a> {
         Observed {
+            state,
             open: Some(Box::new(Open {
                 name: name.to_string(),
                 known,
@@ -68,7 +71,7 @@ impl Observed {
                 id: next_call_id(),
                 at: Instant::now(),
                 wall: SystemTime::now(),
-                entry: crate::calllog::begin(params),
+                entry: state.log.begin(params),
             })),
         }
     }
@@ -105,23 +108,23 @@ impl Observed {
                 Ok(summary) => Ok(Output::Value(summary)),
                 Err(e) => Err(e.clone()),
             };
-            record(*open, &result);
+            record(self.state, *open, &result);
         }
     }
 
     /// Logs a call's outcome.
     pub(super) fn end(mut self, result: &Result<Output, CallError>) {
         if let Some(open) = self.open.take() {
-            record(*open, result);
+            record(self.state, *open, result);
         }
     }
 }
 
-impl Drop for Observed {
+impl Drop for Observed<'_> {
     fn drop(&mut self) {
         if let Some(open) = self.open.take() {
             let cancelled = Err(CallError::cancelled(&open.name));
-            record(*open, &cancelled);
+            record(self.state, *open, &cancelled);
         }
     }
 }
@@ -136,7 +139,7 @@ fn output_value(output: &Output) -> std::borrow::Cow<'_, Json> {
 }
 
 /// The end of every call: its log line, its metrics, and its entry in the call log.
-fn record(open: Open, result: &Result<Output, CallError>) {
+fn record(state: &CallState, open: Open, result: &Result<Output, CallError>) {
     let name = open.name.as_str();
     let micros = open.at.elapsed().as_micros() as u64;
     let outcome = match result {
@@ -144,7 +147,7 @@ fn record(open: Open, result: &Result<Output, CallError>) {
         Ok(_) => "ok",
         Err(e) => super::error::code_name(e.code()),
     };
-    crate::metrics::call(name, open.known, outcome, micros);
+    state.metrics.call(name, open.known, outcome, micros);
     match result {
         Ok(_) => tracing::debug!(tool = name, caller = open.via, micros, "tool call ok"),
         Err(e) => {
@@ -156,7 +159,7 @@ fn record(open: Open, result: &Result<Output, CallError>) {
     let Some(mut entry) = open.entry else { return };
     match result {
         Ok(output) => {
-            entry.set_result(&output_value(output));
+            entry.set_result(&state.log, &output_value(output));
             entry.message = None;
         }
         Err(e) => {
@@ -176,5 +179,5 @@ fn record(open: Open, result: &Result<Output, CallError>) {
     entry.via = open.via;
     entry.micros = micros;
     entry.outcome = outcome;
-    crate::calllog::record(entry);
+    state.log.record(entry);
 }

@@ -100,10 +100,11 @@ impl Registry {
     pub async fn enter(self: Arc<Self>, call: Call) -> Result<Answer, CallError> {
         let Call { target, name, args, options, placement, gate } = call;
         let mut observed = match target {
-            Target::Tool => Observed::call(&name, &args, &options),
+            Target::Tool => Observed::call(&self.state, &name, &args, &options),
             // Agents' prompts are logged under MCP's method, beside the upstream prompts.
             Target::Prompt => {
-                Observed::start("prompts/get", &json!({ "name": name, "arguments": args.clone() }), &options)
+                let params = json!({ "name": name, "arguments": args.clone() });
+                Observed::start(&self.state, "prompts/get", &params, &options)
             }
         };
         let result = self.stages(target, &name, args, &options, (placement, gate), &mut observed).await;
@@ -139,7 +140,7 @@ impl Registry {
         args: Json,
         options: &CallOptions,
         (placement, gate): (Placement, Option<Arc<Gate>>),
-        observed: &mut Observed,
+        observed: &mut Observed<'_>,
     ) -> Result<Answer, CallError> {
         let call = admit::admit(self, target, name, args, options)?;
         let _permit = match &gate {
@@ -157,7 +158,7 @@ impl Registry {
         mut call: Admitted,
         options: &CallOptions,
         placement: Placement,
-        observed: &mut Observed,
+        observed: &mut Observed<'_>,
     ) -> Result<Admitted, CallError> {
         let mut asked = false;
         loop {

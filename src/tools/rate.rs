@@ -14,7 +14,7 @@
 //! the key).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
@@ -38,9 +38,9 @@ struct Rule {
 }
 
 /// Every rate rule of one config. Built once per registry snapshot; the buckets outlive it.
-#[derive(Default)]
 pub struct Rules {
     rules: Vec<Rule>,
+    buckets: std::sync::Arc<Buckets>,
 }
 
 /// A call refused by a rule: the rule's rate and how long until the call may run.
@@ -54,7 +54,11 @@ impl Rules {
     /// The rules of `config`: `[[server.rate_limits]]` in order, then each Lua tool's own
     /// `rate` (`tools` gives a loaded tool's name for its section). The config layer has
     /// already checked every rate, so one that fails here is skipped with a log line.
-    pub fn from_config(config: &crate::config::Config, tool_of_section: &dyn Fn(&str) -> Option<String>) -> Rules {
+    pub fn from_config(
+        config: &crate::config::Config,
+        tool_of_section: &dyn Fn(&str) -> Option<String>,
+        buckets: &std::sync::Arc<Buckets>,
+    ) -> Rules {
         let mut rules = Vec::new();
         for (i, limit) in config.spec.server.rate_limits.iter().enumerate() {
             let burst = limit.burst;
@@ -87,7 +91,7 @@ impl Rules {
                 Err(e) => tracing::warn!("tools.script.{}.rate: {e}", section.as_str()),
             }
         }
-        Rules { rules }
+        Rules { rules, buckets: std::sync::Arc::clone(buckets) }
     }
 
     /// Whether no rule exists (the common case costs one branch per call).
@@ -109,7 +113,7 @@ impl Rules {
         if covering.is_empty() {
             return Ok(());
         }
-        take_all(&covering, tool, caller, Instant::now())
+        take_all(&self.buckets, &covering, tool, caller, Instant::now())
     }
 }
 
@@ -117,8 +121,8 @@ impl Rules {
 type Key = (String, String, String);
 
 /// Takes one call from each rule's bucket, all or none.
-fn take_all(rules: &[&Rule], tool: &str, caller: &str, now: Instant) -> Result<(), Refused> {
-    let mut all = buckets().lock().unwrap_or_else(|p| p.into_inner());
+fn take_all(buckets: &Buckets, rules: &[&Rule], tool: &str, caller: &str, now: Instant) -> Result<(), Refused> {
+    let mut all = buckets.0.lock().unwrap_or_else(|p| p.into_inner());
     if all.len() >= MAX_BUCKETS {
         // A full bucket is the same as an absent one.
         all.retain(|_, b| b.tokens < b.burst);
@@ -159,10 +163,10 @@ struct Bucket {
 /// Buckets kept at most; past this, full buckets (the same as absent ones) are dropped.
 const MAX_BUCKETS: usize = 100_000;
 
-fn buckets() -> &'static Mutex<HashMap<Key, Bucket>> {
-    static BUCKETS: OnceLock<Mutex<HashMap<Key, Bucket>>> = OnceLock::new();
-    BUCKETS.get_or_init(Default::default)
-}
+/// The buckets of one application (see `super::CallState`): they outlive registry snapshots,
+/// so a hot reload does not hand every caller a fresh burst.
+#[derive(Default)]
+pub struct Buckets(Mutex<HashMap<Key, Bucket>>);
 
 /// Rate limits are a policy of the call pipeline: a call over its rate is refused with how long
 /// to wait. Agents' prompts are counted under the agent's name like tools under theirs.
@@ -205,33 +209,35 @@ mod tests {
 
     #[test]
     fn a_bucket_allows_its_burst_then_refills_at_the_rate() {
+        let b = Buckets::default();
         let r = rule("burst-test", "60/min", Some(2));
         let t0 = Instant::now();
-        assert!(take_all(&[&r], "t", "a", t0).is_ok());
-        assert!(take_all(&[&r], "t", "a", t0).is_ok());
-        let wait = take_all(&[&r], "t", "a", t0).unwrap_err().retry_after;
+        assert!(take_all(&b, &[&r], "t", "a", t0).is_ok());
+        assert!(take_all(&b, &[&r], "t", "a", t0).is_ok());
+        let wait = take_all(&b, &[&r], "t", "a", t0).unwrap_err().retry_after;
         assert!((wait.as_secs_f64() - 1.0).abs() < 0.01, "{wait:?}");
         // Another caller has its own bucket.
-        assert!(take_all(&[&r], "t", "b", t0).is_ok());
+        assert!(take_all(&b, &[&r], "t", "b", t0).is_ok());
         // One second later, one call is back.
-        assert!(take_all(&[&r], "t", "a", t0 + Duration::from_millis(1000)).is_ok());
-        assert!(take_all(&[&r], "t", "a", t0 + Duration::from_millis(1000)).is_err());
+        assert!(take_all(&b, &[&r], "t", "a", t0 + Duration::from_millis(1000)).is_ok());
+        assert!(take_all(&b, &[&r], "t", "a", t0 + Duration::from_millis(1000)).is_err());
     }
 
     #[test]
     fn a_refusing_rule_takes_nothing_from_the_others() {
+        let b = Buckets::default();
         let wide = rule("all-or-none-wide", "100/min", None);
         let narrow = rule("all-or-none-narrow", "1/hour", None);
         let t0 = Instant::now();
-        assert!(take_all(&[&wide, &narrow], "t", "a", t0).is_ok());
+        assert!(take_all(&b, &[&wide, &narrow], "t", "a", t0).is_ok());
         for _ in 0..5 {
-            let refused = take_all(&[&wide, &narrow], "t", "a", t0).unwrap_err();
+            let refused = take_all(&b, &[&wide, &narrow], "t", "a", t0).unwrap_err();
             assert_eq!(refused.rate, "1/hour");
         }
         // Only the first call came out of the wide rule's 100.
         for _ in 0..99 {
-            assert!(take_all(&[&wide], "t", "a", t0).is_ok());
+            assert!(take_all(&b, &[&wide], "t", "a", t0).is_ok());
         }
-        assert!(take_all(&[&wide], "t", "a", t0).is_err());
+        assert!(take_all(&b, &[&wide], "t", "a", t0).is_err());
     }
 }

@@ -69,6 +69,9 @@ pub struct Registry {
     pub(super) policies: Vec<Arc<dyn super::policy::Policy>>,
     /// What makes the derived tools again when the others change (a relist).
     derive: Derive,
+    /// What calls of this application share across snapshots (the call log, metrics, rate
+    /// buckets, quarantine...).
+    pub(super) state: Arc<super::CallState>,
 }
 
 /// Tools made from the others of a registry (code mode's `execute`, discovery and scripted
@@ -118,12 +121,20 @@ impl Registry {
             approvals: Arc::clone(&self.approvals),
             policies: self.policies.clone(),
             derive: self.derive,
+            state: Arc::clone(&self.state),
         }
     }
 
     /// The registry of the built-ins, the Lua tools `loaded` ([`load_lua`]) and `agents`, with
-    /// the tools `derive` makes from them. What `app` assembles from a config.
-    pub fn new(kb: Kb, loaded: Loaded, agents: Vec<AgentRef>, derive: Derive) -> Registry {
+    /// the tools `derive` makes from them, for the application whose calls share `state`. What
+    /// `app` assembles from a config.
+    pub fn new(
+        kb: Kb,
+        loaded: Loaded,
+        agents: Vec<AgentRef>,
+        derive: Derive,
+        state: Arc<super::CallState>,
+    ) -> Registry {
         let Loaded { tools: lua, mut problems, warnings } = loaded;
         let mut tools: Vec<ToolRef> = builtin::all().into_iter().chain(lua).collect();
         // Derived tools come last and are rebuilt with every relist: their catalogs describe
@@ -138,10 +149,23 @@ impl Registry {
             let tool = tools.iter().find(|t| t.spec().section.as_deref() == Some(section));
             tool.map(|t| t.spec().name.clone())
         };
-        let rates = Arc::new(super::rate::Rules::from_config(config, &tool_of_section));
-        let approvals = Arc::new(crate::approval::Policy::from_config(config));
+        let rates = Arc::new(super::rate::Rules::from_config(config, &tool_of_section, &state.rates));
+        let approvals = Arc::new(crate::approval::Policy::from_config(config, Arc::clone(&state.question_key)));
         let policies: Vec<Arc<dyn super::policy::Policy>> = vec![approvals.clone(), rates];
-        Registry { tools, index, agents, problems, warnings, own, kb, upstreams: None, approvals, policies, derive }
+        Registry {
+            tools,
+            index,
+            agents,
+            problems,
+            warnings,
+            own,
+            kb,
+            upstreams: None,
+            approvals,
+            policies,
+            derive,
+            state,
+        }
     }
 
     /// The error for a call of `name` that is not registered: "failed to load" with the reason
@@ -248,6 +272,12 @@ impl Registry {
     /// The upstream MCP servers whose tools this registry holds, when it has any.
     pub fn upstream_servers(&self) -> Option<&Arc<crate::upstream::Upstreams>> {
         self.upstreams.as_ref()
+    }
+
+    /// What calls of this application share across snapshots: its call log, metrics, rate
+    /// buckets and quarantine.
+    pub fn state(&self) -> &Arc<super::CallState> {
+        &self.state
     }
 
     /// Which calls wait for approval, and the store of approvals.

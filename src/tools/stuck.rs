@@ -12,7 +12,8 @@
 //! callers, `/health` included, are not slowed, since the run never held an async worker.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::ToolRef;
@@ -31,41 +32,43 @@ pub struct StuckRun {
     pub runs: usize,
 }
 
-/// Abandoned runs, by the identity of the tool version they belong to.
-fn runs() -> &'static Mutex<HashMap<usize, StuckRun>> {
-    static RUNS: OnceLock<Mutex<HashMap<usize, StuckRun>>> = OnceLock::new();
-    RUNS.get_or_init(Default::default)
+/// The quarantine of one application (see `super::CallState`): abandoned runs that have not
+/// ended, by the identity of the tool version they belong to.
+#[derive(Default)]
+pub struct Quarantine {
+    runs: Mutex<HashMap<usize, StuckRun>>,
+    /// How many tool versions are quarantined now (the fast path of [`Quarantine::quarantined`]).
+    stuck: AtomicUsize,
 }
 
-fn lock() -> std::sync::MutexGuard<'static, HashMap<usize, StuckRun>> {
-    runs().lock().unwrap_or_else(|p| p.into_inner())
+impl Quarantine {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, StuckRun>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The abandoned run of the tool version with this [`identity`], if one is still going.
+    pub fn quarantined(&self, identity: usize) -> Option<StuckRun> {
+        // Every call asks; almost always nothing is stuck, and then no lock is taken.
+        if self.stuck.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.lock().get(&identity).cloned()
+    }
+
+    /// Every abandoned run still going, oldest first.
+    pub fn all(&self) -> Vec<StuckRun> {
+        if self.stuck.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        let mut runs: Vec<StuckRun> = self.lock().values().cloned().collect();
+        runs.sort_by_key(|r| r.since);
+        runs
+    }
 }
 
 /// The identity of a tool version: a reloaded script is a new `Arc`, so it starts clean.
 pub fn identity(tool: &ToolRef) -> usize {
     Arc::as_ptr(tool) as *const () as usize
-}
-
-/// The abandoned run of the tool version with this [`identity`], if one is still going.
-pub fn quarantined(identity: usize) -> Option<StuckRun> {
-    // Every call asks; almost always nothing is stuck, and then no lock is taken.
-    if STUCK_TOOLS.load(std::sync::atomic::Ordering::Acquire) == 0 {
-        return None;
-    }
-    lock().get(&identity).cloned()
-}
-
-/// How many tool versions are quarantined now (the fast path of [`quarantined`]).
-static STUCK_TOOLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Every abandoned run still going, oldest first.
-pub fn all() -> Vec<StuckRun> {
-    if STUCK_TOOLS.load(std::sync::atomic::Ordering::Acquire) == 0 {
-        return Vec::new();
-    }
-    let mut runs: Vec<StuckRun> = lock().values().cloned().collect();
-    runs.sort_by_key(|r| r.since);
-    runs
 }
 
 /// How one call on the blocking pool ended, shared by the caller and the thread.
@@ -90,12 +93,13 @@ impl Drop for Finish {
 pub struct Watch {
     phase: Arc<Mutex<Phase>>,
     key: usize,
+    quarantine: Arc<Quarantine>,
 }
 
 impl Watch {
-    /// Watches one call of the tool version with this [`identity`].
-    pub fn new(identity: usize) -> Watch {
-        Watch { phase: Arc::new(Mutex::new(Phase::Running)), key: identity }
+    /// Watches one call of the tool version with this [`identity`], for `quarantine`.
+    pub fn new(quarantine: &Arc<Quarantine>, identity: usize) -> Watch {
+        Watch { phase: Arc::new(Mutex::new(Phase::Running)), key: identity, quarantine: Arc::clone(quarantine) }
     }
 
     /// Awaits `task` for at most `limit` plus [`GRACE`] (forever without a limit). `None`: the
@@ -119,13 +123,13 @@ impl Watch {
     pub fn finished(&self) {
         let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
         if *phase == Phase::Abandoned {
-            let mut runs = lock();
+            let mut runs = self.quarantine.lock();
             if let Some(run) = runs.get_mut(&self.key) {
                 run.runs -= 1;
                 let (tool, waited, left) = (run.tool.clone(), run.since.elapsed().as_secs_f64(), run.runs);
                 if left == 0 {
                     runs.remove(&self.key);
-                    STUCK_TOOLS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                    self.quarantine.stuck.fetch_sub(1, Ordering::AcqRel);
                     tracing::warn!(
                         "an abandoned call of {tool} finally ended after {waited:.1} s; it takes calls again"
                     );
@@ -143,8 +147,8 @@ impl Watch {
             return false;
         }
         *phase = Phase::Abandoned;
-        lock().entry(self.key).and_modify(|run| run.runs += 1).or_insert_with(|| {
-            STUCK_TOOLS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.quarantine.lock().entry(self.key).and_modify(|run| run.runs += 1).or_insert_with(|| {
+            self.quarantine.stuck.fetch_add(1, Ordering::AcqRel);
             StuckRun { tool: tool.to_string(), since: Instant::now(), runs: 1 }
         });
         tracing::error!(
@@ -164,7 +168,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_run_past_its_deadline_is_abandoned_and_quarantines_until_it_ends() {
         let id = 0x5eed_0001;
-        let watch = Watch::new(id);
+        let quarantine = Arc::new(Quarantine::default());
+        let watch = Watch::new(&quarantine, id);
         let on_thread = watch.clone();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
         let mut task = tokio::task::spawn_blocking(move || {
@@ -177,19 +182,21 @@ mod tests {
         let waited = started.elapsed();
         assert!(outcome.is_none(), "the caller must stop waiting");
         assert!(waited >= Duration::from_millis(1100) && waited < Duration::from_secs(10), "{waited:?}");
-        let run = quarantined(id).expect("quarantined while the run is stuck");
+        let run = quarantine.quarantined(id).expect("quarantined while the run is stuck");
         assert_eq!(run.tool, "stuck_probe");
-        assert!(all().iter().any(|r| r.tool == "stuck_probe"));
+        assert!(quarantine.all().iter().any(|r| r.tool == "stuck_probe"));
+        assert!(Quarantine::default().quarantined(id).is_none(), "another application's quarantine is its own");
         release_tx.send(()).unwrap();
         assert_eq!(task.await.unwrap(), "late");
-        assert!(quarantined(id).is_none(), "the quarantine lifts when the run ends");
+        assert!(quarantine.quarantined(id).is_none(), "the quarantine lifts when the run ends");
     }
 
     /// A run that ends in time is simply awaited, and leaves no trace.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_run_within_its_deadline_is_awaited() {
         let id = 0x5eed_0002;
-        let watch = Watch::new(id);
+        let quarantine = Arc::new(Quarantine::default());
+        let watch = Watch::new(&quarantine, id);
         let on_thread = watch.clone();
         let mut task = tokio::task::spawn_blocking(move || {
             on_thread.finished();
@@ -197,6 +204,6 @@ mod tests {
         });
         let outcome = watch.wait(&mut task, Some(Duration::from_millis(100)), "quick_probe").await;
         assert_eq!(outcome.map(|r| r.unwrap()), Some(7));
-        assert!(quarantined(id).is_none());
+        assert!(quarantine.quarantined(id).is_none());
     }
 }

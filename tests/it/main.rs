@@ -41,4 +41,5 @@ mod semantic;
 mod source_lifecycle;
 mod stopped_runs;
 mod tools;
+mod two_apps;
 mod wire;

@@ -1,0 +1,41 @@
+//! What every call of one application shares, whichever registry snapshot it runs on: the call
+//! log, the metrics, the rate buckets, the quarantine of stuck runs, code mode's running
+//! scripts and the key of approval questions. Built once with the application's first registry
+//! and handed on to every snapshot a reload or a relist makes; two applications in one process
+//! share none of it.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+/// The state of one application's calls.
+pub struct CallState {
+    pub log: crate::calllog::CallLog,
+    pub metrics: crate::metrics::Metrics,
+    pub rates: Arc<super::rate::Buckets>,
+    pub quarantine: Arc<super::stuck::Quarantine>,
+    pub scripts: ScriptRuns,
+    /// The key of approval questions' MACs: random, so only this application accepts an answer
+    /// to a question it asked.
+    pub question_key: Arc<[u8]>,
+}
+
+impl Default for CallState {
+    fn default() -> CallState {
+        CallState {
+            log: Default::default(),
+            metrics: Default::default(),
+            rates: Default::default(),
+            quarantine: Default::default(),
+            scripts: Default::default(),
+            question_key: crate::approval::random_hex(32).into_bytes().into(),
+        }
+    }
+}
+
+/// Code mode's scripts running now: in all, and per scoped token (see `code::run`).
+#[derive(Default)]
+pub struct ScriptRuns {
+    pub running: AtomicUsize,
+    pub by_token: Mutex<HashMap<String, usize>>,
+}
