@@ -43,6 +43,7 @@
 /// one thread that another thread made (a script's arguments, a tool's result), which glibc
 /// pays for with arena locks and consolidation passes. Here, for the binary, tests and benches.
 #[global_allocator]
+// Static: the allocator of the process; it holds no state of any application.
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub mod agents;

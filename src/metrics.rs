@@ -69,7 +69,7 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Metrics {
-        // Ids only: two applications in one process never share one.
+        // Static: an id counter: Metrics ids must be unique across every application in the process.
         static NEXT: AtomicU64 = AtomicU64::new(1);
         Metrics { on: AtomicBool::new(true), tools: RwLock::default(), id: NEXT.fetch_add(1, Ordering::Relaxed) }
     }
@@ -108,6 +108,7 @@ impl Metrics {
     /// themselves (entries are never removed from the map, so a kept one is the one scrapes
     /// read).
     fn with_stats(&self, tool: &str, count: impl FnOnce(&ToolStats)) {
+        // Static: per thread, a cache keyed by the Metrics id: a thread never counts into another application's map.
         thread_local! {
             // A cache of one application's counters (the id says whose): a thread that serves
             // two applications in turn reads the map again when it switches.

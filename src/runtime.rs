@@ -14,6 +14,7 @@ use tokio::runtime::{Builder, Handle, Runtime};
 
 /// The runtime [`wait`] runs futures on: the one [`build`] made, else the one made for a library
 /// caller that built none.
+// Static: the one async runtime of the process, which the host I/O of every application runs on.
 static PROCESS: OnceLock<Handle> = OnceLock::new();
 
 /// How long [`stop`] waits for threads of the blocking pool that are still running.

@@ -64,7 +64,9 @@ impl LuaAgent {
 }
 
 fn validator(definition: &'static str) -> &'static SchemaValidator {
+    // Static: immutable, a validator of a schema compiled into the binary; every application may share it.
     static METADATA: OnceLock<SchemaValidator> = OnceLock::new();
+    // Static: immutable, a validator of a schema compiled into the binary; every application may share it.
     static RESOLVED: OnceLock<SchemaValidator> = OnceLock::new();
     let cell = if definition == "AgentMetadata" { &METADATA } else { &RESOLVED };
     cell.get_or_init(|| SchemaValidator::for_definition(definition))

@@ -47,7 +47,9 @@ pub fn load(
     }
     for section in config.scripts_of(ScriptKind::Agent) {
         let owned = (*section).clone();
-        match crate::lua::watchdog::bounded(&section.display_path, section.timeout, move || LuaAgent::load(&owned)) {
+        match crate::lua::watchdog::bounded(&section.path, &section.display_path, section.timeout, move || {
+            LuaAgent::load(&owned)
+        }) {
             Ok(agent) => scripted.push(Arc::new(agent)),
             Err(message) => {
                 tracing::warn!(agent = %section.name, "{message}");

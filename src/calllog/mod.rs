@@ -86,6 +86,21 @@ impl Entry {
         self.has_result = true;
     }
 
+    /// Empties the entry for the pool: no call's data is left in it (a call of another
+    /// application may take it next), and its buffers keep their capacity.
+    fn clear(&mut self) {
+        let Entry { id, parent, at, tool, caller, via, micros, outcome, message, params, result, has_result } = self;
+        (*id, *parent, *at, *via, *micros, *outcome, *has_result) = (0, None, SystemTime::UNIX_EPOCH, "", 0, "", false);
+        tool.clear();
+        caller.clear();
+        // The one buffer not kept: most calls succeed and have no message.
+        *message = None;
+        for rendered in [params, result] {
+            rendered.text.clear();
+            rendered.cut = false;
+        }
+    }
+
     /// The bytes its buffers hold.
     fn capacity(&self) -> usize {
         let message = self.message.as_ref().map_or(0, String::capacity);
@@ -100,6 +115,7 @@ impl Entry {
 /// Entries written and given back, for the call path to fill again. Boxed: an entry goes
 /// through the queue as a pointer (a slot of 16 bytes) and back here without being moved.
 #[allow(clippy::vec_box)]
+// Static: an allocator: a free list of cleared entries (see `give_back`), which hold no call data.
 static POOL: std::sync::Mutex<Vec<Box<Entry>>> = std::sync::Mutex::new(Vec::new());
 /// The pool's size at most: more than one batch of the writer's at the server's peak rate
 /// (about 600 entries in its 20 ms pause), at most about 1.3 MB held after a burst.
@@ -114,9 +130,10 @@ fn take_entry() -> Box<Entry> {
 /// Gives `batch`'s entries back to the pool (those that fit), leaving `batch` empty.
 #[allow(clippy::vec_box)]
 fn give_back(batch: &mut Vec<Box<Entry>>) {
+    // Cleared before the lock: a pooled entry holds no call data.
+    batch.iter_mut().for_each(|entry| entry.clear());
     let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
     let room = POOL_MAX.saturating_sub(pool.len());
-    // A kept entry's message is replaced by the call that fills it next (freed there).
     pool.extend(batch.drain(..).filter(|e| e.capacity() <= POOL_ENTRY_BYTES).take(room));
 }
 
@@ -182,6 +199,7 @@ pub struct CallLog {
 
 /// Generation numbers, unique in the process: a thread's cached log (see [`CallLog::with_log`])
 /// can never be taken for another application's.
+// Static: a generation counter: it must be unique across every application's logs in the process.
 static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
 /// The running log: its settings, and the queue to its writer once a call has been logged.
@@ -226,6 +244,7 @@ impl CallLog {
     /// two calls, which on a busy server cost more than the rest of the log's work on the call
     /// path.
     fn with_log<R>(&self, f: impl FnOnce(Option<&Log>) -> R) -> R {
+        // Static: per thread, a cache keyed by a process-unique generation: it never serves another application's log.
         thread_local! {
             // A cache of the log a thread used last, with its generation (unique in the
             // process, so a thread that serves two applications reads again when it switches).
@@ -569,6 +588,28 @@ fn is_redacted(key: &str, listed: &[String]) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_entry_given_back_to_the_pool_holds_no_call_data() {
+        let mut entry = Box::new(Entry {
+            id: 7,
+            parent: Some(3),
+            tool: "search".into(),
+            caller: "alice".into(),
+            outcome: "tool_error",
+            message: Some("the secret query failed".into()),
+            params: Rendered { text: r#"{"q":"secret"}"#.into(), cut: true },
+            result: Rendered { text: r#"{"hits":[]}"#.into(), cut: false },
+            has_result: true,
+            ..Entry::default()
+        });
+        let kept = entry.params.text.capacity();
+        entry.clear();
+        assert_eq!((entry.id, entry.parent, entry.outcome, entry.has_result), (0, None, "", false));
+        assert!(entry.tool.is_empty() && entry.caller.is_empty() && entry.message.is_none());
+        assert_eq!((entry.params.text.as_str(), entry.params.cut, entry.result.text.as_str()), ("", false, ""));
+        assert_eq!(entry.params.text.capacity(), kept, "the buffers are kept for the next call");
+    }
 
     fn settings(max: usize) -> Settings {
         Settings {

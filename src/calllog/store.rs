@@ -144,12 +144,14 @@ impl Store {
         let tx = self.conn.transaction()?;
         {
             let mut chunks = entries.chunks_exact(ROWS_PER_INSERT);
+            // Static: immutable, SQL text built from constants.
             static MANY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
             let mut many = tx.prepare_cached(MANY.get_or_init(|| insert_sql(ROWS_PER_INSERT)))?;
             for chunk in &mut chunks {
                 bind(&mut many, chunk, settings)?;
                 many.raw_execute()?;
             }
+            // Static: immutable, SQL text built from constants.
             static ONE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
             let mut one = tx.prepare_cached(ONE.get_or_init(|| insert_sql(1)))?;
             for entry in chunks.remainder() {

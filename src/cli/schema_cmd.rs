@@ -124,7 +124,7 @@ fn referenced_files(config: &Config) -> Vec<String> {
             // Checked below with the registry's own loader (metadata, names, parameters).
         } else if let Err(e) = {
             let owned = script.clone();
-            crate::lua::watchdog::bounded(&script.display_path, script.timeout, move || {
+            crate::lua::watchdog::bounded(&script.path, &script.display_path, script.timeout, move || {
                 load_script(&owned).map_err(|e| e.to_string())
             })
         } {

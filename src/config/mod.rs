@@ -375,6 +375,7 @@ impl Config {
 }
 
 fn validator() -> &'static SchemaValidator {
+    // Static: immutable, a validator of a schema compiled into the binary; every application may share it.
     static VALIDATOR: OnceLock<SchemaValidator> = OnceLock::new();
     VALIDATOR.get_or_init(|| SchemaValidator::for_definition("Config"))
 }
@@ -385,6 +386,7 @@ fn split(key: &str) -> Vec<String> {
 
 /// The keys a script section reserves; every other key goes to the script's `config` table.
 pub fn reserved_script_keys() -> &'static [String] {
+    // Static: immutable, derived from the schema files compiled into the binary; every application may share it.
     static KEYS: OnceLock<Vec<String>> = OnceLock::new();
     KEYS.get_or_init(|| {
         crate::schema::definitions("#/$defs/")["ScriptSectionConfig"]["properties"]

@@ -669,6 +669,7 @@ fn git(loc: Option<&Location>) -> Command {
 }
 
 #[cfg(test)]
+// Static: test only: the git processes this thread spawned.
 thread_local! {
     static SPAWNS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }

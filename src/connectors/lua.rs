@@ -365,6 +365,7 @@ impl Meter<'_> {
 }
 
 fn validator() -> &'static SchemaValidator {
+    // Static: immutable, a validator of a schema compiled into the binary; every application may share it.
     static V: OnceLock<SchemaValidator> = OnceLock::new();
     V.get_or_init(|| SchemaValidator::for_definition("ConnectorItem"))
 }

@@ -145,6 +145,7 @@ fn percent(value: &str, form: bool) -> String {
 }
 
 fn global() -> &'static RwLock<Arc<Redactor>> {
+    // Static: a union of every config's secrets for the one stderr log: over-redacting is harmless, missing one is not.
     static GLOBAL: OnceLock<RwLock<Arc<Redactor>>> = OnceLock::new();
     GLOBAL.get_or_init(Default::default)
 }

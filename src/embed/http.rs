@@ -306,6 +306,7 @@ fn run<T: Send + 'static>(future: impl Future<Output = T> + Send + 'static) -> R
 
 /// The client all embedding requests share (its connection pool lives on ctx's runtime).
 fn client() -> Result<&'static reqwest::Client, String> {
+    // Static: one client whose policy is all constants, no config; the same client serves any application.
     static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
     CLIENT
         .get_or_init(|| {

@@ -44,8 +44,10 @@ const PIECE_CACHE: usize = 50_000;
 const CACHED_PIECE: usize = 48;
 
 /// Numbers each model loaded, for the per-thread caches.
+// Static: a model number: serials must be unique across the models of every application in the process.
 static SERIAL: AtomicUsize = AtomicUsize::new(0);
 
+// Static: per thread, a token cache keyed by a process-unique model serial: another model finds it empty.
 thread_local! {
     /// Tokens of recently seen pieces, per model: most words of a corpus recur, and BPE work
     /// on a word is what tokenizing costs.

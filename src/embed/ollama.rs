@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::http::{Service, Trouble};
 
-pub(super) static SERVICE: Service = Service {
+pub(super) const SERVICE: Service = Service {
     provider: "ollama",
     default_url: "http://127.0.0.1:11434",
     path: "api/embed",

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::http::{Service, Trouble};
 
-pub(super) static SERVICE: Service = Service {
+pub(super) const SERVICE: Service = Service {
     provider: "openai",
     default_url: "https://api.openai.com/v1",
     path: "embeddings",

@@ -8,6 +8,7 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+// Static: per thread, the budget of the queries this thread runs now; holds nothing of a config.
 thread_local! {
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
     static INTERRUPTED: Cell<bool> = const { Cell::new(false) };

@@ -59,6 +59,7 @@ const BYTES_PER_ELEMENT: usize = 16;
 /// The most elements an inline run may move in one call before it escalates.
 const INLINE_ELEMENTS: i64 = 4096;
 
+// Static: per thread, the Lua run this thread executes now; holds nothing of a config.
 thread_local! {
     /// The run executing Lua on this thread, for [`strcoll`], which has no other way to find it.
     static CURRENT: RefCell<Weak<RunState>> = const { RefCell::new(Weak::new()) };

@@ -57,6 +57,7 @@ fn is_marked_array(lua: &Lua, table: &Table) -> bool {
     }
 }
 
+// Static: per thread, the values the conversion on this thread visited; holds nothing of a config.
 thread_local! {
     /// Values visited by [`to_json`] on this thread, for its deadline checks.
     static VISITS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };

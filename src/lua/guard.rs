@@ -490,6 +490,7 @@ pub(super) fn load_std(lua: &Lua, name: &[u8]) -> mlua::Result<bool> {
 /// address) repeats for runs of a reused VM within one second.
 fn seed() -> (i64, i64) {
     use std::hash::{BuildHasher, Hasher};
+    // Static: a seed counter: no two runs in the process, of any application, may get the same seeds.
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));

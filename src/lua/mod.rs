@@ -139,6 +139,7 @@ pub enum Kill {
 
 /// The clock the deadlines are stored against (an `Instant` does not fit an atomic).
 fn epoch() -> Instant {
+    // Static: the origin the atomic deadlines count from: any fixed instant serves every application.
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
 }
@@ -636,6 +637,7 @@ impl Drop for Vm {
     }
 }
 
+// Static: per thread, a count of the VMs this thread built (for tests); holds nothing of a config.
 thread_local! {
     static BUILT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
@@ -704,9 +706,8 @@ struct HookState(#[allow(dead_code)] Arc<RunState>);
 /// The registry key of the hook's [`RunState`] pointer: the address of a static, unique per
 /// process, which is how Lua's C API names private registry entries.
 fn hook_key() -> *const std::ffi::c_void {
-    // A static holds no state here, only an address: the value is never read or written, and
-    // every VM's registry keeps its own pointer under it, so two servers in one process do not
-    // share anything through it.
+    // Static: an address only, never read or written; two servers in one process share nothing by it.
+    // Every VM's registry keeps its own pointer under it.
     static KEY: u8 = 0;
     &KEY as *const u8 as *const std::ffi::c_void
 }

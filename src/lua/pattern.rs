@@ -1043,6 +1043,7 @@ impl Drop for Output<'_> {
     }
 }
 
+// Static: per thread, the gsub buffers alive for the run this thread executes; holds nothing of a config.
 thread_local! {
     /// Bytes held by the gsub output buffers alive on this thread.
     static LIVE_OUTPUT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };

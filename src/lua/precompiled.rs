@@ -19,6 +19,7 @@ pub(crate) fn function(
     source: impl FnOnce() -> String,
     env: Option<mlua::Table>,
 ) -> mlua::Result<Function> {
+    // Static: a cache keyed by chunk name, whose source is compiled into the binary: the same in any application.
     static COMPILED: OnceLock<Mutex<HashMap<&'static str, &'static [u8]>>> = OnceLock::new();
     let compiled = COMPILED.get_or_init(Default::default);
     let found = compiled.lock().unwrap_or_else(|p| p.into_inner()).get(key).copied();

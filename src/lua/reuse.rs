@@ -19,6 +19,7 @@ pub struct ScriptKey(u64);
 
 impl ScriptKey {
     pub fn new() -> ScriptKey {
+        // Static: an id counter: a script key must be unique across every application in the process.
         static NEXT: AtomicU64 = AtomicU64::new(1);
         ScriptKey(NEXT.fetch_add(1, Ordering::Relaxed))
     }
@@ -30,6 +31,7 @@ impl Default for ScriptKey {
     }
 }
 
+// Static: per thread, idle VMs keyed by a process-unique ScriptKey: no application takes another's VM.
 thread_local! {
     static IDLE: RefCell<Vec<(ScriptKey, Vm)>> = const { RefCell::new(Vec::new()) };
 }

@@ -271,6 +271,7 @@ const CACHED_SOURCE: usize = 16 * 1024;
 /// The bytecode of `source`, compiled on first use; `None` if it does not compile (the text path
 /// then reports the syntax error with its line).
 fn compiled(lua: &Lua, name: &str, source: &[u8]) -> Option<Arc<Vec<u8>>> {
+    // Static: a cache keyed by its whole input (name, source): the same input compiles the same in any application.
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let key = (name.to_string(), source.to_vec());

@@ -20,6 +20,7 @@ pub const DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
 
 /// The schema files parsed, by file name.
 pub fn files() -> &'static [(String, Value)] {
+    // Static: immutable, derived from the schema files compiled into the binary; every application may share it.
     static PARSED: OnceLock<Vec<(String, Value)>> = OnceLock::new();
     PARSED.get_or_init(|| {
         FILES

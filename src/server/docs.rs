@@ -36,6 +36,7 @@ pub async fn openapi_json(
 }
 
 fn swagger_config() -> Arc<utoipa_swagger_ui::Config<'static>> {
+    // Static: immutable, built from constants only: every application serves the same Swagger UI config.
     static CONFIG: std::sync::OnceLock<Arc<utoipa_swagger_ui::Config<'static>>> = std::sync::OnceLock::new();
     Arc::clone(CONFIG.get_or_init(|| {
         // The validator badge would send the document to a third-party service. The token a user

@@ -104,6 +104,7 @@ fn spec(kind: Kind) -> ToolSpec {
 /// listed as the tools' `outputSchema`: there it would add 1.6 to 4.3 KB to every session's
 /// definitions, for plain tool calls that read the result as it comes.
 pub fn result_schema(name: &str) -> Option<&'static Json> {
+    // Static: immutable, derived from the schema files compiled into the binary; every application may share it.
     static SCHEMAS: OnceLock<[(&str, Json); 3]> = OnceLock::new();
     let schemas = SCHEMAS.get_or_init(|| {
         [
@@ -117,6 +118,7 @@ pub fn result_schema(name: &str) -> Option<&'static Json> {
 
 /// The search parameter schema, compiled once: `context.search` checks its arguments with it.
 pub fn search_params() -> &'static Params {
+    // Static: immutable, derived from the schema files compiled into the binary; every application may share it.
     static P: OnceLock<Params> = OnceLock::new();
     P.get_or_init(|| Params::compile(crate::schema::standalone("SearchRequest")).expect("schema compiles"))
 }

@@ -310,6 +310,7 @@ fn helper_error(vm: &Vm, tool: &str, code: &Value, message: &Value, data: &Value
 
 /// The schema of `MCP.content`'s argument, for reading `MCP.content({})` as no blocks.
 fn content_list() -> &'static SchemaValidator {
+    // Static: immutable, a validator of a schema compiled into the binary; every application may share it.
     static SCHEMA: OnceLock<SchemaValidator> = OnceLock::new();
     SCHEMA.get_or_init(|| {
         let defs = crate::schema::definitions("#/$defs/");
@@ -321,6 +322,7 @@ fn content_list() -> &'static SchemaValidator {
 
 /// `MCP.content(blocks)`: an array of content blocks, each valid against `ContentBlock`.
 fn content_blocks(value: Json) -> Result<Output, String> {
+    // Static: immutable, a validator of a schema compiled into the binary; every application may share it.
     static SCHEMA: OnceLock<SchemaValidator> = OnceLock::new();
     let Json::Array(items) = value else {
         return Err("expected an array of content blocks, like { {type = \"text\", text = \"hi\"} }".to_string());
@@ -414,6 +416,7 @@ fn meta_schema_problems(schema: &Json) -> Vec<Vec<String>> {
 }
 
 fn metadata_validator() -> &'static SchemaValidator {
+    // Static: immutable, a validator of a schema compiled into the binary; every application may share it.
     static V: OnceLock<SchemaValidator> = OnceLock::new();
     V.get_or_init(|| SchemaValidator::for_definition("Tool"))
 }

@@ -14,7 +14,7 @@ use super::{CallError, CallOptions, CallState, Output, Principal};
 /// start time in microseconds, so ids stay unique in a log that several processes (a server,
 /// then another, the CLI) write over time.
 fn next_call_id() -> u64 {
-    // An id counter, not state: two servers in one process must not hand out the same id either.
+    // Static: an id counter, not state: two servers in one process must not hand out the same id either.
     static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
     let next = NEXT.get_or_init(|| {
         let now = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

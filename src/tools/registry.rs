@@ -398,7 +398,8 @@ pub fn load_lua(sections: &[&ScriptSection], broken: &[&BrokenSection], previous
             message: crate::config::redact::string(message),
         };
         let owned = (*section).clone();
-        let loaded = watchdog::bounded(&section.display_path, section.timeout, move || LuaTool::load(&owned));
+        let loaded =
+            watchdog::bounded(&section.path, &section.display_path, section.timeout, move || LuaTool::load(&owned));
         let tool: ToolRef = match loaded {
             Ok(tool) => Arc::new(tool),
             Err(message) => {

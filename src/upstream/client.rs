@@ -439,6 +439,7 @@ fn connection(
 /// upstream that redirects elsewhere would make ctx send the section's `headers` (reqwest drops
 /// only `Authorization` and cookies across hosts, not `X-Api-Key`) to a host it was not given.
 fn http_client() -> reqwest::Client {
+    // Static: one client whose policy is all constants, no config; the same client serves any application.
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT
         .get_or_init(|| {

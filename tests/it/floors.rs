@@ -59,7 +59,7 @@ fn floors(text: &str) -> BTreeMap<String, u32> {
     out
 }
 
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -86,7 +86,7 @@ fn module_path(rel: &Path) -> Vec<String> {
 }
 
 /// The source with comments, string and char literals blanked (line breaks kept).
-fn code_only(src: &str) -> String {
+pub(super) fn code_only(src: &str) -> String {
     let b = src.as_bytes();
     let mut out = b.to_vec();
     let blank = |out: &mut Vec<u8>, from: usize, to: usize| {

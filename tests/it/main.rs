@@ -39,6 +39,7 @@ mod security_floods;
 mod security_scopes;
 mod semantic;
 mod source_lifecycle;
+mod statics;
 mod stopped_runs;
 mod tools;
 mod two_apps;

@@ -58,6 +58,7 @@ pub fn base() -> OpenApi {
 /// server builds its router without converting a single schema; the schema files' definitions
 /// join here as the components those references resolve to.
 fn fixed() -> &'static OpenApi {
+    // Static: immutable, the routes and schemas compiled into the binary, no registry's tools; shared by all.
     static DOC: OnceLock<OpenApi> = OnceLock::new();
     DOC.get_or_init(|| {
         let mut doc = super::routes().into_openapi();

@@ -25,6 +25,7 @@ pub const PREFIX: &str = "#/components/schemas/";
 
 /// The schema files' definitions, with references under [`PREFIX`], by name.
 pub fn definitions() -> &'static BTreeMap<String, Json> {
+    // Static: immutable, derived from the schema files compiled into the binary; every application may share it.
     static DEFS: OnceLock<BTreeMap<String, Json>> = OnceLock::new();
     DEFS.get_or_init(|| crate::schema::definitions(PREFIX))
 }

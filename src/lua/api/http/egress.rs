@@ -226,6 +226,7 @@ const MAX_CLIENTS: usize = 64;
 /// Proxies from the environment are ignored: through a proxy, ctx could not see where a
 /// request really goes.
 pub fn client(policy: &Policy) -> reqwest::Client {
+    // Static: clients keyed by their whole policy: the same policy gives the same client in any application.
     static CLIENTS: OnceLock<Mutex<HashMap<Policy, reqwest::Client>>> = OnceLock::new();
     let mut clients = CLIENTS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     if let Some(client) = clients.get(policy) {
