@@ -320,7 +320,7 @@ pub(super) fn may_ask(approvals: &crate::approval::Policy, principal: Option<&cr
 fn observe<'a>(
     registry: &'a crate::tools::Registry,
     cx: &RequestContext<RoleServer>,
-    method: &str,
+    method: &'a str,
     params: &Json,
 ) -> crate::tools::Observed<'a> {
     let options = CallOptions { caller: "mcp", principal: principal(cx), ..Default::default() };

@@ -110,7 +110,7 @@ impl Registry {
         let result = self.stages(target, &name, args, &options, (placement, gate), &mut observed).await;
         match target {
             Target::Tool => {
-                observed.known(self.tool(&name).is_some());
+                observed.known(self.is_registered(&name));
                 let result = result.and_then(Answer::output);
                 observed.end(&result);
                 result.map(Answer::Output)

@@ -304,6 +304,11 @@ impl Registry {
         self.index.get(name).map(|&i| Arc::clone(&self.tools[i]))
     }
 
+    /// Whether `name` is a registered tool, whoever asks (only those become metrics labels).
+    pub(super) fn is_registered(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
     /// The agent of `name`, whoever asks.
     pub(super) fn agent(&self, name: &str) -> Option<AgentRef> {
         self.agents.iter().find(|a| a.spec().name == name).cloned()
