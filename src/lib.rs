@@ -24,8 +24,10 @@
 //! - [`connectors`]: filesystem, git and Lua sources that feed sync.
 //! - [`kb`]: the SQLite store, chunking, sync and search.
 //! - [`metrics`]: counters and histograms of calls, served as Prometheus text.
-//! - [`tools`]: the tool registry and the call path every call takes: built-ins, Lua tools,
-//!   upstream tools, scoped tokens, rate limits; the `Tool` and `Agent` traits.
+//! - [`tools`]: the tool registry (the catalog of tools and agents) and the one call pipeline
+//!   every call enters (admission, policy, observation, execution); built-ins, Lua tools,
+//!   upstream tools, scoped tokens, rate limits; the `Tool` and `Agent` traits; the state one
+//!   application's calls share (`CallState`).
 //! - [`agents`]: inline and Lua agents, resolved into prompts.
 //! - [`code`]: code mode: one agent-sent Lua script that calls many tools (`execute`, scripted
 //!   tools, discovery).
