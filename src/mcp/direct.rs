@@ -26,8 +26,8 @@ use rmcp::transport::streamable_http_server::StreamableHttpService;
 use serde_json::{json, Map, Value as Json};
 
 use super::sessions::{Sessions, SessionsError, SharedSessions};
-use super::{batch, convert, Mcp};
-use crate::tools::{CallError, CallOptions};
+use super::{batch, Mcp};
+use crate::tools::CallOptions;
 
 const VERSION: &str = "2026-07-28";
 /// The `_meta` keys a plain call carries; any other key sends the request to rmcp.
@@ -108,22 +108,13 @@ impl DirectRoute {
         let may_ask = super::may_ask(self.mcp.tools().current().approvals(), principal.as_deref());
         let options = CallOptions { caller: "mcp", principal, ..Default::default() };
         let outcome = self.mcp.tools().call(name, Json::Object(arguments), options).await;
-        // Every outcome is answered here, as rmcp's handler would answer it: the call went
-        // through the pipeline once, and handing the request to rmcp would make it again.
-        let result = match outcome {
-            Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
-            // A client that may be asked gets the question (an input-required result) and calls
-            // again with the answer.
-            Err(CallError::ApprovalRequired(pending)) if may_ask && asks_by_form(&bytes) => {
-                let state = self.mcp.tools().current().approvals().question_state(&pending);
-                match super::approve::input_required(&pending, state) {
-                    Some(question) => to_json(question),
-                    None => convert::error_result(&CallError::ApprovalRequired(pending)).and_then(to_json),
-                }
-            }
-            Ok(output) => convert::output(&output).and_then(to_json),
-            Err(e) => convert::error_result(&e).and_then(to_json),
-        };
+        // Every outcome is answered here, as rmcp's handler answers it (`super::respond`, the one
+        // mapping both routes use): the call went through the pipeline once, and handing the
+        // request to rmcp would make it again. A client that may be asked gets the approval
+        // question (an input-required result) and calls again with the answer.
+        let ask_by_input = may_ask && asks_by_form(&bytes);
+        let result = super::respond(self.mcp.tools(), outcome, ask_by_input)
+            .and_then(|response| to_json(rmcp::model::ServerResult::from(response)));
         // The tool has run, so a result that cannot be written is answered here, as rmcp answers
         // it: forwarding the request would run the tool a second time.
         let message = result.map_or_else(

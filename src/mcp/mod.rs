@@ -183,11 +183,7 @@ impl Mcp {
                     "tool '{name}' did not run: the answer does not come from a question this server asked (it restarted, or the state was changed); call again without it"
                 ))),
             };
-            return match result {
-                Ok(output) => Ok(convert::output(&output)?.into()),
-                Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
-                Err(e) => Ok(convert::error_result(&e)?.into()),
-            };
+            return respond(&self.inner.tools, result, false);
         }
         let token = cx.meta.get_progress_token();
         let (sink, mut progress_rx) = progress::queue();
@@ -254,21 +250,7 @@ impl Mcp {
                 progress::QUEUE_LEN
             );
         }
-        let result = match (result, asking) {
-            (Err(CallError::ApprovalRequired(pending)), approve::Asking::InputRequired) => {
-                let state = self.inner.tools.current().approvals().question_state(&pending);
-                match approve::input_required(&pending, state) {
-                    Some(question) => return Ok(CallToolResponse::InputRequired(question)),
-                    None => Err(CallError::ApprovalRequired(pending)),
-                }
-            }
-            (other, _) => other,
-        };
-        match result {
-            Ok(output) => Ok(convert::output(&output)?.into()),
-            Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
-            Err(e) => Ok(convert::error_result(&e)?.into()),
-        }
+        respond(&self.inner.tools, result, asking == approve::Asking::InputRequired)
     }
 
     /// Records the user's answer for the approval of `token`, like a decision made with `ctx
@@ -298,6 +280,29 @@ impl Mcp {
             result = call => result,
             _ = cx.ct.cancelled() => Err(CallError::cancelled(tool)),
         }
+    }
+}
+
+/// How a `tools/call`'s outcome is answered, in every era and on both HTTP routes (rmcp's
+/// handler and the direct route): a protocol error in JSON-RPC's own words; a pending approval,
+/// when the client may be asked with an input-required result (`ask_by_input`), as the question;
+/// any other outcome as a tool result.
+pub(super) fn respond(
+    tools: &Tools,
+    outcome: Result<crate::tools::Output, CallError>,
+    ask_by_input: bool,
+) -> Result<CallToolResponse, McpError> {
+    match outcome {
+        Err(e) if e.is_protocol_error() => Err(convert::protocol_error(&e)),
+        Err(CallError::ApprovalRequired(pending)) if ask_by_input => {
+            let state = tools.current().approvals().question_state(&pending);
+            match approve::input_required(&pending, state) {
+                Some(question) => Ok(CallToolResponse::InputRequired(question)),
+                None => Ok(convert::error_result(&CallError::ApprovalRequired(pending))?.into()),
+            }
+        }
+        Ok(output) => Ok(convert::output(&output)?.into()),
+        Err(e) => Ok(convert::error_result(&e)?.into()),
     }
 }
 
