@@ -110,15 +110,9 @@ pub(super) fn open(globals: &Globals) -> Result<Kb, CliError> {
 
 /// Input problems are usage errors (exit 2); the rest are runtime failures (exit 1).
 fn kb_error(err: KbError) -> CliError {
-    match err {
-        KbError::EmptyQuery
-        | KbError::NoWords(_)
-        | KbError::SemanticUnavailable
-        | KbError::UnknownSource { .. }
-        | KbError::UnknownTarget { .. }
-        | KbError::BadDate(_)
-        | KbError::BadLimit { .. } => CliError::Usage(err.to_string()),
-        other => CliError::Failed(other.into()),
+    match err.is_callers_mistake() {
+        true => CliError::Usage(err.to_string()),
+        false => CliError::Failed(err.into()),
     }
 }
 

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Map, Value as Json};
 
+use super::text::kind;
 use crate::schema::{Dialect, SchemaValidator};
 use crate::types::ErrorDetail;
 
@@ -156,17 +157,6 @@ fn json_type(schema: &Json) -> Option<String> {
         Json::String(t) => Some(t.clone()),
         Json::Array(ts) => ts.iter().filter_map(Json::as_str).find(|t| *t != "null").map(str::to_string),
         _ => None,
-    }
-}
-
-fn kind(value: &Json) -> &'static str {
-    match value {
-        Json::Null => "null",
-        Json::Bool(_) => "a boolean",
-        Json::Number(_) => "a number",
-        Json::String(_) => "a string",
-        Json::Array(_) => "an array",
-        Json::Object(_) => "an object",
     }
 }
 

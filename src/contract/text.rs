@@ -39,3 +39,16 @@ pub fn json_size(value: &(impl serde::Serialize + ?Sized)) -> usize {
     let _ = serde_json::to_writer(&mut count, value);
     count.0
 }
+
+/// How a JSON value's type is named in messages: "a string", "an object", "null".
+pub fn kind(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value as Json;
+    match value {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
+    }
+}

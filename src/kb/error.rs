@@ -35,6 +35,23 @@ pub enum KbError {
     Io(#[from] std::io::Error),
 }
 
+impl KbError {
+    /// Whether the request was wrong (an empty query, an unknown source, a bad date or limit),
+    /// rather than the knowledge base: `bad_request` for a call, a usage error for the CLI.
+    pub fn is_callers_mistake(&self) -> bool {
+        matches!(
+            self,
+            KbError::EmptyQuery
+                | KbError::NoWords(_)
+                | KbError::SemanticUnavailable
+                | KbError::UnknownSource { .. }
+                | KbError::UnknownTarget { .. }
+                | KbError::BadDate(_)
+                | KbError::BadLimit { .. }
+        )
+    }
+}
+
 /// What a knowledge-base error means for a call: said here, since the contract's
 /// [`CallError`](crate::contract::CallError) knows nothing of the knowledge base.
 impl crate::contract::CallError {
@@ -43,13 +60,7 @@ impl crate::contract::CallError {
         match err {
             KbError::NotFound(_) => Self::NotFound(err.to_string()),
             KbError::Embed(_) => Self::Unavailable(err.to_string()),
-            KbError::EmptyQuery
-            | KbError::NoWords(_)
-            | KbError::SemanticUnavailable
-            | KbError::UnknownSource { .. }
-            | KbError::UnknownTarget { .. }
-            | KbError::BadDate(_)
-            | KbError::BadLimit { .. } => Self::BadRequest(err.to_string()),
+            _ if err.is_callers_mistake() => Self::BadRequest(err.to_string()),
             // A budgeted inline query that ran out of time: the call runs again on the pool.
             KbError::Sqlite(ref e) if super::budget::is_interrupt(e) => {
                 Self::Internal("the query was interrupted".into())

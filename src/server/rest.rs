@@ -20,6 +20,7 @@ use super::openapi::schemas::{
 };
 use super::respond::{call_error, json_body, ok, ApiError};
 use super::App;
+use crate::contract::text::kind;
 use crate::tools::{CallError, CallOptions, Output};
 use crate::types::{
     ErrorCode, ErrorDetail, Health, HealthStatus, LoadProblem, LoadProblemKind, ServerLoad, UpstreamHealth,
@@ -339,16 +340,5 @@ fn in_body(detail: ErrorDetail) -> ErrorDetail {
     match detail.path.strip_prefix("/arguments") {
         Some(rest) if rest.starts_with('/') => ErrorDetail { path: rest.to_string(), ..detail },
         _ => detail,
-    }
-}
-
-fn kind(value: &Json) -> &'static str {
-    match value {
-        Json::Null => "null",
-        Json::Bool(_) => "a boolean",
-        Json::Number(_) => "a number",
-        Json::String(_) => "a string",
-        Json::Array(_) => "an array",
-        Json::Object(_) => "an object",
     }
 }
