@@ -27,7 +27,6 @@ use serde_json::{json, Map, Value as Json};
 
 use super::sessions::{Sessions, SessionsError, SharedSessions};
 use super::{batch, Mcp};
-use crate::tools::CallOptions;
 
 const VERSION: &str = "2026-07-28";
 /// The `_meta` keys a plain call carries; any other key sends the request to rmcp.
@@ -106,15 +105,17 @@ impl DirectRoute {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
         };
         let may_ask = super::may_ask(self.mcp.tools().current().approvals(), principal.as_deref());
-        let options = CallOptions { caller: "mcp", principal, ..Default::default() };
-        let outcome = self.mcp.tools().call(name, Json::Object(arguments), options).await;
-        // Every outcome is answered here, as rmcp's handler answers it (`super::respond`, the one
-        // mapping both routes use): the call went through the pipeline once, and handing the
-        // request to rmcp would make it again. A client that may be asked gets the approval
-        // question (an input-required result) and calls again with the answer.
-        let ask_by_input = may_ask && asks_by_form(&bytes);
-        let result = super::respond(self.mcp.tools(), outcome, ask_by_input)
-            .and_then(|response| to_json(rmcp::model::ServerResult::from(response)));
+        // A client that may be asked gets the approval question as an input-required result and
+        // calls again with the answer.
+        let asking = match may_ask && asks_by_form(&bytes) {
+            true => super::approve::Asking::InputRequired,
+            false => super::approve::Asking::No,
+        };
+        let call = super::CallRequest { name, arguments, principal, asking, answered: None, cx: None };
+        // The one implementation of `tools/call` answers, as it does for rmcp's handler: the call
+        // went through the pipeline once, and handing the request to rmcp would make it again.
+        let result =
+            self.mcp.tools_call(call).await.and_then(|response| to_json(rmcp::model::ServerResult::from(response)));
         // The tool has run, so a result that cannot be written is answered here, as rmcp answers
         // it: forwarding the request would run the tool a second time.
         let message = result.map_or_else(

@@ -161,47 +161,64 @@ impl Mcp {
         Ok(())
     }
 
+    /// rmcp's `tools/call` (sessions, stdio, and the stateless requests the direct route does
+    /// not take): what the request carries, read from rmcp's types, for [`Mcp::tools_call`].
     async fn call(
         &self,
         request: CallToolRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let name = request.name.to_string();
-        // A 2026-era retry that answers ctx's approval question.
         let answer = request.input_responses.as_ref().and_then(|r| r.get(approve::INPUT_KEY)).map(approve::answered);
-        let answered_token = request.request_state.clone();
-        let params = Json::Object(request.arguments.unwrap_or_default());
-        if let (Some(answer), Some(state)) = (answer, answered_token) {
-            let caller = principal(&cx);
-            let asked = match may_ask(self.inner.tools.current().approvals(), caller.as_deref()) {
+        let principal = principal(&cx);
+        let asking = match may_ask(self.inner.tools.current().approvals(), principal.as_deref()) {
+            true => approve::asking(&cx),
+            false => approve::Asking::No,
+        };
+        let call = CallRequest {
+            name: request.name.to_string(),
+            arguments: request.arguments.unwrap_or_default(),
+            principal,
+            asking,
+            answered: answer.zip(request.request_state.clone()),
+            cx: Some(cx),
+        };
+        self.tools_call(call).await
+    }
+
+    /// The one implementation of MCP's `tools/call`, in every era and whichever route the
+    /// request came by (rmcp's handler, or the direct route for plain stateless calls): the call
+    /// through the pipeline once, its progress and cancellation, the approval question, and the
+    /// answer ([`respond`]).
+    pub(super) async fn tools_call(&self, request: CallRequest) -> Result<CallToolResponse, McpError> {
+        let CallRequest { name, arguments, principal, asking, answered, cx } = request;
+        let params = Json::Object(arguments);
+        // A 2026-era retry that answers ctx's approval question.
+        if let Some((answer, state)) = answered {
+            let asked = match may_ask(self.inner.tools.current().approvals(), principal.as_deref()) {
                 true => self.inner.tools.current().approvals().asked(&state),
                 false => None,
             };
             let result = match asked {
-                Some(token) => self.decide_and_run(&cx, &name, params, &token, answer, caller).await,
+                Some(token) => self.decide_and_run(cx.as_ref(), &name, params, &token, answer, principal).await,
                 None => Err(CallError::ApprovalRefused(format!(
                     "tool '{name}' did not run: the answer does not come from a question this server asked (it restarted, or the state was changed); call again without it"
                 ))),
             };
             return respond(&self.inner.tools, result, false);
         }
-        let token = cx.meta.get_progress_token();
+        let token = cx.as_ref().and_then(|cx| cx.meta.get_progress_token());
         let (sink, mut progress_rx) = progress::queue();
         // Without a token the sink is dropped here, and the queue ends at once.
         let progress = token.is_some().then_some(sink);
-        let principal = principal(&cx);
-        let asking = match may_ask(self.inner.tools.current().approvals(), principal.as_deref()) {
-            true => approve::asking(&cx),
-            false => approve::Asking::No,
-        };
         // A client that can be asked in this era is asked while the call waits in the pipeline.
-        let ask: Option<Arc<dyn crate::tools::Ask>> = (asking == approve::Asking::Request).then(|| {
-            Arc::new(approve::Elicit {
+        let ask = match (&cx, asking) {
+            (Some(cx), approve::Asking::Request) => Some(Arc::new(approve::Elicit {
                 cx: cx.clone(),
                 policy: Arc::clone(self.inner.tools.current().approvals()),
                 caller: principal.as_ref().map(|p| p.name().to_string()).unwrap_or_default(),
-            }) as Arc<dyn crate::tools::Ask>
-        });
+            }) as Arc<dyn crate::tools::Ask>),
+            _ => None,
+        };
         let options = CallOptions {
             cancel: CancelHandle::new(),
             progress,
@@ -215,10 +232,10 @@ impl Mcp {
         let call = self.inner.tools.call(name.clone(), params, options);
         tokio::pin!(call);
         let send = |p: Progress| {
-            let peer = cx.peer.clone();
+            let peer = cx.as_ref().map(|cx| cx.peer.clone());
             let token = token.clone();
             async move {
-                if let Some(token) = token {
+                if let (Some(token), Some(peer)) = (token, peer) {
                     let mut note = ProgressNotificationParam::new(token, p.done);
                     if let Some(total) = p.total {
                         note = note.with_total(total);
@@ -236,7 +253,7 @@ impl Mcp {
                 biased;
                 Some(p) = progress_rx.recv() => send(p).await,
                 result = &mut call => break result,
-                _ = cx.ct.cancelled() => break Err(CallError::cancelled(&name)),
+                _ = cancelled(cx.as_ref()) => break Err(CallError::cancelled(&name)),
             }
         };
         // Progress reported just before the end goes out before the result.
@@ -258,7 +275,7 @@ impl Mcp {
     /// token: the one call path checks that it is this call, this caller, and approved.
     async fn decide_and_run(
         &self,
-        cx: &RequestContext<RoleServer>,
+        cx: Option<&RequestContext<RoleServer>>,
         tool: &str,
         params: Json,
         token: &str,
@@ -278,8 +295,33 @@ impl Mcp {
         let call = self.inner.tools.call(tool.to_string(), params, options);
         tokio::select! {
             result = call => result,
-            _ = cx.ct.cancelled() => Err(CallError::cancelled(tool)),
+            _ = cancelled(cx) => Err(CallError::cancelled(tool)),
         }
+    }
+}
+
+/// What a `tools/call` request carries, however it came.
+pub(super) struct CallRequest {
+    pub name: String,
+    pub arguments: serde_json::Map<String, Json>,
+    /// Whom the call is made for (a scoped token), if anyone.
+    pub principal: Option<Arc<crate::tools::Principal>>,
+    /// Whether and how this client may be asked to approve a call.
+    pub asking: approve::Asking,
+    /// A 2026-era retry's answer to ctx's approval question, with the question's request state.
+    pub answered: Option<(approve::Answer, String)>,
+    /// rmcp's context of the request (its progress token, its peer, its cancellation), when it
+    /// came through rmcp. The direct route's plain calls carry no progress token, cannot be
+    /// asked with a request of the server's, and are cancelled by dropping their future.
+    pub cx: Option<RequestContext<RoleServer>>,
+}
+
+/// Resolves when rmcp cancels the request (`notifications/cancelled`, a closed transport);
+/// never without a context.
+async fn cancelled(cx: Option<&RequestContext<RoleServer>>) {
+    match cx {
+        Some(cx) => cx.ct.cancelled().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -287,7 +329,7 @@ impl Mcp {
 /// handler and the direct route): a protocol error in JSON-RPC's own words; a pending approval,
 /// when the client may be asked with an input-required result (`ask_by_input`), as the question;
 /// any other outcome as a tool result.
-pub(super) fn respond(
+fn respond(
     tools: &Tools,
     outcome: Result<crate::tools::Output, CallError>,
     ask_by_input: bool,
