@@ -14,7 +14,9 @@ use tokio::runtime::{Builder, Handle, Runtime};
 
 /// The runtime [`wait`] runs futures on: the one [`build`] made, else the one made for a library
 /// caller that built none.
-// Static: the one async runtime of the process, which the host I/O of every application runs on.
+// Static: the one async runtime of the process, which the host I/O of every application runs on;
+// a script's `http` and `sleep` and an embedding provider reach it from threads that hold no
+// application to ask.
 static PROCESS: OnceLock<Handle> = OnceLock::new();
 
 /// How long [`stop`] waits for threads of the blocking pool that are still running.

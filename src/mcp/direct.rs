@@ -101,13 +101,13 @@ impl DirectRoute {
         if !plain_call_headers(&parts.headers, self.max_body_bytes) {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
         }
-        let Some((id, name, arguments)) = plain_call(&bytes, &parts.headers) else {
+        let Some(PlainCall { id, name, arguments, by_form }) = plain_call(&bytes, &parts.headers) else {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
         };
         let may_ask = super::may_ask(self.mcp.tools().current().approvals(), principal.as_deref());
         // A client that may be asked gets the approval question as an input-required result and
         // calls again with the answer.
-        let asking = match may_ask && asks_by_form(&bytes) {
+        let asking = match may_ask && by_form {
             true => super::approve::Asking::InputRequired,
             false => super::approve::Asking::No,
         };
@@ -312,9 +312,18 @@ fn plain_call_headers(headers: &HeaderMap, max_body_bytes: usize) -> bool {
         && !headers.keys().any(|k| k.as_str().starts_with("mcp-param-"))
 }
 
-/// `(id, tool name, arguments)` of a body that is one plain `tools/call` request agreeing with
-/// the `Mcp-Name` header.
-fn plain_call(body: &Bytes, headers: &HeaderMap) -> Option<(Json, String, Map<String, Json>)> {
+/// A plain `tools/call`, read from its body in one parse.
+struct PlainCall {
+    id: Json,
+    name: String,
+    arguments: Map<String, Json>,
+    /// Whether its client can be asked in a form ([`asks_by_form`]).
+    by_form: bool,
+}
+
+/// The call of a body that is one plain `tools/call` request agreeing with the `Mcp-Name`
+/// header.
+fn plain_call(body: &Bytes, headers: &HeaderMap) -> Option<PlainCall> {
     let Json::Object(mut message) = serde_json::from_slice::<Json>(body).ok()? else { return None };
     let id = message.remove("id")?;
     let Json::Object(mut params) = message.remove("params")? else { return None };
@@ -339,14 +348,17 @@ fn plain_call(body: &Bytes, headers: &HeaderMap) -> Option<(Json, String, Map<St
         && meta.get(META_KEYS[0]).and_then(Json::as_str) == Some(VERSION)
         && meta.get(META_KEYS[1]).is_some_and(Json::is_object)
         && meta.get(META_KEYS[2]).is_none_or(Json::is_object);
-    (plain_meta && params.is_empty()).then_some((id, name, arguments))
+    if !(plain_meta && params.is_empty()) {
+        return None;
+    }
+    let by_form = asks_by_form(&meta);
+    Some(PlainCall { id, name, arguments, by_form })
 }
 
 /// Whether a 2026-era request's client can be asked in a form, read from `_meta`'s client
 /// capabilities exactly as rmcp reads them ([`super::approve::by_form`]).
-fn asks_by_form(bytes: &[u8]) -> bool {
-    let Ok(request) = serde_json::from_slice::<Json>(bytes) else { return false };
-    let caps = request.pointer("/params/_meta/io.modelcontextprotocol~1clientCapabilities/elicitation");
+fn asks_by_form(meta: &Map<String, Json>) -> bool {
+    let caps = meta.get(META_KEYS[1]).and_then(|c| c.get("elicitation"));
     let elicitation = caps.cloned().and_then(|c| serde_json::from_value::<rmcp::model::ElicitationCapability>(c).ok());
     elicitation.is_some_and(|e| super::approve::by_form(&e))
 }

@@ -241,6 +241,34 @@ fn approval_in_code_mode_fails_with_the_waiting_call_or_waits_for_a_person() {
     assert_eq!(out["result"]["message"], "ship it", "{out}");
 }
 
+/// A script's call that waits for a person (`in_scripts = "wait"`) is asked inside the call: it
+/// is one entry in the call log, with the outcome after the decision, not a refused entry and a
+/// second one for the run.
+#[test]
+fn a_script_call_that_waits_for_approval_is_one_call_log_entry() {
+    let s = serve("\n[approval]\ntools = [\"echo\"]\nin_scripts = \"wait\"\n");
+    let script = json!({"script": "return ctx.echo({message = 'once'}):await()"});
+    let url = s.url("/tools/execute");
+    let waiting = std::thread::spawn(move || post_from_thread(&url, &script, Duration::from_secs(40)).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        let listed = s.cli(&["approvals", "list", "--json"]).json();
+        if let Some(a) = listed["approvals"].as_array().unwrap().first() {
+            break a["id"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no approval appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    s.cli(&["approvals", "approve", &id]).ok();
+    let (status, out) = waiting.join().unwrap();
+    assert_eq!(status, 200, "{out}");
+    // The script's own entry is written after its inner call's.
+    assert_eq!(wait_logged(&s, 1, &["--tool", "execute"]).len(), 1);
+    let echo = logged(&s, &["--tool", "echo"]);
+    let outcomes: Vec<&str> = echo.iter().map(|c| c["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["ok"], "{echo:?}");
+}
+
 /// Runs tests/clients/ops_client.py `call` against the server (a 2025-11-25 session).
 pub(crate) fn mcp_client_call(s: &Server, token: &str, answer: &str, args: Value) -> Option<Value> {
     mcp_client_call_in(s, token, answer, "2025", args)

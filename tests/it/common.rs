@@ -282,6 +282,40 @@ pub fn listening_address(child: &mut std::process::Child) -> Result<String, Stri
         .ok_or(first)
 }
 
+/// Loads the workspace's ctx.toml with an injected environment (`vars` only), as `ctx` would read
+/// it.
+pub fn load_config(ws: &Workspace, vars: &[(&str, &str)]) -> Result<ctx::config::Config, ctx::config::ConfigError> {
+    let vars: std::collections::BTreeMap<String, String> =
+        vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let env = move |name: &str| vars.get(name).cloned();
+    let file = ws.path().join("ctx.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    ctx::config::Config::from_text(&text, std::path::Path::new("ctx.toml"), &file, &env)
+}
+
+/// Starts `command` (a `ctx serve` on `127.0.0.1:0`, its arguments given) in `dir`, with no
+/// `CTX_CONFIG` or `CTX_LOG` from the test's environment and its log dropped, and waits for the
+/// address it listens on.
+pub fn spawn_listening(
+    command: &mut std::process::Command,
+    dir: &std::path::Path,
+) -> (std::process::Child, std::net::SocketAddr) {
+    use std::process::Stdio;
+    let mut child = command
+        .current_dir(dir)
+        .env_remove("CTX_CONFIG")
+        .env_remove("CTX_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ctx serve");
+    let addr = listening_address(&mut child)
+        .unwrap_or_else(|line| panic!("no address in {line:?}"))
+        .parse()
+        .expect("an address");
+    (child, addr)
+}
+
 /// Collects a child's stderr in the background (a server's log, read by the test as it goes).
 pub fn collect_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
     use std::io::Read;

@@ -1,23 +1,11 @@
 //! The config side of code mode: `[code_mode]` and `[tools.scripted.<name>]`, resolved into
 //! `Config::code_mode` and `Config::scripted`, and reported by `ctx schema check`.
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use ctx::config::code_mode::{CodeLimits, CodeMode, ScriptedSection};
-use ctx::config::{Config, ConfigError};
 
-use crate::common::{Run, Workspace};
-
-/// Loads the workspace's ctx.toml with an injected environment, as `ctx` would read it.
-fn load(ws: &Workspace, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-    let vars: BTreeMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let env = move |name: &str| vars.get(name).cloned();
-    let file = ws.path().join("ctx.toml");
-    let text = std::fs::read_to_string(&file).unwrap();
-    Config::from_text(&text, Path::new("ctx.toml"), &file, &env)
-}
+use crate::common::{load_config as load, Run, Workspace};
 
 /// The problems of a config that must not load, one per line as `ctx` prints them.
 fn problems(config: &str) -> String {

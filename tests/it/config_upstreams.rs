@@ -2,22 +2,12 @@
 //! resolved into `Config::upstreams`, isolated per server, and reported by `ctx schema check`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Command;
 
 use ctx::config::upstream::{Expose, UpstreamSection, UpstreamTransport, DEFAULT_TIMEOUT};
-use ctx::config::{Config, ConfigError};
+use ctx::config::Config;
 
-use crate::common::{repo, Run, Workspace, BIN};
-
-/// Loads the workspace's ctx.toml with an injected environment, as `ctx` would read it.
-fn load(ws: &Workspace, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-    let vars: BTreeMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let env = move |name: &str| vars.get(name).cloned();
-    let file = ws.path().join("ctx.toml");
-    let text = std::fs::read_to_string(&file).unwrap();
-    Config::from_text(&text, Path::new("ctx.toml"), &file, &env)
-}
+use crate::common::{load_config as load, repo, Run, Workspace, BIN};
 
 /// `ctx --config ctx.toml schema check` with `vars` added to the environment.
 fn check(ws: &Workspace, vars: &[(&str, &str)]) -> Run {

@@ -38,19 +38,8 @@ impl Server {
             }
             None => Command::new(BIN),
         };
-        let mut child = command
-            .args(["--config", "ctx.toml", "serve", "--no-reload", "--bind", "127.0.0.1:0"])
-            .current_dir(ws.path())
-            .env_remove("CTX_CONFIG")
-            .env_remove("CTX_LOG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn ctx serve");
-        let addr = crate::common::listening_address(&mut child)
-            .unwrap_or_else(|line| panic!("no address in {line:?}"))
-            .parse()
-            .expect("an address");
+        command.args(["--config", "ctx.toml", "serve", "--no-reload", "--bind", "127.0.0.1:0"]);
+        let (child, addr) = crate::common::spawn_listening(&mut command, ws.path());
         Server { child, addr, _ws: ws }
     }
 

@@ -33,19 +33,7 @@ impl Serve {
         if !reload {
             args.push("--no-reload");
         }
-        let mut child = Command::new(BIN)
-            .args(&args)
-            .current_dir(ws.path())
-            .env_remove("CTX_CONFIG")
-            .env_remove("CTX_LOG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn ctx serve");
-        let addr = crate::common::listening_address(&mut child)
-            .unwrap_or_else(|line| panic!("no address in {line:?}"))
-            .parse()
-            .expect("an address");
+        let (child, addr) = crate::common::spawn_listening(Command::new(BIN).args(&args), ws.path());
         Serve { child, addr, ws }
     }
 

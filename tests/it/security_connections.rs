@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -36,19 +36,9 @@ struct Server {
 impl Server {
     fn start(config: &str) -> Server {
         let ws = Workspace::new(config);
-        let mut child = Command::new(BIN)
-            .args(["--config", "ctx.toml", "serve", "--no-reload", "--bind", "127.0.0.1:0"])
-            .current_dir(ws.path())
-            .env_remove("CTX_CONFIG")
-            .env_remove("CTX_LOG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn ctx serve");
-        let addr = crate::common::listening_address(&mut child)
-            .unwrap_or_else(|line| panic!("no address in {line:?}"))
-            .parse()
-            .expect("an address");
+        let mut command = Command::new(BIN);
+        command.args(["--config", "ctx.toml", "serve", "--no-reload", "--bind", "127.0.0.1:0"]);
+        let (child, addr) = crate::common::spawn_listening(&mut command, ws.path());
         Server { child, addr, _ws: ws }
     }
 
