@@ -248,9 +248,13 @@ fn init_logging(verbose: u8, quiet: bool, scripts: bool) {
         (false, 1 | 2) => "warn",
         _ => "trace",
     };
+    // rmcp's client side logs a lost upstream as errors of its own ("worker quit with fatal",
+    // "fail to delete session"); ctx's warning already says which server and why.
+    let rmcp_client =
+        if verbose == 0 { ",rmcp::transport::worker=off,rmcp::transport::streamable_http_client=off" } else { "" };
     let script = if scripts && !quiet && verbose < 2 { ",ctx::script=info" } else { "" };
     let filter = EnvFilter::try_from_env("CTX_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},rmcp={rmcp},warn{script}")));
+        .unwrap_or_else(|_| EnvFilter::new(format!("ctx={level},rmcp={rmcp},warn{rmcp_client}{script}")));
     // Logs go to stderr so stdout stays clean for --json output and the MCP stdio transport,
     // without the config's secrets (a script can log anything).
     // Colour only for a person at a terminal: a file, a pipe or a desktop client's log gets

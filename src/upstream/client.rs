@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
@@ -24,6 +24,7 @@ use rmcp::transport::Transport;
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::{Map, Value as Json};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::flood::{self, ByteCount, CallMeter, ServerMeter, Verdict};
 use super::process::{self, Child};
@@ -152,20 +153,49 @@ struct Tap<T> {
     cut: Cut,
     /// Cut off: the stream stays ended.
     ended: bool,
+    /// Over Streamable HTTP, an error that answers no request means the server refused the
+    /// session itself (a restarted server answers 400 or 404 to every request of the old one).
+    http: bool,
 }
 
-/// Why the connection was cut off by ctx, once it was.
-type Cut = Arc<Mutex<Option<String>>>;
+/// Why ctx ended a connection, once it did, and the signal that ends it: a flood, a failed
+/// send, a server that no longer knows ctx's session, or a failed event stream (`http`).
+#[derive(Clone, Default)]
+pub struct Cut {
+    why: Arc<Mutex<Option<String>>>,
+    gone: CancellationToken,
+}
+
+impl Cut {
+    /// Ends the connection; the first reason is the one kept.
+    pub fn set(&self, why: String) {
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(why);
+        self.gone.cancel();
+    }
+
+    /// Why the connection was ended, if ctx ended it.
+    pub fn reason(&self) -> Option<String> {
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
 
 impl<T> Tap<T> {
-    fn new(inner: T, server: &str, progress: Arc<ProgressRouter>, changes: &Arc<Changes>, cut: &Cut) -> Tap<T> {
+    fn new(
+        inner: T,
+        server: &str,
+        progress: Arc<ProgressRouter>,
+        changes: &Arc<Changes>,
+        cut: &Cut,
+        http: bool,
+    ) -> Tap<T> {
         Tap {
             inner,
             progress,
             changes: Arc::clone(changes),
             meter: ServerMeter::new(server, flood::LIMITS, Instant::now()),
-            cut: Arc::clone(cut),
+            cut: cut.clone(),
             ended: false,
+            http,
         }
     }
 }
@@ -177,17 +207,40 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.inner.send(item)
+        // A message that cannot be sent (refused connection, broken pipe, a transport error)
+        // ends the connection: rmcp would keep it and every later call would wait its timeout.
+        let sent = self.inner.send(item);
+        let cut = self.cut.clone();
+        async move {
+            let result = sent.await;
+            if let Err(e) = &result {
+                cut.set(format!("sending to the upstream failed: {}", super::http::describe(e)));
+            }
+            result
+        }
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        let Tap { inner, progress, changes, meter, cut, ended } = self;
+        let Tap { inner, progress, changes, meter, cut, ended, http } = self;
         async move {
             if *ended {
                 return None;
             }
             loop {
-                let message = inner.receive().await?;
+                let message = tokio::select! {
+                    message = inner.receive() => message?,
+                    () = cut.gone.cancelled() => {
+                        *ended = true;
+                        return None;
+                    }
+                };
+                if let JsonRpcMessage::Error(e) = &message {
+                    if *http && e.id.is_none() {
+                        cut.set(format!("the upstream refused ctx's session: {}", e.error.message));
+                        *ended = true;
+                        return None;
+                    }
+                }
                 // Answers to ctx's own requests are never dropped; everything else is unasked.
                 if matches!(message, JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) {
                     return Some(message);
@@ -208,7 +261,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
                         continue;
                     }
                     Verdict::CutOff(why) => {
-                        *cut.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                        cut.set(why);
                         *ended = true;
                         return None;
                     }
@@ -226,6 +279,22 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
         self.inner.close()
     }
+}
+
+/// An error with its causes (`error sending request: client error (Connect): Connection
+/// refused`): the outermost message alone rarely says what happened.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The list a `list_changed` notification is about.
@@ -268,7 +337,8 @@ pub struct Connection {
     /// Resolves when rmcp's service loop has ended (EOF, error, cancel, or ctx cut it off).
     done: Option<Done>,
     pub child: Option<Child>,
-    cut: Cut,
+    /// Also kept by the server's shared state: a call the cut ended says why.
+    pub cut: Cut,
 }
 
 impl Connection {
@@ -289,7 +359,7 @@ impl Connection {
         tokio::select! {
             () = service => {
                 self.done = None;
-                if let Some(why) = taken(&self.cut) {
+                if let Some(why) = self.cut.reason() {
                     return why;
                 }
                 // The process usually exits with its stdout: give its status a moment to show.
@@ -360,6 +430,7 @@ pub async fn connect(
                     progress,
                     &changes,
                     &cut,
+                    false,
                 )),
             );
             let result = tokio::select! {
@@ -375,7 +446,7 @@ pub async fn connect(
                 Ok(Err(e)) => {
                     let msg = match tokio::time::timeout(Duration::from_millis(200), child.exited()).await {
                         Ok(status) => format!("{} before it answered initialize", exit_message(&child, status)),
-                        Err(_) => taken(&cut).unwrap_or_else(|| format!("initialize failed: {e}")),
+                        Err(_) => cut.reason().unwrap_or_else(|| format!("initialize failed: {e}")),
                     };
                     child.stop(grace).await;
                     Err(msg)
@@ -397,26 +468,27 @@ pub async fn connect(
                     .map_err(|_| format!("the value of header `{name}` is not valid"))?;
                 map.insert(name, value);
             }
-            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
+            // A lost session ends the connection (see `http`), so that the supervisor
+            // reconnects and relists: rmcp's own quiet re-initialization would keep a tool list
+            // from before the server restarted.
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(map)
+                .reinit_on_expired_session(false);
             let transport = Tap::new(
-                StreamableHttpClientTransport::with_client(http_client(), config),
+                StreamableHttpClientTransport::with_client(super::http::Watched::new(&cut), config),
                 &section.name,
                 progress,
                 &changes,
                 &cut,
+                true,
             );
             match tokio::time::timeout(limit, handler.serve(transport)).await {
                 Ok(Ok(running)) => Ok(connection(running, None, cut)),
-                Ok(Err(e)) => Err(taken(&cut).unwrap_or_else(|| format!("initialize failed: {e}"))),
+                Ok(Err(e)) => Err(cut.reason().unwrap_or_else(|| format!("initialize failed: {e}"))),
                 Err(_) => Err(format!("no answer to initialize within {} s", limit.as_secs_f64())),
             }
         }
     }
-}
-
-/// Why ctx cut the connection off, if it did.
-fn taken(cut: &Cut) -> Option<String> {
-    cut.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
 fn connection(
@@ -430,54 +502,6 @@ fn connection(
         let _ = running.waiting().await;
     });
     Connection { peer, cancel: Some(cancel), done: Some(done), child, cut }
-}
-
-/// ctx's HTTP client for upstreams (rustls with ring, no proxy from the environment: through
-/// a proxy ctx could not see where its upstream traffic goes).
-///
-/// Redirects are followed only within the configured origin (`/mcp` to `/mcp/` is common): an
-/// upstream that redirects elsewhere would make ctx send the section's `headers` (reqwest drops
-/// only `Authorization` and cookies across hosts, not `X-Api-Key`) to a host it was not given.
-fn http_client() -> reqwest::Client {
-    // Static: one client whose policy is all constants, no config; the same client serves any application.
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            let redirects = reqwest::redirect::Policy::custom(|attempt| {
-                let first = attempt.previous().first().cloned();
-                match first {
-                    Some(first) if attempt.previous().len() > 5 => {
-                        attempt.error(format!("more than 5 redirects from {}", first.origin().ascii_serialization()))
-                    }
-                    Some(first) if same_origin(&first, attempt.url()) => attempt.follow(),
-                    Some(first) => {
-                        // reqwest's error says only "error following redirect": the log says why.
-                        let message = format!(
-                            "an upstream server redirected to another origin ({}); ctx follows redirects within {} only: set url to where the server is",
-                            attempt.url().origin().ascii_serialization(),
-                            first.origin().ascii_serialization()
-                        );
-                        tracing::warn!("{message}");
-                        attempt.error(message)
-                    }
-                    None => attempt.follow(),
-                }
-            });
-            reqwest::Client::builder()
-                .user_agent(concat!("ctx/", env!("CARGO_PKG_VERSION")))
-                .pool_idle_timeout(Duration::from_secs(60))
-                .redirect(redirects)
-                .no_proxy()
-                .build()
-                .expect("the HTTP client builds")
-        })
-        .clone()
-}
-
-/// Whether `next` is on the origin (scheme, host, port) of `first`.
-fn same_origin(first: &reqwest::Url, next: &reqwest::Url) -> bool {
-    first.origin() == next.origin()
 }
 
 /// Why one request failed (the caller adds the server's name).
@@ -561,20 +585,5 @@ impl Drop for Abandon {
             let note = ClientNotification::CancelledNotification(CancelledNotification::new(param));
             let _ = peer.send_notification(note).await;
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redirects_stay_on_the_configured_origin() {
-        let url = |u: &str| reqwest::Url::parse(u).unwrap();
-        assert!(same_origin(&url("https://h.example/mcp"), &url("https://h.example/mcp/")));
-        assert!(same_origin(&url("https://h.example/mcp"), &url("https://h.example:443/other")));
-        assert!(!same_origin(&url("https://h.example/mcp"), &url("http://h.example/mcp")));
-        assert!(!same_origin(&url("https://h.example/mcp"), &url("https://h.example:8443/mcp")));
-        assert!(!same_origin(&url("https://h.example/mcp"), &url("https://169.254.169.254/latest")));
     }
 }

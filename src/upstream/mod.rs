@@ -11,6 +11,7 @@
 //! - [`client`]: the MCP client side of a connection, and one request with deadline,
 //!   progress and cancellation.
 //! - [`catalog`]: paginated listing and tool filtering.
+//! - [`http`]: the HTTP client, and the watch that notices a lost session or server.
 //! - [`process`]: a stdio child in its own process group; stop = close, TERM, KILL, reap.
 //! - [`guard`]: the re-executed ctx that keeps a child's whole group from outliving ctx.
 //! - [`stderr`]: a child's stderr into ctx's log, bounded.
@@ -22,6 +23,7 @@ pub mod client;
 pub mod flood;
 pub mod frame;
 pub mod guard;
+pub mod http;
 pub mod process;
 pub mod stderr;
 pub mod supervisor;
@@ -154,6 +156,9 @@ pub struct Tuning {
     pub stop_grace: Duration,
     /// Quiet time after a `list_changed` before relisting (a burst becomes one relist).
     pub list_debounce: Duration,
+    /// How often a ready Streamable HTTP server is pinged, to notice one that went away while
+    /// nobody called (its deadline is `connect_timeout`).
+    pub ping_interval: Duration,
     /// The ctx binary that guards stdio children (see [`guard`]); `None` starts them
     /// directly, in their own group with a parent-death signal (grandchildren are then not
     /// covered when ctx is SIGKILLed).
@@ -171,6 +176,7 @@ impl Default for Tuning {
             crash_loop_retry: Duration::from_secs(60),
             stop_grace: Duration::from_secs(2),
             list_debounce: Duration::from_millis(150),
+            ping_interval: Duration::from_secs(15),
             guard: process::default_guard(),
         }
     }
@@ -385,15 +391,15 @@ impl Upstreams {
     }
 
     /// The server's shared state and its peer when ready; `Down` at once otherwise.
-    fn ready_peer(&self, server: &str) -> Result<(Arc<Shared>, Peer<RoleClient>), UpstreamError> {
+    fn ready_peer(&self, server: &str) -> Result<Ready, UpstreamError> {
         let shared = lock(&self.servers)
             .get(server)
             .map(|s| s.shared.clone())
             .ok_or_else(|| UpstreamError::UnknownServer(server.to_string()))?;
-        let peer = {
+        let (peer, cut) = {
             let s = shared.lock();
             match (&s.peer, s.state) {
-                (Some(peer), State::Ready) => peer.clone(),
+                (Some(peer), State::Ready) => (peer.clone(), s.cut.clone()),
                 _ => {
                     return Err(UpstreamError::Down {
                         server: server.to_string(),
@@ -404,7 +410,7 @@ impl Upstreams {
                 }
             }
         };
-        Ok((shared, peer))
+        Ok((shared, peer, cut))
     }
 
     /// One request over the shared connection, timed for `/health`.
@@ -414,7 +420,7 @@ impl Upstreams {
         request: ClientRequest,
         progress: Option<ProgressSink>,
     ) -> Result<Map<String, Json>, UpstreamError> {
-        let (shared, peer) = self.ready_peer(server)?;
+        let (shared, peer, cut) = self.ready_peer(server)?;
         let limit = shared.section.timeout;
         let started = Instant::now();
         let result = client::request(&peer, request, limit, progress.map(|sink| (&shared.progress, sink))).await;
@@ -429,6 +435,8 @@ impl Upstreams {
                 UpstreamError::Rpc { server: server.to_string(), code, message: shared.sanitise(&message), data }
             }
             Failure::Disconnected(message) => {
+                // When ctx ended the connection under the call, its reason says more.
+                let message = cut.and_then(|c| c.reason()).unwrap_or(message);
                 UpstreamError::Disconnected { server: server.to_string(), message: shared.sanitise(&message) }
             }
         })
@@ -497,6 +505,9 @@ impl Drop for Upstreams {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// A ready server's state, its connection's peer, and the connection's [`client::Cut`].
+type Ready = (Arc<Shared>, Peer<RoleClient>, Option<client::Cut>);
 
 /// What a failed upstream request means for a call: said here, since the contract's
 /// [`CallError`](crate::contract::CallError) knows nothing of upstream servers.

@@ -6,12 +6,13 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use rmcp::model::{ClientRequest, PingRequest};
 use rmcp::service::{Peer, RoleClient};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::catalog::{self, Lists};
-use super::client::{self, Changes, Connection, ProgressRouter, PROMPTS, RESOURCES, TOOLS};
+use super::client::{self, Changes, Connection, Cut, ProgressRouter, PROMPTS, RESOURCES, TOOLS};
 use super::{Event, EventSink, State, Tuning};
 use crate::config::upstream::{UpstreamSection, UpstreamTransport, DEFAULT_PASS_ENV};
 
@@ -36,6 +37,8 @@ pub struct Inner {
     pub last_error: Option<String>,
     pub pid: Option<u32>,
     pub peer: Option<Peer<RoleClient>>,
+    /// The ready connection's [`Cut`]: why ctx ended it, for the calls it ended.
+    pub cut: Option<Cut>,
     pub lists: Lists,
     /// Attempts that failed since start (for `required_ready`).
     pub failed_attempts: u32,
@@ -58,6 +61,7 @@ impl Shared {
                 last_error: None,
                 pid: None,
                 peer: None,
+                cut: None,
                 lists: Lists::default(),
                 failed_attempts: 0,
                 tools_when_last_ready: 0,
@@ -275,14 +279,34 @@ async fn ready(
         s.attempt = 0;
         s.pid = pid;
         s.peer = Some(conn.peer.clone());
+        s.cut = Some(conn.cut.clone());
         s.lists = lists;
     });
     events(Event { server: name.clone(), tools: true, resources: true, prompts: true });
 
+    // An HTTP server that restarted while nobody called is noticed by its event stream (see
+    // `http`); one without an event stream, or unreachable without a refusal, by this ping.
+    let http = matches!(shared.section.transport, UpstreamTransport::Http { .. });
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + tuning.ping_interval, tuning.ping_interval);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let end = loop {
         tokio::select! {
             () = stop.cancelled() => break End::Stopped,
             why = conn.closed() => break End::Lost(why),
+            _ = ping.tick(), if http => {
+                let peer = conn.peer.clone();
+                let request = ClientRequest::PingRequest(PingRequest { method: Default::default(), extensions: Default::default() });
+                let answered = tokio::select! {
+                    () = stop.cancelled() => break End::Stopped,
+                    why = conn.closed() => break End::Lost(why),
+                    answered = tokio::time::timeout(tuning.connect_timeout, peer.send_request(request)) => answered,
+                };
+                match answered {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => break End::Lost(format!("the liveness ping failed: {e}")),
+                    Err(_) => break End::Lost(format!("no answer to a liveness ping within {} s", tuning.connect_timeout.as_secs_f64())),
+                }
+            }
             () = changes.notify.notified() => {
                 // Debounce: a burst of list_changed becomes one relist.
                 tokio::time::sleep(tuning.list_debounce).await;
@@ -315,9 +339,18 @@ async fn ready(
         }
     };
     // Not ready any more: calls fail at once from here on, and the lists go empty.
+    // Health never shows the server down without the reason.
+    let why = match &end {
+        End::Lost(why) => Some(shared.sanitise(why)),
+        End::Stopped => None,
+    };
     let had = {
         let mut s = shared.lock();
+        if why.is_some() {
+            s.last_error = why;
+        }
         s.peer = None;
+        s.cut = None;
         s.pid = None;
         s.state = State::Restarting;
         !std::mem::take(&mut s.lists).is_empty()

@@ -33,6 +33,7 @@ fn tuning() -> Tuning {
         crash_loop_retry: Duration::from_secs(60),
         stop_grace: Duration::from_secs(2),
         list_debounce: Duration::from_millis(100),
+        ping_interval: Duration::from_secs(15),
         guard: Some(PathBuf::from(BIN)),
     }
 }

@@ -15,6 +15,7 @@ mod fault_upstream;
 mod file_formats;
 mod floors;
 mod gateway;
+mod gateway_http_upstream;
 mod gateway_runtime;
 mod hardening_egress;
 mod hardening_scripts;
