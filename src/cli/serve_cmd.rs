@@ -48,6 +48,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     let page_size = config.spec.server.mcp_page_size as usize;
     let limits = server::Limits::from_config(&config.spec.server);
     let sections = config.upstreams.clone();
+    let stdio_wait = std::time::Duration::from_secs_f64(config.spec.mcp.stdio_wait);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
     let registry = crate::app::build(kb.clone(), None);
     // The application's state comes with its first registry; a reload hands it on.
@@ -76,7 +77,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             tracing::error!("{} {} failed to load: {}", problem.kind, problem.name, problem.message);
         }
         let served = runtime.block_on(async {
-            let served = mcp.serve_stdio().await;
+            let served = mcp.serve_stdio(stdio_wait).await;
             upstreams.shutdown().await;
             served
         });

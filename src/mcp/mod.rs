@@ -48,6 +48,16 @@ pub struct Changed {
 #[derive(Clone)]
 pub struct Mcp {
     inner: Arc<Inner>,
+    /// Over stdio: the wait for the upstreams before the first `tools/list` (see [`FirstList`]).
+    first_list: Option<Arc<FirstList>>,
+}
+
+/// Desktop clients list tools once, at start, and many ignore `list_changed`: over stdio the
+/// first `tools/list` (or call) waits, up to `[mcp] stdio_wait`, for every upstream to be ready
+/// or to have failed once, so that their tools are in the one list the client reads.
+struct FirstList {
+    within: std::time::Duration,
+    done: tokio::sync::OnceCell<()>,
 }
 
 struct Inner {
@@ -76,7 +86,30 @@ impl Mcp {
                 direct_calls: Default::default(),
                 session_peers: Default::default(),
             }),
+            first_list: None,
         }
+    }
+
+    /// Over stdio, the first list or call waits for the upstreams (see [`FirstList`]).
+    async fn upstreams_settled(&self) {
+        let Some(first) = &self.first_list else { return };
+        first
+            .done
+            .get_or_init(|| async {
+                let Some(upstreams) = self.inner.tools.upstreams() else { return };
+                let late = upstreams.settled(first.within).await;
+                // The registry takes in new upstream tools on its own thread; take them in now,
+                // so that the list about to be answered has them.
+                self.inner.tools.refresh_upstreams();
+                if !late.is_empty() {
+                    tracing::warn!(
+                        "upstream MCP servers not ready within {} s ([mcp] stdio_wait): {}; the client's first tools/list goes without their tools, which follow with notifications/tools/list_changed",
+                        first.within.as_secs_f64(),
+                        late.join(", ")
+                    );
+                }
+            })
+            .await;
     }
 
     /// How many `tools/call` requests the direct route answered (the rest went through rmcp).
@@ -145,8 +178,10 @@ impl Mcp {
         StreamableHttpService::new(move || Ok(handler.clone()), sessions, config)
     }
 
-    /// Serves MCP on stdin/stdout until the client closes the stream.
-    pub async fn serve_stdio(self) -> Result<(), String> {
+    /// Serves MCP on stdin/stdout until the client closes the stream. The first `tools/list`
+    /// waits up to `stdio_wait` for the upstream servers.
+    pub async fn serve_stdio(mut self, stdio_wait: std::time::Duration) -> Result<(), String> {
+        self.first_list = Some(Arc::new(FirstList { within: stdio_wait, done: Default::default() }));
         // Pipes (how MCP clients launch servers) are driven by the IO reactor; a terminal or file
         // falls back to tokio's blocking stdio, which hands every read and write to a thread.
         let (stdin, stdout) = rmcp::transport::stdio_pipes();
@@ -404,6 +439,7 @@ impl ServerHandler for Mcp {
         request: Option<PaginatedRequestParams>,
         cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        self.upstreams_settled().await;
         let registry = self.inner.tools.current();
         let principal = principal(&cx);
         let all: Vec<_> = registry.specs_for(principal.as_deref()).collect();
@@ -438,6 +474,7 @@ impl ServerHandler for Mcp {
         request: CallToolRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        self.upstreams_settled().await;
         self.call(request, cx).await
     }
 

@@ -232,6 +232,21 @@ impl Upstreams {
         Server { shared, stop, task }
     }
 
+    /// Waits until every enabled server is ready or has failed once, up to `within`; the names
+    /// of those that were neither by then.
+    pub async fn settled(&self, within: Duration) -> Vec<String> {
+        let servers: Vec<Arc<Shared>> =
+            lock(&self.servers).values().filter(|s| s.shared.section.enabled).map(|s| s.shared.clone()).collect();
+        let deadline = tokio::time::Instant::now() + within;
+        let mut late = Vec::new();
+        for shared in servers {
+            if !settle(&shared, deadline).await {
+                late.push(shared.section.name.clone());
+            }
+        }
+        late
+    }
+
     /// Waits until every `required` server is ready. `Err` names each one that failed its first
     /// attempt (or did not get ready within `within`) with its last error.
     pub async fn required_ready(&self, within: Duration) -> Result<(), String> {
@@ -243,24 +258,17 @@ impl Upstreams {
         let deadline = tokio::time::Instant::now() + within;
         let mut problems = Vec::new();
         for shared in required {
-            let mut changed = shared.changed.subscribe();
-            loop {
-                let (state, failed, last_error) = {
-                    let s = shared.lock();
-                    (s.state, s.failed_attempts, s.last_error.clone())
-                };
-                if state == State::Ready {
-                    break;
-                }
-                if failed > 0 || tokio::time::Instant::now() >= deadline {
-                    let why = last_error.unwrap_or_else(|| format!("not ready within {} s", within.as_secs_f64()));
-                    problems.push(format!(
-                        "required upstream MCP server '{}' ({}) could not start: {why}",
-                        shared.section.name, shared.section.origin
-                    ));
-                    break;
-                }
-                let _ = tokio::time::timeout_at(deadline, changed.changed()).await;
+            settle(&shared, deadline).await;
+            let (state, last_error) = {
+                let s = shared.lock();
+                (s.state, s.last_error.clone())
+            };
+            if state != State::Ready {
+                let why = last_error.unwrap_or_else(|| format!("not ready within {} s", within.as_secs_f64()));
+                problems.push(format!(
+                    "required upstream MCP server '{}' ({}) could not start: {why}",
+                    shared.section.name, shared.section.origin
+                ));
             }
         }
         if problems.is_empty() {
@@ -499,6 +507,23 @@ impl Drop for Upstreams {
         for server in lock(&self.servers).values() {
             server.stop.cancel();
         }
+    }
+}
+
+/// Waits until the server is ready or has failed an attempt, or `deadline`; whether it did.
+async fn settle(shared: &Shared, deadline: tokio::time::Instant) -> bool {
+    let mut changed = shared.changed.subscribe();
+    loop {
+        {
+            let s = shared.lock();
+            if s.state == State::Ready || s.failed_attempts > 0 {
+                return true;
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        let _ = tokio::time::timeout_at(deadline, changed.changed()).await;
     }
 }
 

@@ -126,14 +126,21 @@ pub(crate) struct McpStdio {
 
 impl McpStdio {
     pub(crate) fn start(ws: &Workspace) -> McpStdio {
+        McpStdio::start_logged(ws).0
+    }
+
+    /// Starts it, and collects its log (stderr) as it goes.
+    pub(crate) fn start_logged(ws: &Workspace) -> (McpStdio, std::sync::Arc<std::sync::Mutex<String>>) {
         let mut child = Command::new(BIN)
             .current_dir(ws.path())
+            .env_remove("CTX_CONFIG")
             .args(["serve", "mcp", "--stdio"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        let log = crate::common::collect_stderr(&mut child);
         let stdin = child.stdin.take().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = mpsc::channel();
@@ -155,7 +162,7 @@ impl McpStdio {
         );
         assert_eq!(init["result"]["serverInfo"]["name"], "ctx", "{init}");
         client.notify("notifications/initialized", json!({}));
-        client
+        (client, log)
     }
 
     fn send(&mut self, message: Value) {
@@ -197,7 +204,7 @@ impl McpStdio {
     }
 
     /// Lists every tool (following cursors).
-    fn tools(&mut self) -> Vec<Value> {
+    pub(crate) fn tools(&mut self) -> Vec<Value> {
         let mut all = Vec::new();
         let mut cursor: Option<Value> = None;
         loop {

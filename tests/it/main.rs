@@ -41,6 +41,7 @@ mod security_scopes;
 mod semantic;
 mod source_lifecycle;
 mod statics;
+mod stdio_first_list;
 mod stopped_runs;
 mod tools;
 mod two_apps;
