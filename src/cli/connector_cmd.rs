@@ -70,7 +70,7 @@ fn test(
 ) -> Result<(), CliError> {
     let (info, limits, max_bytes) = match source {
         Some(name) => {
-            let config = Config::load(&config::locate(globals.config.as_deref()))?;
+            let config = Config::load_for(&config::locate(globals.config.as_deref()), config::Use::Local)?;
             let section = config.scripts_of(ScriptKind::Connector).find(|s| s.name == name).ok_or_else(|| {
                 if let Some(broken) = config.broken_of(ScriptKind::Connector).find(|b| b.name == name) {
                     return CliError::Failed(anyhow::anyhow!(

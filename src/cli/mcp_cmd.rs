@@ -114,17 +114,9 @@ fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
 
 /// The upstreams of the server running at `server.bind`, when one answers with them.
 async fn from_running(config: &Config) -> Option<Vec<Json>> {
-    let (addr, security) = crate::server::settings(config).ok()?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(3)).no_proxy().build().ok()?;
-    let mut request = client.get(format!("http://{addr}/health"));
-    if let Some(token) = &security.token {
-        request = request.bearer_auth(token);
-    }
-    let body: Json = request.send().await.ok()?.json().await.ok()?;
-    // A server without the token's answer, or an older ctx, has no upstreams to show.
-    body.get("version")?;
-    let rows: Vec<UpstreamHealth> = serde_json::from_value(body.get("upstreams").cloned().unwrap_or(json!([]))).ok()?;
+    let server = super::running::Running::find(config).await?;
+    let rows: Vec<UpstreamHealth> =
+        serde_json::from_value(server.health.get("upstreams").cloned().unwrap_or(json!([]))).ok()?;
     Some(rows.into_iter().filter_map(|r| serde_json::to_value(r).ok()).collect())
 }
 

@@ -13,6 +13,7 @@ mod kb_cmd;
 mod log_cmd;
 mod mcp_cmd;
 mod pipe;
+mod running;
 mod scaffold;
 mod schema_cmd;
 mod serve_cmd;
@@ -140,8 +141,13 @@ impl Globals {
     /// Loads and validates the config file named by the lookup order.
     /// Sections an unset variable disables are logged: every command says so, `ctx search`
     /// included, or the section would be silently missing.
+    /// The config for a command that does not serve: the server's tokens may be unset.
     pub fn load_config(&self) -> Result<Config, CliError> {
-        let config = Config::load(&config::locate(self.config.as_deref()))?;
+        self.load_config_for(config::Use::Local)
+    }
+
+    pub fn load_config_for(&self, purpose: config::Use) -> Result<Config, CliError> {
+        let config = Config::load_for(&config::locate(self.config.as_deref()), purpose)?;
         for section in &config.broken {
             tracing::warn!("{}", section.message());
         }

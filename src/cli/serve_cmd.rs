@@ -39,7 +39,7 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     let located = crate::config::locate(globals.config.as_deref());
-    let mut config = globals.load_config()?;
+    let mut config = globals.load_config_for(crate::config::Use::Serve)?;
     if let Some(bind) = args.bind {
         config.spec.server.bind = bind.parse().map_err(|e| CliError::Usage(format!("--bind {bind:?}: {e}")))?;
     }

@@ -362,7 +362,7 @@ pub(super) fn with_upstreams(registry: Registry, upstreams: Option<&Arc<crate::u
 /// The config for `ctx tool test`: the workspace's when there is one (so context.search sees
 /// its knowledge base); otherwise an empty knowledge base in a scratch folder.
 fn config_for_test(globals: &Globals, required: bool) -> Result<(Config, Option<PathBuf>), CliError> {
-    match Config::load(&config::locate(globals.config.as_deref())) {
+    match Config::load_for(&config::locate(globals.config.as_deref()), config::Use::Local) {
         Ok(config) => Ok((config, None)),
         Err(ConfigError::NotFound { .. }) if !required => {
             let dir = std::env::temp_dir().join(format!("ctx-tool-test-{}", std::process::id()));

@@ -172,9 +172,25 @@ pub struct Config {
     pub scripted: Vec<code_mode::ScriptedSection>,
 }
 
+/// What the config is loaded for: serving needs every secret of `[server]` and `[approval]`,
+/// the commands that work on the files (search, log, approvals, run, ...) need none of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    /// `ctx serve` and `ctx schema check`: every problem counts.
+    Serve,
+    /// Every other command: a `${VAR}` that is not set in the server's tokens or the approver
+    /// token leaves that token out instead of failing, since nothing here checks tokens.
+    Local,
+}
+
 impl Config {
-    /// Reads and validates the file at `located`.
+    /// Reads and validates the file at `located`, to serve it.
     pub fn load(located: &Located) -> Result<Config, ConfigError> {
+        Config::load_for(located, Use::Serve)
+    }
+
+    /// Reads and validates the file at `located`, for `purpose`.
+    pub fn load_for(located: &Located, purpose: Use) -> Result<Config, ConfigError> {
         let path = &located.path;
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
@@ -184,19 +200,31 @@ impl Config {
             Err(source) => return Err(ConfigError::Unreadable { path: path.clone(), source }),
         };
         let file = std::path::absolute(path).unwrap_or_else(|_| path.clone());
-        let config = Self::from_text(&text, path, &file, &|name| std::env::var(name).ok())?;
+        let config = Self::from_text_for(&text, path, &file, &|name| std::env::var(name).ok(), purpose)?;
         for warning in &config.warnings {
             tracing::warn!("{warning}");
         }
         Ok(config)
     }
 
-    /// Validates config text. `shown` is the path used in messages; `file` the absolute one.
+    /// Validates config text, to serve it. `shown` is the path used in messages; `file` the
+    /// absolute one.
     pub fn from_text(
         text: &str,
         shown: &Path,
         file: &Path,
         env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        Config::from_text_for(text, shown, file, env, Use::Serve)
+    }
+
+    /// Validates config text for `purpose`.
+    pub fn from_text_for(
+        text: &str,
+        shown: &Path,
+        file: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+        purpose: Use,
     ) -> Result<Config, ConfigError> {
         let mut value = toml_source::to_json(text).map_err(|e| ConfigError::Syntax {
             path: shown.to_path_buf(),
@@ -204,7 +232,10 @@ impl Config {
             column: e.column,
             message: e.message,
         })?;
-        let expansion = expand::expand_all(&mut value, env);
+        let mut expansion = expand::expand_all(&mut value, env);
+        if purpose == Use::Local {
+            drop_unset_tokens(&mut value, &mut expansion);
+        }
         let secrets = secrets_of(&expansion, &value);
         redact::register(&secrets);
         let file_shown = shown.display().to_string();
@@ -223,6 +254,11 @@ impl Config {
             })
             .collect();
         for problem in validator().problems(&value, Dialect::Toml) {
+            // A value that still holds an unset `${VAR}` is reported once, as unset; what the
+            // schema says of the placeholder text is noise.
+            if expansion.missing.iter().any(|m| m.path == problem.path) {
+                continue;
+            }
             let line = toml_source::line_of(text, &problem.path);
             found.push((problem.path.clone(), ConfigProblem { key: problem.dotted(), line, message: problem.message }));
         }
@@ -398,33 +434,73 @@ pub fn reserved_script_keys() -> &'static [String] {
 
 /// The secrets of a config (see [`redact`]): every expanded variable, then the literal values of
 /// the secret settings and of script keys named like a secret.
+/// For the commands that do not serve ([`Use::Local`]): a server token, scoped token or approver
+/// token whose `${VAR}` is not set is left out (with its scoped-token entry), and is no problem.
+/// Those commands read the files directly and check no token.
+fn drop_unset_tokens(value: &mut Value, expansion: &mut expand::Expansion) {
+    let is_token = |path: &[String]| match path {
+        [server, key] if server == "server" && key == "auth_token" => true,
+        [approval, key] if approval == "approval" && key == "approver_token" => true,
+        [server, tokens, _, _] if server == "server" && tokens == "tokens" => true,
+        _ => false,
+    };
+    let mut entries = BTreeSet::new();
+    for missing in expansion.missing.iter().filter(|m| is_token(&m.path)) {
+        tracing::debug!("{} is not set; {} is left out (this command checks no token)", missing.var, missing.key);
+        match missing.path.as_slice() {
+            [_, _, index, _] => {
+                entries.extend(index.parse::<usize>().ok());
+            }
+            [table, key] => {
+                value.get_mut(table.as_str()).and_then(Value::as_object_mut).map(|t| t.remove(key.as_str()));
+            }
+            _ => {}
+        }
+    }
+    if let Some(tokens) = value.pointer_mut("/server/tokens").and_then(Value::as_array_mut) {
+        // From the last, so that the indexes still point at their entries.
+        for &index in entries.iter().rev() {
+            if index < tokens.len() {
+                tokens.remove(index);
+            }
+        }
+    }
+    expansion.missing.retain(|m| !is_token(&m.path));
+}
+
 fn secrets_of(expansion: &expand::Expansion, value: &Value) -> redact::Redactor {
     let mut secrets = redact::Redactor::default();
     for r in &expansion.refs {
         secrets.add(&r.value, &format!("${{{}}}", r.var));
     }
-    let mut literal = |key: String, v: Option<&Value>| {
+    // `key` is the dotted key as problems name it; `label` how a redacted value is shown.
+    let mut literal = |key: String, label: String, v: Option<&Value>| {
         // A value still holding an unset `${VAR}` is the text of the file, not a secret.
         if expansion.missing.iter().any(|m| m.key == key) {
             return;
         }
         if let Some(text) = v.and_then(Value::as_str) {
-            secrets.add(text, &key);
+            secrets.add(text, &label);
         }
     };
-    literal("server.auth_token".into(), value.pointer("/server/auth_token"));
+    let same = |key: &str| (key.to_string(), key.to_string());
+    let (key, label) = same("server.auth_token");
+    literal(key, label, value.pointer("/server/auth_token"));
     for (i, entry) in value.pointer("/server/tokens").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        literal(format!("server.tokens[{i}].token"), entry.get("token"));
+        literal(format!("server.tokens.{i}.token"), format!("server.tokens[{i}].token"), entry.get("token"));
     }
-    literal("embedding.api_key".into(), value.pointer("/embedding/api_key"));
-    literal("approval.approver_token".into(), value.pointer("/approval/approver_token"));
+    let (key, label) = same("embedding.api_key");
+    literal(key, label, value.pointer("/embedding/api_key"));
+    let (key, label) = same("approval.approver_token");
+    literal(key, label, value.pointer("/approval/approver_token"));
     for (name, server) in value.pointer("/mcp/servers").and_then(Value::as_object).into_iter().flatten() {
         for (table, secret) in
             [("env", redact::is_secret_key as fn(&str) -> bool), ("headers", upstream::is_secret_header)]
         {
             for (key, v) in server.get(table).and_then(Value::as_object).into_iter().flatten() {
                 if secret(key) {
-                    literal(format!("mcp.servers.{name}.{table}.{key}"), Some(v));
+                    let (key, label) = same(&format!("mcp.servers.{name}.{table}.{key}"));
+                    literal(key, label, Some(v));
                 }
             }
         }
@@ -435,7 +511,8 @@ fn secrets_of(expansion: &expand::Expansion, value: &Value) -> redact::Redactor 
         for (name, section) in sections.into_iter().flatten() {
             for (key, v) in section.as_object().into_iter().flatten() {
                 if redact::is_secret_key(key) && !reserved_script_keys().contains(key) {
-                    literal(format!("{}.{name}.{key}", kind.section()), Some(v));
+                    let (key, label) = same(&format!("{}.{name}.{key}", kind.section()));
+                    literal(key, label, Some(v));
                 }
             }
         }
