@@ -38,7 +38,7 @@ function tool.execute() while true do end end
 /// A running server and a client for it.
 pub struct Running {
     pub base: String,
-    client: reqwest::Client,
+    pub(crate) client: reqwest::Client,
     runtime: tokio::runtime::Runtime,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
@@ -80,7 +80,7 @@ impl Drop for Running {
 }
 
 impl Running {
-    fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value, reqwest::header::HeaderMap) {
+    pub(crate) fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value, reqwest::header::HeaderMap) {
         self.runtime.block_on(async {
             let response = request.send().await.expect("request");
             let status = response.status().as_u16();
@@ -96,14 +96,14 @@ impl Running {
         (s, b)
     }
 
-    fn post(&self, path: &str, body: Value) -> (u16, Value) {
+    pub(crate) fn post(&self, path: &str, body: Value) -> (u16, Value) {
         let (s, b, _) = self.send(self.client.post(format!("{}{path}", self.base)).json(&body));
         (s, b)
     }
 }
 
 /// The error body must match the error schema and carry the code that goes with the status.
-fn assert_envelope(status: u16, body: &Value, want_status: u16, want_code: &str) {
+pub(crate) fn assert_envelope(status: u16, body: &Value, want_status: u16, want_code: &str) {
     assert_eq!(status, want_status, "{body}");
     assert_eq!(body["error"]["code"], want_code, "{body}");
     let problems = ctx::schema::SchemaValidator::for_definition("Error").problems(body, ctx::schema::Dialect::Json);

@@ -28,6 +28,7 @@ mod mcp;
 mod mcp_calls_once;
 mod proof;
 mod real_upstreams;
+mod rest_contract;
 mod sandbox;
 mod schemas;
 mod scoped_tokens_and_rates;
