@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 /// The `ctx` binary under test: by default the one `cargo build --release` makes, which is what
 /// the quickstart runs, or `CTX_BENCH_BIN` (to measure another build of the same code).
 ///
-/// Not the copy cargo builds for this bench: the bench profile changes the symbol hashes of ctx's
-/// own functions, so part of `link/startup.syms` misses there and the idle RSS reads 2 MB high.
+/// Not the copy cargo builds for this bench: that one has the bench profile's settings, not the
+/// release profile users run.
 pub fn ctx_bin() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| match std::env::var_os("CTX_BENCH_BIN") {

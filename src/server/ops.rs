@@ -17,6 +17,7 @@ use super::openapi::schemas::CallsResponse as CallsResponseSchema;
 use super::respond::{ok, ApiError};
 use super::App;
 use crate::calllog::{self, Filter, Settings, Store};
+use crate::contract::text::kind;
 use crate::types::{CallsResponse, ErrorCode};
 
 /// Pages of the log at most.
@@ -89,11 +90,7 @@ fn filter(query: &HashMap<String, String>) -> Result<Filter, String> {
         Some(text) => Some(calllog::parse_since(text, SystemTime::now())?),
         None => None,
     };
-    let errors_only = match query.get("errors").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") | Some("") => true,
-        Some(other) => return Err(format!("errors={other:?}: give true or false")),
-    };
+    let errors_only = flag(query, "errors")?;
     let limit = match query.get("limit") {
         None => 100,
         Some(text) => match text.parse::<usize>() {
@@ -116,6 +113,18 @@ fn filter(query: &HashMap<String, String>) -> Result<Filter, String> {
         after: None,
         limit,
     })
+}
+
+/// A boolean query parameter: `true` or `false`, absent meaning `false`. Anything else, an
+/// empty value included, is refused with the accepted values.
+fn flag(query: &HashMap<String, String>, name: &str) -> Result<bool, String> {
+    match query.get(name).map(String::as_str) {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => {
+            Err(format!("query parameter {name}={other:?} is not a boolean: give {name}=true or {name}=false"))
+        }
+    }
 }
 
 /// Metrics in the Prometheus text format: calls by tool and outcome, latency histograms,
@@ -185,6 +194,7 @@ fn admin(caller: &Option<Extension<guard::Caller>>) -> Result<(), ApiError> {
 #[utoipa::path(get, path = "/approvals", operation_id = "listApprovals", tag = "operations",
     params(("all" = Option<bool>, Query, description = "Also decided, used and expired approvals.")),
     responses((status = 200, description = "The approvals.", body = super::openapi::schemas::ApprovalsList),
+        (status = 400, description = "A query parameter is not valid.", body = super::openapi::schemas::Error),
         (status = 403, description = "A scoped token: approvals are for server.auth_token.", body = super::openapi::schemas::Error),
         GuardErrors))]
 pub async fn approvals(
@@ -195,7 +205,14 @@ pub async fn approvals(
     if let Err(refused) = admin(&caller) {
         return refused.into_response();
     }
-    let all = query.get("all").is_some_and(|v| v == "true" || v.is_empty());
+    if let Some(unknown) = query.keys().find(|k| k.as_str() != "all") {
+        let message = format!("unknown query parameter {unknown:?}; GET /approvals takes all");
+        return ApiError::new(ErrorCode::BadRequest, message).into_response();
+    }
+    let all = match flag(&query, "all") {
+        Ok(all) => all,
+        Err(message) => return ApiError::new(ErrorCode::BadRequest, message).into_response(),
+    };
     let policy = Arc::clone(app.tools.current().approvals());
     let listed = tokio::task::spawn_blocking(move || policy.store.list(all, 1000)).await;
     match listed {
@@ -239,7 +256,10 @@ pub async fn approve(
 /// Needs `[approval] approver_token`, sent as the `Ctx-Approver` header.
 #[utoipa::path(post, path = "/approvals/{id}/deny", operation_id = "deny", tag = "operations",
     params(("id" = String, Path, description = "The approval's id (ap-...).")),
+    // The body is optional: named by reference, `requestBody.required` is left out (false).
+    request_body = ref("#/components/schemas/DenyRequest"),
     responses((status = 200, description = "Denied.", body = super::openapi::schemas::Approval),
+        (status = 400, description = "The body is not a JSON object with at most a string reason.", body = super::openapi::schemas::Error),
         (status = 403, description = "A scoped token: approvals are for server.auth_token.", body = super::openapi::schemas::Error),
         (status = 404, description = "No approval with that id.", body = super::openapi::schemas::Error),
         (status = 409, description = "It is not pending (already decided, used or expired).", body = super::openapi::schemas::Error),
@@ -251,14 +271,22 @@ pub async fn deny(
     headers: axum::http::HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
-    let body = match super::respond::json_body(&headers, request.into_body(), app.max_body_bytes).await {
+    let what = "the denial, {\"reason\": \"...\"}";
+    let body = match super::respond::object_body(&headers, request.into_body(), app.max_body_bytes, what).await {
         Ok(body) => body,
         Err(e) => return e.into_response(),
     };
+    if let Some(unknown) = body.keys().find(|k| k.as_str() != "reason") {
+        let message = format!("unknown field {unknown:?} in the body; a denial takes only reason, a string");
+        return ApiError::new(ErrorCode::BadRequest, message).into_response();
+    }
     let reason = match body.get("reason") {
-        None | Some(serde_json::Value::Null) => None,
+        None => None,
         Some(serde_json::Value::String(r)) => Some(r.chars().take(1000).collect::<String>()),
-        Some(_) => return ApiError::new(ErrorCode::BadRequest, "reason must be a string").into_response(),
+        Some(other) => {
+            let message = format!("reason must be a string (why the call is denied); got {}", kind(other));
+            return ApiError::new(ErrorCode::BadRequest, message).into_response();
+        }
     };
     let headers = headers.clone();
     decide(&app, &caller, &headers, id, false, reason).await

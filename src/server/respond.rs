@@ -3,8 +3,9 @@
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value as Json};
+use serde_json::{json, Map, Value as Json};
 
+use crate::contract::text::kind;
 use crate::tools::{http_status, CallError};
 use crate::types::ErrorCode;
 
@@ -65,9 +66,30 @@ fn status(code: ErrorCode) -> StatusCode {
     StatusCode::from_u16(http_status(code)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
-/// Reads a JSON request body: at most `limit` bytes, `Content-Type: application/json` when there
-/// is a body, and an empty body means no parameters.
-pub async fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Json, ApiError> {
+/// Reads a request body that must be a JSON object: at most `limit` bytes, `Content-Type:
+/// application/json` when there is a body, and an empty body is the empty object. Anything but
+/// an object (`null` included: the document declares an object) is refused, saying what the
+/// object holds (`what`, e.g. "the tool's parameters by name").
+pub async fn object_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    what: &str,
+) -> Result<Map<String, Json>, ApiError> {
+    match json_body(headers, body, limit).await? {
+        Json::Object(object) => Ok(object),
+        other => Err(ApiError::new(
+            ErrorCode::BadRequest,
+            format!(
+                "the request body must be a JSON object of {what}; got {} (send no body at all when there is nothing to give)",
+                kind(&other)
+            ),
+        )),
+    }
+}
+
+/// Reads a JSON request body (see [`object_body`]).
+async fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Json, ApiError> {
     let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
         ApiError::new(
             ErrorCode::PayloadTooLarge,

@@ -16,11 +16,10 @@ use super::guard;
 use super::openapi::responses::{CallErrors, GuardErrors};
 use super::openapi::schemas::{
     AgentName, AgentPrompt, AgentsList, Document, GetRequest, Health as HealthSchema, SearchRequest, SearchResponse,
-    SourcesResponse, ToolName, ToolResult, ToolsList,
+    SourcesResponse, ToolAnswer, ToolName, ToolsList,
 };
-use super::respond::{call_error, json_body, ok, ApiError};
+use super::respond::{call_error, object_body, ok, ApiError};
 use super::App;
-use crate::contract::text::kind;
 use crate::tools::{CallError, CallOptions, Output};
 use crate::types::{
     ErrorCode, ErrorDetail, Health, HealthStatus, LoadProblem, LoadProblemKind, ServerLoad, UpstreamHealth,
@@ -196,18 +195,20 @@ pub async fn sources_post(
     call_with_body(&app, principal(&caller), "sources", &headers, request).await
 }
 
-/// Call a Lua tool by name with its parameters; the result is under `result`.
+/// Call a tool by name with its parameters.
 ///
-/// Each loaded Lua tool also has an operation of its own, `POST /tools/<its name>`, with its
-/// parameter schema. The built-in tools (search, get, sources) have their own operations and
-/// bodies. The body may be left out when the tool has no required parameter.
+/// A Lua tool, an upstream server's tool or a code-mode tool answers `{"result": ...}`. The
+/// built-in tools (search, get, sources) answer the bodies of their own operations, which are
+/// the same routes. Each loaded Lua tool also has an operation of its own, `POST /tools/<its
+/// name>`, with its parameter schema. The body may be left out when the tool has no required
+/// parameter; when sent, it is a JSON object (`null` is refused).
 // The body is optional. A typed `request_body = T` would mark it required and `Option<T>`
 // would offer `null` as a body, so the component is named by reference, which leaves
 // `requestBody.required` out (false). A test checks that every reference resolves.
 #[utoipa::path(post, path = "/tools/{name}", operation_id = "callTool", tag = "tools",
     params(("name" = inline(ToolName), Path, description = "The tool's name, as listed by GET /tools/list.")),
     request_body = ref("#/components/schemas/ToolCallRequest"),
-    responses((status = 200, description = "What the tool returned.", body = ToolResult), CallErrors))]
+    responses((status = 200, description = "What the tool returned: {result} for a Lua, upstream or code-mode tool, a built-in's own body for search, get and sources.", body = inline(ToolAnswer)), CallErrors))]
 pub async fn call_tool(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
@@ -226,8 +227,8 @@ async fn call_with_body(
     request: Request,
 ) -> Response {
     let approval = headers.get(APPROVAL_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
-    match json_body(headers, request.into_body(), app.max_body_bytes).await {
-        Ok(params) => respond(app, principal, name, params, approval).await,
+    match object_body(headers, request.into_body(), app.max_body_bytes, "the tool's parameters by name").await {
+        Ok(params) => respond(app, principal, name, Json::Object(params), approval).await,
         Err(e) => e.into_response(),
     }
 }
@@ -279,16 +280,9 @@ pub async fn agent_prompt(
     headers: HeaderMap,
     request: Request,
 ) -> Response {
-    let arguments = match json_body(&headers, request.into_body(), app.max_body_bytes).await {
-        Ok(Json::Object(arguments)) => arguments,
-        Ok(Json::Null) => Map::new(),
-        Ok(other) => {
-            let message = format!(
-                "the body must be a JSON object of the agent's arguments, for example {{\"service\": \"payments\"}}; got {}",
-                kind(&other)
-            );
-            return ApiError::new(ErrorCode::BadRequest, message).into_response();
-        }
+    let what = "the agent's arguments by name, for example {\"service\": \"payments\"}";
+    let arguments = match object_body(&headers, request.into_body(), app.max_body_bytes, what).await {
+        Ok(arguments) => arguments,
         Err(e) => return e.into_response(),
     };
     let principal = principal(&caller);

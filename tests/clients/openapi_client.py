@@ -1,5 +1,6 @@
 """Generate a Python client from openapi/openapi.json with openapi-python-client, then call a
-running ctx through it: the built-in search tool and a Lua tool, checking the typed results.
+running ctx through it: the built-in search tool, a Lua tool and a built-in through the generic
+call, checking the typed results.
 
 Driven by tests/it/clients.rs, which starts the server and passes its URL.
 """
@@ -33,7 +34,7 @@ def main() -> None:
     from ctx_client import Client
     from ctx_client.api.tools import call_tool, list_tools, search
     from ctx_client.models import (ToolCallRequest, ErrorCode, ErrorEnvelope, SearchMode, SearchRequest,
-                                   SearchResponse, ToolCallResult, ToolsList)
+                                   SearchResponse, SourcesResponse, ToolCallResult, ToolsList)
 
     client = Client(base_url=args.base_url, raise_on_unexpected_status=True)
 
@@ -52,6 +53,12 @@ def main() -> None:
     assert isinstance(echoed, ToolCallResult), echoed
     assert echoed.result == {"greeting": "hello", "message": "hi hi"}, echoed.result
     print(f"echo: {echoed.result}")
+
+    # A built-in through the generic operation: its own body, one of the shapes the 200 lists.
+    sources = call_tool.sync(name="sources", client=client, body=ToolCallRequest.from_dict({}))
+    assert isinstance(sources, SourcesResponse), sources
+    assert sources.sources and sources.sources[0].name == "filesystem:docs", sources.sources
+    print(f"sources through call_tool: {[s.name for s in sources.sources]}")
 
     refused = call_tool.sync(name="echo", client=client, body=ToolCallRequest.from_dict({"repeat": "x"}))
     assert isinstance(refused, ErrorEnvelope), refused

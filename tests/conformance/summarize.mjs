@@ -13,6 +13,8 @@
 // DIR/server-<scenario>-<timestamp>/ (the check details), and for single-scenario runs a file of
 // "<scenario> <exit code>" lines. A scenario counts as failed when any check is FAILURE; WARNING
 // is reported but passes. Scenarios listed in the baseline are "not applicable" whatever happens.
+// A scenario whose checks are all SKIPPED or INFO proved nothing: it is "not applicable", and
+// failed when the --must-pass list names it.
 
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -158,6 +160,16 @@ function main() {
       details.push(`  - ${scenario}: skipped by the suite at this protocol version`);
       continue;
     }
+    if (skipped && !isFailed) {
+      if (mustPass?.has(scenario)) {
+        failed.push(scenario);
+        details.push(`  ✗ ${scenario}: only SKIPPED/INFO checks, but it must pass (${path.basename(args.mustPass)})`);
+      } else {
+        notApplicable += 1;
+        details.push(`  - ${scenario}: only SKIPPED/INFO checks, not applicable`);
+      }
+      continue;
+    }
     if (isFailed) {
       failed.push(scenario);
       for (const check of failures) {
@@ -169,7 +181,6 @@ function main() {
     } else {
       passed += 1;
       passedNames.add(scenario);
-      if (skipped) details.push(`  - ${scenario}: only SKIPPED/INFO checks`);
     }
     for (const check of warnings) {
       details.push(`  ! ${scenario} [${check.id}] warning: ${oneLine(check.errorMessage ?? check.description)}`);

@@ -26,7 +26,7 @@ fn openapi_spec_validator_accepts_the_checked_in_and_the_served_documents() {
 }
 
 #[test]
-fn a_generated_python_client_calls_search_and_a_lua_tool() {
+fn a_generated_python_client_calls_search_a_lua_tool_and_a_builtin_through_the_generic_call() {
     let Some(python) = test_python() else { return };
     let s = start(None, &[]);
     let dir = tempfile::tempdir().unwrap();
@@ -41,4 +41,5 @@ fn a_generated_python_client_calls_search_and_a_lua_tool() {
     );
     assert!(out.contains("generated client: ok"), "{out}");
     assert!(out.contains("top 'Deploy runbook'"), "{out}");
+    assert!(out.contains("sources through call_tool: ['filesystem:docs']"), "{out}");
 }

@@ -593,7 +593,10 @@ fn restarts_through_ctx_serve_leave_no_process_behind() {
     for round in 0..3 {
         served.ready("fault");
         let (status, body) = served.post("/tools/fault__crash", json!({}));
-        assert_ne!(status, 200, "round {round}: {body}");
+        // The crash is the upstream's going away mid-call: 503, naming the server.
+        assert_eq!((status, &body["error"]["code"]), (503, &json!("unavailable")), "round {round}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("upstream MCP server 'fault' disconnected during the request"), "{body}");
         served.wait("fault", Duration::from_secs(60), |u| u["restarts"].as_u64() == Some(round + 1));
     }
     served.ready("fault");

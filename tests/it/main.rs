@@ -29,6 +29,8 @@ mod mcp;
 mod mcp_calls_once;
 mod proof;
 mod real_upstreams;
+mod repo_scripts;
+mod rest_contract;
 mod sandbox;
 mod schemas;
 mod scoped_tokens_and_rates;

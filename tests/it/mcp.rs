@@ -668,3 +668,55 @@ fn the_conformance_pass_counts_are_pinned() {
         assert!(page.contains(&figure), "docs/mcp.md should quote {figure}` (the must-pass list of that run)");
     }
 }
+
+/// Runs `tests/conformance/summarize.mjs` on a crafted run: one scenario per `(name, statuses of
+/// its checks)`, under the label `t`, with `must_pass` as that label's list. Exit code and output.
+fn summarize(scenarios: &[(&str, &[&str])], must_pass: &[&str]) -> Option<(i32, String)> {
+    let node = crate::common::test_command("CTX_TEST_NODE")?;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, statuses) in scenarios {
+        let run = dir.path().join(format!("results/server-{name}-2026-01-01T00-00-00-000Z"));
+        std::fs::create_dir_all(&run).unwrap();
+        let checks: Vec<Value> =
+            statuses.iter().enumerate().map(|(i, s)| json!({"id": format!("check-{i}"), "status": s})).collect();
+        std::fs::write(run.join("checks.json"), serde_json::to_vec(&checks).unwrap()).unwrap();
+    }
+    std::fs::write(dir.path().join("must-pass.txt"), format!("[t]\n{}\n", must_pass.join("\n"))).unwrap();
+    let output = Command::new(&node[0])
+        .args(&node[1..])
+        .arg(repo().join("tests/conformance/summarize.mjs"))
+        .args(["--label", "t", "--results"])
+        .arg(dir.path().join("results"))
+        .arg("--log")
+        .arg(dir.path().join("suite.log"))
+        .arg("--must-pass")
+        .arg(dir.path().join("must-pass.txt"))
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    Some((output.status.code().unwrap_or(-1), text))
+}
+
+/// A scenario whose checks were all skipped or informational proved nothing: named in the
+/// must-pass list, it fails the run; not named, it is not applicable rather than passed.
+#[test]
+fn a_must_pass_scenario_with_only_skipped_checks_fails_the_summary() {
+    let Some((code, out)) =
+        summarize(&[("ping", &["SUCCESS"]), ("tools-list", &["SKIPPED", "INFO"])], &["ping", "tools-list"])
+    else {
+        return;
+    };
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("t: 1 passed, 1 failed, 0 not applicable\n"), "{out}");
+    assert!(out.contains("✗ tools-list: only SKIPPED/INFO checks, but it must pass (must-pass.txt)"), "{out}");
+    assert!(out.contains("✗ tools-list must pass (must-pass.txt) but failed"), "{out}");
+
+    // The same run with a check of tools-list that succeeded passes: the skipping made the failure.
+    let (code, out) =
+        summarize(&[("ping", &["SUCCESS"]), ("tools-list", &["SKIPPED", "SUCCESS"])], &["ping", "tools-list"]).unwrap();
+    assert_eq!((code, out.lines().next()), (0, Some("t: 2 passed, 0 failed, 0 not applicable")), "{out}");
+
+    // Not on the list: not applicable, and the run passes.
+    let (code, out) = summarize(&[("ping", &["SUCCESS"]), ("tools-list", &["SKIPPED"])], &["ping"]).unwrap();
+    assert_eq!((code, out.lines().next()), (0, Some("t: 1 passed, 0 failed, 1 not applicable")), "{out}");
+}

@@ -1,20 +1,19 @@
-//! The real upstream MCP servers that `scripts/test-env` installs from the registries answer
-//! rmcp's client (the one the gateway uses): `@modelcontextprotocol/server-everything` (npm) over
-//! stdio and over Streamable HTTP, and `mcp-server-time` (PyPI) over stdio.
+//! The real upstream MCP servers that `scripts/test-env` installs from the registries, as
+//! `[mcp.servers.<name>]` of a real `ctx serve`, called through ctx over REST and MCP:
+//! `@modelcontextprotocol/server-everything` (npm) over stdio and over Streamable HTTP, and
+//! `mcp-server-time` (PyPI) over stdio.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::ServiceExt;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
 
-use crate::common::test_command;
-use crate::fault_upstream::{call, connect, text, Recorder, WAIT};
+use crate::common::{test_command, Workspace};
+use crate::fault_upstream::WAIT;
+use crate::gateway::{serve, McpStdio, Served};
 
 /// The everything server's tools that are there whatever the client declares; it adds more
 /// (roots, sampling, elicitation, tasks) after `initialized`, by what the client supports.
@@ -51,68 +50,88 @@ fn names<'a>(items: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
     names
 }
 
-#[tokio::test]
-async fn everything_over_stdio() {
-    let Some(everything) = test_command("CTX_TEST_EVERYTHING") else { return };
-    let s = connect(command(&everything, &["stdio"])).await;
-    let info = s.client.peer_info().expect("initialize result");
-    assert_eq!(info.server_info.as_ref().map(|i| i.name.as_str()), Some("mcp-servers/everything"));
-    let caps = &info.capabilities;
-    assert_eq!(caps.tools.as_ref().and_then(|t| t.list_changed), Some(true), "{caps:?}");
-    assert!(caps.resources.is_some() && caps.prompts.is_some(), "{caps:?}");
-
-    let tools = s.client.list_all_tools().await.unwrap();
-    let tool_names = names(tools.iter().map(|t| t.name.as_ref()));
-    for want in EVERYTHING_TOOLS {
-        assert!(tool_names.contains(&want), "{want} missing from {tool_names:?}");
-    }
-    let echoed = s.client.call_tool(call("echo", json!({"message": "hello 17"}))).await.unwrap();
-    assert_eq!(text(&echoed), "Echo: hello 17");
-    let sum = s.client.call_tool(call("get-sum", json!({"a": 2, "b": 3}))).await.unwrap();
-    assert!(text(&sum).contains('5'), "{sum:?}");
-
-    let resources = s.client.list_resources(None).await.unwrap().resources;
-    let templates = s.client.list_resource_templates(None).await.unwrap().resource_templates;
-    let prompts = s.client.list_prompts(None).await.unwrap().prompts;
-    assert!(!resources.is_empty() && !templates.is_empty() && !prompts.is_empty());
-    assert!(resources.iter().any(|r| r.uri == "demo://resource/static/document/features.md"), "{resources:?}");
-    let templates = names(templates.iter().map(|t| t.uri_template.as_str()));
-    assert!(templates.contains(&"demo://resource/dynamic/text/{resourceId}"), "{templates:?}");
-    let prompts = names(prompts.iter().map(|p| p.name.as_str()));
-    assert!(prompts.contains(&"simple-prompt") && prompts.contains(&"args-prompt"), "{prompts:?}");
-
-    // It registers more tools once `initialized` arrives (which depend on the client's
-    // capabilities), and says so: a gateway that lists only once right after the handshake can
-    // miss them.
-    tokio::time::timeout(WAIT, s.recorder.list_changed.notified()).await.expect("tools/list_changed after initialized");
-    let relisted = s.client.list_all_tools().await.unwrap();
-    assert!(relisted.iter().any(|t| t.name == "simulate-research-query"), "{relisted:?}");
-    // Its log goes to stderr, never into the protocol stream.
-    assert!(s.stderr.lock().unwrap().contains("Starting default (STDIO) server"));
-    s.client.cancel().await.unwrap();
+/// `[mcp.servers.<name>]` running `words` (a command line from `scripts/test-env`) and `args`.
+fn stdio_section(name: &str, words: &[String], args: &[&str]) -> String {
+    let args: Vec<String> =
+        words[1..].iter().map(String::as_str).chain(args.iter().copied()).map(|a| format!("{a:?}")).collect();
+    format!("[mcp.servers.{name}]\ncommand = {:?}\nargs = [{}]\n", words[0], args.join(", "))
 }
 
-#[tokio::test]
-async fn time_server_over_stdio() {
-    let Some(time) = test_command("CTX_TEST_TIME_SERVER") else { return };
-    let s = connect(command(&time, &["--local-timezone", "UTC"])).await;
-    let info = s.client.peer_info().expect("initialize result");
-    assert_eq!(info.server_info.as_ref().map(|i| i.name.as_str()), Some("mcp-time"), "{info:?}");
-    let tools = s.client.list_all_tools().await.unwrap();
-    assert_eq!(names(tools.iter().map(|t| t.name.as_ref())), ["convert_time", "get_current_time"]);
+/// The names `GET /tools/list` shows.
+fn listed(served: &Served) -> Vec<String> {
+    let (status, list) = served.get("/tools/list");
+    assert_eq!(status, 200, "{list}");
+    list["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
 
-    let now = s.client.call_tool(call("get_current_time", json!({"timezone": "Europe/Paris"}))).await.unwrap();
-    assert_ne!(now.is_error, Some(true), "{now:?}");
-    let body: Value = serde_json::from_str(&text(&now)).unwrap_or_else(|e| panic!("{e}: {now:?}"));
-    assert_eq!(body["timezone"], json!("Europe/Paris"), "{body}");
-    assert!(body["datetime"].as_str().is_some_and(|d| d.len() >= 19), "{body}");
-
-    let bad = s.client.call_tool(call("get_current_time", json!({"timezone": "Nowhere/17"}))).await;
-    match bad {
-        Ok(result) => assert_eq!(result.is_error, Some(true), "{result:?}"),
-        Err(e) => assert!(e.to_string().contains("Nowhere/17"), "{e}"),
+/// ctx serves the everything server's tools under its prefix, over REST (validated against the
+/// upstream's own input schemas, structured content passed through) and over MCP, including the
+/// tool it registers only after `initialized` (so ctx relisted when told the list changed).
+#[test]
+fn everything_over_stdio_through_ctx() {
+    let Some(everything) = test_command("CTX_TEST_EVERYTHING") else { return };
+    let ws = Workspace::new(&stdio_section("everything", &everything, &["stdio"]));
+    let served = serve(ws, &[]);
+    let row = served.ready("everything");
+    assert_eq!((&row["transport"], &row["restarts"]), (&json!("stdio"), &json!(0)), "{row}");
+    let tools = listed(&served);
+    for want in EVERYTHING_TOOLS.iter().chain(["simulate-research-query"].iter()) {
+        assert!(tools.contains(&format!("everything__{want}")), "everything__{want} missing from {tools:?}");
     }
-    s.client.cancel().await.unwrap();
+
+    let (status, body) = served.post("/tools/everything__echo", json!({"message": "hello through ctx"}));
+    assert_eq!((status, body), (200, json!({"result": "Echo: hello through ctx"})));
+    let (status, body) = served.post("/tools/everything__get-sum", json!({"a": 2, "b": 3}));
+    assert_eq!((status, body), (200, json!({"result": "The sum of 2 and 3 is 5."})));
+    // Its structured content is the result.
+    let (status, body) = served.post("/tools/everything__get-structured-content", json!({"location": "New York"}));
+    assert_eq!(status, 200, "{body}");
+    assert!(body["result"]["temperature"].is_number() && body["result"]["conditions"].is_string(), "{body}");
+    // ctx checks the arguments against the upstream's schema before the call goes out.
+    let (status, body) = served.post("/tools/everything__get-sum", json!({"a": "two"}));
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("bad_request")), "{body}");
+    let paths: Vec<&str> =
+        body["error"]["details"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+    assert_eq!(names(paths), ["/a", "/b"], "{body}");
+
+    // The same server through ctx's MCP side (`ctx serve mcp --stdio`, its own connection).
+    let mut mcp = McpStdio::start(&served.ws);
+    let tool = mcp.wait_tool("everything__echo");
+    assert_eq!(tool["inputSchema"]["required"], json!(["message"]), "{tool}");
+    let (reply, _) =
+        mcp.request("tools/call", json!({"name": "everything__echo", "arguments": {"message": "over mcp"}}));
+    assert_eq!(reply["result"]["isError"], false, "{reply}");
+    assert_eq!(reply["result"]["content"][0]["text"], "Echo: over mcp", "{reply}");
+}
+
+/// mcp-server-time (PyPI) behind ctx: its two tools, a real answer, and its own failure passed
+/// back as the tool's error (the call worked, the work did not).
+#[test]
+fn time_server_through_ctx() {
+    let Some(time) = test_command("CTX_TEST_TIME_SERVER") else { return };
+    let served = serve(Workspace::new(&stdio_section("time", &time, &["--local-timezone", "UTC"])), &[]);
+    served.ready("time");
+    let names = listed(&served);
+    let mine: Vec<&String> = names.iter().filter(|n| n.starts_with("time__")).collect();
+    assert_eq!(mine, ["time__convert_time", "time__get_current_time"]);
+
+    let (status, body) = served.post("/tools/time__get_current_time", json!({"timezone": "Europe/Paris"}));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["timezone"], "Europe/Paris", "{body}");
+    assert!(body["result"]["datetime"].as_str().is_some_and(|d| d.len() >= 19), "{body}");
+
+    let (status, body) = served.post(
+        "/tools/time__convert_time",
+        json!({"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["time_difference"], "+9.0h", "{body}");
+    assert!(body["result"]["target"]["datetime"].as_str().is_some_and(|d| d.contains("T21:00:00+09:00")), "{body}");
+
+    let (status, body) = served.post("/tools/time__get_current_time", json!({"timezone": "Nowhere/17"}));
+    assert_eq!(status, 200, "{body}");
+    let error = body["result"]["error"].as_str().unwrap_or_else(|| panic!("no error in {body}"));
+    assert!(error.contains("Invalid timezone") && error.contains("Nowhere/17"), "{body}");
 }
 
 /// A port that was free a moment ago. The everything server takes its port from `$PORT` and
@@ -163,27 +182,22 @@ async fn start_everything_http(everything: &[String]) -> (Child, u16, Arc<Mutex<
     panic!("three free ports in a row were taken before the everything server bound them");
 }
 
-#[tokio::test]
-async fn everything_over_streamable_http() {
+/// The everything server over Streamable HTTP as a `url` upstream of ctx.
+#[test]
+fn everything_over_streamable_http_through_ctx() {
     let Some(everything) = test_command("CTX_TEST_EVERYTHING") else { return };
-    let (_server, port, log) = start_everything_http(&everything).await;
-    // ctx's reqwest has no TLS provider of its own (plain http here, but building a client needs one).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://127.0.0.1:{port}/mcp"));
-    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-    let client = match tokio::time::timeout(WAIT, Recorder::default().serve(transport)).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(e)) => panic!("initialize over HTTP: {e}; server log:\n{}", log.lock().unwrap()),
-        Err(_) => panic!("no answer to initialize over HTTP; server log:\n{}", log.lock().unwrap()),
-    };
-    let info = client.peer_info().expect("initialize result");
-    assert_eq!(info.server_info.as_ref().map(|i| i.name.as_str()), Some("mcp-servers/everything"));
-    let tools = client.list_all_tools().await.unwrap();
-    let tool_names = names(tools.iter().map(|t| t.name.as_ref()));
+    // The everything server's stderr is drained by a task of this runtime, kept for the test.
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let (_server, port, log) = runtime.block_on(start_everything_http(&everything));
+    let config = format!("[mcp.servers.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\n");
+    let served = serve(Workspace::new(&config), &[]);
+    let row = served.ready("everything");
+    assert_eq!(row["transport"], "http", "{row}");
+    let names = listed(&served);
     for want in EVERYTHING_TOOLS {
-        assert!(tool_names.contains(&want), "{want} missing from {tool_names:?}");
+        assert!(names.contains(&format!("everything__{want}")), "everything__{want} missing from {names:?}");
     }
-    let echoed = client.call_tool(call("echo", json!({"message": "over http"}))).await.unwrap();
-    assert_eq!(text(&echoed), "Echo: over http");
-    let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
+    let (status, body) = served.post("/tools/everything__echo", json!({"message": "over http"}));
+    let said = log.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert_eq!((status, body), (200, json!({"result": "Echo: over http"})), "the server's log:\n{said}");
 }

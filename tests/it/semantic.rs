@@ -513,7 +513,11 @@ end
     std::fs::write(ws.path().join("ctx.toml"), config).unwrap();
     let huge = ws.ctx(&["tool", "call", "worst", "--param", "how=huge", "--json"]);
     assert_eq!(huge.code(), 1, "{}", huge.stderr());
-    assert!(huge.stdout().contains("4096") || huge.stdout().contains("at most"), "{}", huge.stdout());
+    // Refused by the parameter check, before the model sees any of it.
+    let refused: serde_json::Value = serde_json::from_str(&huge.stdout()).expect("--json prints JSON");
+    assert_eq!(refused["error"]["code"], "tool_error", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("context.search: /query: expected string of 1 to 4096 characters"), "{refused}");
     let started = std::time::Instant::now();
     let looped = ws.ctx(&["tool", "call", "worst", "--param", "how=loop", "--json"]);
     assert_eq!(looped.code(), 1, "{}", looped.stderr());

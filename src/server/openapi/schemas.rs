@@ -151,8 +151,9 @@ fn component(name: &str) -> RefOr<Schema> {
     RefOr::Ref(utoipa::openapi::Ref::from_schema_name(name))
 }
 
-/// The `name` path parameter of the generic tool call: a tool name, but not one of the names that
-/// have their own operations (the built-ins and `list`), which OpenAPI matches first anyway.
+/// The `name` path parameter of the generic tool call: a tool name, but not `list` (whose route
+/// takes GET only). A built-in's name is allowed: `POST /tools/sources` is both the built-in's own
+/// operation and this one, and [`ToolAnswer`] says what it answers.
 pub struct ToolName;
 
 // Only ever inlined: the name is never referenced.
@@ -160,13 +161,33 @@ impl utoipa::ToSchema for ToolName {}
 
 impl utoipa::PartialSchema for ToolName {
     fn schema() -> RefOr<Schema> {
-        let builtins = crate::tools::BUILTINS.join("|");
         let schema = json!({
             "type": "string",
-            "pattern": format!("^(?!(?:{builtins}|list)$)[A-Za-z0-9_.-]{{1,128}}$"),
-            "description": "A Lua tool's name, as listed by GET /tools/list. The built-in tools have their own operations.",
+            "pattern": "^(?!list$)[A-Za-z0-9_.-]{1,128}$",
+            "description": "A tool's name, as listed by GET /tools/list.",
         });
         serde_json::from_value(schema).unwrap_or_default()
+    }
+}
+
+/// What `POST /tools/{name}` answers with 200: `{"result": ...}` (`ToolResult`) for a Lua tool,
+/// an upstream server's tool or a code-mode tool; the body of its own operation for a built-in
+/// (search, get, sources), whose routes these are. The shapes are disjoint (each requires its
+/// own fields and allows no others), so exactly one matches: `oneOf`.
+pub struct ToolAnswer;
+
+// Only ever inlined: the name is never referenced.
+impl utoipa::ToSchema for ToolAnswer {}
+
+impl utoipa::PartialSchema for ToolAnswer {
+    fn schema() -> RefOr<Schema> {
+        let mut answer = utoipa::openapi::schema::OneOfBuilder::new().description(Some(
+            "{\"result\": ...} for a Lua, upstream or code-mode tool; a built-in's own body for search, get and sources.",
+        ));
+        for name in ["ToolResult", "SearchResponse", "Document", "SourcesResponse"] {
+            answer = answer.item(component(name));
+        }
+        RefOr::T(Schema::OneOf(answer.build()))
     }
 }
 
