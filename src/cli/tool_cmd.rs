@@ -343,9 +343,8 @@ fn not_connected(upstreams: &crate::upstream::Upstreams) -> Vec<LoadProblem> {
     down.map(|s| LoadProblem {
         kind: LoadProblemKind::Upstream,
         message: format!(
-            "not connected ({}, attempt {}): {}; `ctx mcp test {}` shows why",
-            s.state.as_str(),
-            s.attempt,
+            "not connected ({}): {}; `ctx mcp test {}` shows why",
+            s.state.with_attempts(s.attempt),
             s.last_error.as_deref().unwrap_or("no answer in time"),
             s.name
         ),

@@ -684,11 +684,10 @@ fn starting_servers(registry: &crate::tools::Registry, catalog: &Catalog) -> Sta
         .map(|s| {
             let last = s.last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default();
             let message = format!(
-                "upstream MCP server '{}' is configured but not ready ({}, attempt {}{last}): its tools appear once \
-                 it connects; retry in a moment (/health shows its state)",
+                "upstream MCP server '{}' is configured but not ready ({}{last}): its tools appear once it connects; \
+                 retry in a moment (/health shows its state)",
                 s.name,
-                s.state.as_str(),
-                s.attempt
+                s.state.with_attempts(s.attempt),
             );
             (s.name, crate::lua::api::log::one_line(&message).into_owned())
         })
