@@ -77,9 +77,8 @@ pub fn run(args: LogArgs, globals: &Globals) -> Result<(), CliError> {
         return Ok(());
     }
     // Oldest first, as a log reads.
-    for record in newest.iter().rev() {
-        print(record, args.json);
-    }
+    let mut columns = Columns::new();
+    print(&newest.iter().rev().collect::<Vec<_>>(), args.json, &mut columns);
     if newest.is_empty() && !args.follow && !args.json {
         eprintln!("no logged call matches");
     }
@@ -96,9 +95,7 @@ pub fn run(args: LogArgs, globals: &Globals) -> Result<(), CliError> {
             filter.after = Some(last);
             filter.before = Some(newest + 1);
             let fresh = store.query(&filter).map_err(failed)?;
-            for record in &fresh {
-                print(record, args.json);
-            }
+            print(&fresh.iter().collect::<Vec<_>>(), args.json, &mut columns);
             // A short page is the end; entries that did not match move the cursor too.
             last = match fresh.last() {
                 Some(record) if fresh.len() == filter.limit => record.seq,
@@ -108,23 +105,84 @@ pub fn run(args: LogArgs, globals: &Globals) -> Result<(), CliError> {
     }
 }
 
-fn print(record: &CallRecord, json: bool) {
+/// One call as the text output shows it, its fields cut and escaped.
+struct Row {
+    at: String,
+    outcome: String,
+    ms: f64,
+    tool: String,
+    who: String,
+    params: String,
+    parent: String,
+    message: Option<String>,
+}
+
+impl Row {
+    fn of(record: &CallRecord) -> Row {
+        let who = match &record.caller {
+            Some(caller) => format!("{}/{caller}", record.via),
+            None => record.via.clone(),
+        };
+        let params = record.params.as_ref().map(|p| p.to_string()).unwrap_or_default();
+        Row {
+            at: record.at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+            outcome: cut(&record.outcome, 40),
+            ms: record.ms,
+            tool: cut(&record.tool, 60),
+            who: cut(&who, 60),
+            params: cut(&params, 100),
+            parent: record.parent.map(|p| format!("  (inside call {p})")).unwrap_or_default(),
+            message: record.message.as_deref().map(|m| cut(m, 300)),
+        }
+    }
+}
+
+/// The widths of the text output's padded columns: the widest value shown so far, and at least
+/// what the usual values take (the longest outcome a call commonly has is `approval_required`),
+/// so the rows `-f` prints later line up with the first page too.
+struct Columns {
+    outcome: usize,
+    tool: usize,
+    who: usize,
+}
+
+impl Columns {
+    fn new() -> Columns {
+        Columns { outcome: "approval_required".len(), tool: 20, who: 10 }
+    }
+
+    fn fit(&mut self, rows: &[Row]) {
+        for row in rows {
+            self.outcome = self.outcome.max(row.outcome.chars().count());
+            self.tool = self.tool.max(row.tool.chars().count());
+            self.who = self.who.max(row.who.chars().count());
+        }
+    }
+
+    fn print(&self, row: &Row) {
+        let Columns { outcome, tool, who } = self;
+        println!(
+            "{}  {:<outcome$} {:>9.1} ms  {:<tool$} {:<who$} {}{}",
+            row.at, row.outcome, row.ms, row.tool, row.who, row.params, row.parent
+        );
+        if let Some(message) = &row.message {
+            println!("    {message}");
+        }
+    }
+}
+
+/// Prints `records` in order: JSON lines, or rows in columns fitted to them.
+fn print(records: &[&CallRecord], json: bool, columns: &mut Columns) {
     if json {
-        println!("{}", serde_json::to_string(record).unwrap_or_default());
+        for record in records {
+            println!("{}", serde_json::to_string(record).unwrap_or_default());
+        }
         return;
     }
-    let at = record.at.format("%Y-%m-%d %H:%M:%S%.3f");
-    let who = match &record.caller {
-        Some(caller) => format!("{}/{caller}", record.via),
-        None => record.via.clone(),
-    };
-    let params = record.params.as_ref().map(|p| p.to_string()).unwrap_or_default();
-    let params = cut(&params, 100);
-    let parent = record.parent.map(|p| format!("  (inside call {p})")).unwrap_or_default();
-    let (tool, who) = (cut(&record.tool, 60), cut(&who, 60));
-    println!("{at}  {:<12} {:>9.1} ms  {tool:<20} {who:<10} {params}{parent}", record.outcome, record.ms);
-    if let Some(message) = &record.message {
-        println!("    {}", cut(message, 300));
+    let rows: Vec<Row> = records.iter().map(|r| Row::of(r)).collect();
+    columns.fit(&rows);
+    for row in &rows {
+        columns.print(row);
     }
 }
 

@@ -229,10 +229,12 @@ pub(super) fn print_outcome(outcome: Result<Output, CallError>, builtin: bool, j
 }
 
 /// The exit of a failed call: the envelope on stdout under `--json`, the message on stderr
-/// otherwise. The caller's own mistakes (unknown tool, bad parameters) exit 2, the rest 1.
+/// otherwise. The caller's own mistakes (unknown tool, bad parameters, a code-mode script that
+/// does not compile: REST's 400s) exit 2, the rest 1.
 pub(super) fn call_failed(err: CallError, json: bool) -> Result<(), CliError> {
     let usage = matches!(err.code(), ErrorCode::NotFound | ErrorCode::BadRequest)
-        && matches!(err, CallError::UnknownTool(_) | CallError::InvalidParams { .. });
+        && (matches!(err, CallError::UnknownTool(_) | CallError::InvalidParams { .. })
+            || matches!(&err, CallError::ScriptFailed { reason, .. } if reason == "syntax_error"));
     if json {
         println!("{}", err.envelope());
         let why = err.to_string();
@@ -341,9 +343,8 @@ fn not_connected(upstreams: &crate::upstream::Upstreams) -> Vec<LoadProblem> {
     down.map(|s| LoadProblem {
         kind: LoadProblemKind::Upstream,
         message: format!(
-            "not connected ({}, attempt {}): {}; `ctx mcp test {}` shows why",
-            s.state.as_str(),
-            s.attempt,
+            "not connected ({}): {}; `ctx mcp test {}` shows why",
+            s.state.with_attempts(s.attempt),
             s.last_error.as_deref().unwrap_or("no answer in time"),
             s.name
         ),

@@ -125,6 +125,36 @@ pub fn lua_string(text: &str) -> String {
     out
 }
 
+/// The candidate closest to `word` by edit distance, when it is close enough to be a misspelling
+/// (one edit for a name of up to four characters, two for a longer one), for "did you mean".
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let allowed = if word.chars().count() <= 4 { 1 } else { 2 };
+    candidates
+        .into_iter()
+        .filter(|c| *c != word)
+        .map(|c| (edits(word, c), c))
+        .filter(|(d, _)| *d <= allowed)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance, by characters, ignoring ASCII case (`Time` is a misspelt `time`).
+fn edits(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().map(|c| c.to_ascii_lowercase()).collect();
+    let b: Vec<char> = b.chars().map(|c| c.to_ascii_lowercase()).collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != cb)).min(above + 1).min(row[j] + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// `.name` when `name` reads as a plain field (an identifier that is not a global's name, so
 /// the path cannot be mistaken for one), else `["name"]`.
 fn index(name: &str) -> String {
@@ -507,5 +537,17 @@ mod tests {
         assert_eq!(colliding.call_path("srv__we\"ird]").unwrap(), r#"mcp.srv["we\"ird]"]"#);
         let single = layout(&[(Some("srv"), "we\"ird]")]);
         assert_eq!(single.call_path("srv__we\"ird]").unwrap(), "srv.we_ird_");
+    }
+
+    #[test]
+    fn nearest_name_is_a_misspelling_within_one_or_two_edits() {
+        let servers = ["ctx", "time", "memory", "github"];
+        assert_eq!(nearest("tme", servers), Some("time"));
+        assert_eq!(nearest("Time", servers), Some("time"));
+        assert_eq!(nearest("memroy", servers), Some("memory"));
+        assert_eq!(nearest("githb", servers), Some("github"));
+        // Two edits on a short name are another word, not a typo.
+        assert_eq!(nearest("tx", ["time"]), None);
+        assert_eq!(nearest("weather", servers), None);
     }
 }

@@ -1,7 +1,7 @@
 -- Code mode's script-facing objects: tool functions, pending calls, await_all and result().
 -- Written in Lua so that a failed call is raised as the error table it is (a Rust function
 -- can only raise a string), where pcall can catch it with its fields.
-local start, wait, resolve, groups = ...
+local start, wait, resolve, groups, here = ...
 local setmetatable, rawset, error, select, type, tostring = setmetatable, rawset, error, select, type, tostring
 
 -- A pending call's slot and name, out of the script's reach.
@@ -33,9 +33,20 @@ end
 
 -- Its __name lets ctx tell a pending call sent as a value from an empty table.
 local Pending = { __metatable = false, __name = "pending call" }
+-- `p.await()` (a dot) calls await with no pending call at all: say so, at the line read while
+-- the script still runs its own code (in `return p.await()`, a tail call, the call itself
+-- leaves no script line behind).
 Pending.__index = function(p, key)
   if key == "await" then
-    return await
+    local line = here()
+    return function(self)
+      if ids[self] == nil then
+        local at = line and ("script:" .. line .. ": ") or ""
+        error(at .. ".await() on a pending call of " .. paths[p] .. " passes it no call to await: write :await(), "
+          .. "with a colon, as in local r = " .. paths[p] .. "({...}):await()", 0)
+      end
+      return await(self)
+    end
   end
   error("this is a pending call of " .. paths[p] .. ", not its result: add :await(), as in local r = "
     .. paths[p] .. "({...}):await()", 2)

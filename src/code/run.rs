@@ -231,7 +231,10 @@ impl Runner {
         reuse::put(self.key, vm);
         match result {
             Ok(value) => self.output(value, &calls, dropped_lines),
-            Err(e) => Err(self.failure(e, &calls, timeout)),
+            Err(e) => {
+                let servers: Vec<String> = server_globals(&catalog, &starting).into_iter().map(|(g, _)| g).collect();
+                Err(self.failure(e, &calls, timeout, &servers))
+            }
         }
     }
 
@@ -320,6 +323,8 @@ impl Runner {
                 (None, None) => (None, Some(no_group(&catalog, &key))),
             })
         })?;
+        // The script's line, for an error the prelude raises later than the mistake (see Pending).
+        let here = lua.create_function(|lua, ()| Ok(crate::lua::api::line_in(lua, "=script")))?;
         let prelude = crate::lua::precompiled::function(
             lua,
             "code-mode-prelude",
@@ -333,23 +338,9 @@ impl Runner {
             mlua::Function,
             mlua::Function,
             mlua::Function,
-        ) = prelude.call((start, wait, resolve, groups))?;
-        for group in &shared.layout().groups {
-            if let Some(global) = &group.global {
-                env.raw_set(global.as_str(), group_table.call::<Table>(group.name.as_str())?)?;
-            }
-        }
-        // A configured server that is not connected yet has no tools to list, but its global
-        // says so instead of being nil (an agent's first script often runs while it starts).
-        for server in starting.keys() {
-            let global = super::names::lua_identifier(server);
-            if !super::names::shadows_global(&global) && env.raw_get::<Value>(global.as_str())?.is_nil() {
-                env.raw_set(global.as_str(), group_table.call::<Table>(server.as_str())?)?;
-            }
-        }
-        if shared.layout().group(OWN).is_none() {
-            // A scripted tool that may call none of ctx's own tools still finds `ctx` there.
-            env.raw_set(OWN, group_table.call::<Table>(OWN)?)?;
+        ) = prelude.call((start, wait, resolve, groups, here))?;
+        for (global, group) in server_globals(shared, starting) {
+            env.raw_set(global, group_table.call::<Table>(group)?)?;
         }
         env.raw_set("mcp", mcp)?;
         env.raw_set("await_all", await_all)?;
@@ -488,7 +479,7 @@ impl Runner {
     }
 
     /// A failed run as a tool error: what stopped it, where, and the calls made so far.
-    fn failure(&self, err: ScriptError, calls: &Calls, timeout: Option<Duration>) -> CallError {
+    fn failure(&self, err: ScriptError, calls: &Calls, timeout: Option<Duration>, servers: &[String]) -> CallError {
         let summary = calls.summary();
         let (code, message, mut data) = match (calls.tripped(), err) {
             (_, ScriptError::Cancelled { .. }) if calls.tripped().is_none() => {
@@ -539,7 +530,8 @@ impl Runner {
                 ("script_error", message, json!({"line": null}))
             }
             (None, e @ (ScriptError::Runtime { .. } | ScriptError::Load { .. })) => {
-                let message = shadowing_hint(&e.to_string()).unwrap_or_else(|| e.to_string());
+                let text = e.to_string();
+                let message = shadowing_hint(&text).or_else(|| unknown_global_hint(&text, servers)).unwrap_or(text);
                 let line = line_of(&message);
                 let code = if matches!(e, ScriptError::Load { .. }) { "syntax_error" } else { "script_error" };
                 (code, message, json!({"line": line}))
@@ -629,6 +621,57 @@ fn resolve(catalog: &Catalog, group: &str, key: &str) -> (Option<String>, Option
 /// Configured upstream servers a script cannot call yet, by name: why, and what to do.
 type Starting = HashMap<String, String>;
 
+/// The server globals of a run, `(global, group)`: each group installed as a global, then each
+/// configured server that is not connected yet (its global says so instead of being nil: an
+/// agent's first script often runs while it starts), and `ctx` even in a scripted tool that
+/// may call none of ctx's own tools.
+fn server_globals<'a>(catalog: &'a Catalog, starting: &'a Starting) -> Vec<(String, &'a str)> {
+    let layout = catalog.layout();
+    let mut globals: Vec<(String, &str)> =
+        layout.groups.iter().filter_map(|g| Some((g.global.clone()?, g.name.as_str()))).collect();
+    let mut waiting: Vec<&String> = starting.keys().collect();
+    waiting.sort();
+    for server in waiting {
+        let global = super::names::lua_identifier(server);
+        if !super::names::shadows_global(&global) && !globals.iter().any(|(g, _)| *g == global) {
+            globals.push((global, server.as_str()));
+        }
+    }
+    if layout.group(OWN).is_none() {
+        globals.push((OWN.to_string(), OWN));
+    }
+    globals
+}
+
+/// A misspelt server global: Lua says only "attempt to index a nil value (global 'tme')", so
+/// name the servers there are and the nearest one. A misspelt function gets the nearest
+/// function of code mode or of Lua, when there is one. The line stays first.
+fn unknown_global_hint(message: &str, servers: &[String]) -> Option<String> {
+    let name_after = |marker: &str| {
+        let rest = &message[message.find(marker)? + marker.len()..];
+        Some(rest[..rest.find('\'')?].to_string())
+    };
+    let at = line_of(message).map(|l| format!("script:{l}: ")).unwrap_or_default();
+    if let Some(name) = name_after("attempt to index a nil value (global '") {
+        let mut names: Vec<&str> = servers.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        let libraries = ["string", "table", "math", "utf8", "coroutine", "os"];
+        let guess = super::names::nearest(&name, names.iter().copied().chain(libraries).chain(crate::lua::api::NAMES))
+            .map(|n| format!("did you mean '{n}'? "))
+            .unwrap_or_default();
+        return Some(format!(
+            "{at}global '{name}' is nil: no server '{name}' in this script's scope; {guess}servers: {} \
+             (list_servers() lists them with their tools)",
+            names.join(", ")
+        ));
+    }
+    let name = name_after("attempt to call a nil value (global '")?;
+    let functions = ["result", "await_all", "list_servers", "list_tools", "describe_tool", "search_tools"];
+    let lua = ["print", "pairs", "ipairs", "tostring", "tonumber", "type", "pcall", "error", "assert", "select"];
+    let guess = super::names::nearest(&name, functions.into_iter().chain(lua))?;
+    Some(format!("{at}global '{name}' is nil: there is no function '{name}'; did you mean '{guess}'?"))
+}
+
 /// The upstream servers that are configured but have no tools in `catalog` because they are
 /// not ready (connecting, restarting, crash-looping), each with the message a script that
 /// reaches for it gets.
@@ -641,11 +684,10 @@ fn starting_servers(registry: &crate::tools::Registry, catalog: &Catalog) -> Sta
         .map(|s| {
             let last = s.last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default();
             let message = format!(
-                "upstream MCP server '{}' is configured but not ready ({}, attempt {}{last}): its tools appear once \
-                 it connects; retry in a moment (/health shows its state)",
+                "upstream MCP server '{}' is configured but not ready ({}{last}): its tools appear once it connects; \
+                 retry in a moment (/health shows its state)",
                 s.name,
-                s.state.as_str(),
-                s.attempt
+                s.state.with_attempts(s.attempt),
             );
             (s.name, crate::lua::api::log::one_line(&message).into_owned())
         })

@@ -1,5 +1,5 @@
 //! From a file's bytes to what its document indexes: gzip unpacked, binary refused, a UTF-8 byte
-//! order mark dropped, HTML made text, and the title chosen. Both file connectors (filesystem and
+//! order mark dropped, HTML made text, Markdown front matter made metadata, and the title chosen. Both file connectors (filesystem and
 //! git) call [`extract`], so a file reads the same from a folder as from a repository.
 
 use std::io::Read;
@@ -15,6 +15,8 @@ pub struct Extracted {
     pub content_type: &'static str,
     /// Whether invalid UTF-8 was replaced.
     pub lossy: bool,
+    /// A Markdown file's front matter, which is not in `body` (see [`super::front_matter`]).
+    pub front_matter: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Reads a file found at `path` (relative to its source; the fallback title). `limit` is the
@@ -42,10 +44,17 @@ pub fn extract(path: &str, bytes: Vec<u8>, limit: u64) -> Result<Extracted, Skip
             let title = page.title.or(page.first_h1).unwrap_or_else(|| name.to_string());
             // The body stored is the page's text, not its markup: snippets, `ctx get` and agents
             // read the body, and they need what a reader of the page sees.
-            return Ok(Extracted { title, body: page.text, content_type, lossy });
+            return Ok(Extracted { title, body: page.text, content_type, lossy, front_matter: None });
         }
     }
-    Ok(Extracted { title: title_for(name, &text, content_type), body: text, content_type, lossy })
+    if content_type == "text/markdown" {
+        if let Some((front, body)) = super::front_matter::split(&text) {
+            let title = front.get("title").and_then(|t| t.as_str()).map(str::trim).filter(|t| !t.is_empty());
+            let title = title.map_or_else(|| title_for(name, body, content_type), str::to_string);
+            return Ok(Extracted { title, body: body.to_string(), content_type, lossy, front_matter: Some(front) });
+        }
+    }
+    Ok(Extracted { title: title_for(name, &text, content_type), body: text, content_type, lossy, front_matter: None })
 }
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -136,7 +145,7 @@ mod tests {
     #[test]
     fn a_bom_is_dropped_before_titles_are_read() {
         let got = extract("a.md", b"\xEF\xBB\xBF---\ntitle: Front\n---\nbody\n".to_vec(), 1000).unwrap();
-        assert_eq!((got.title.as_str(), got.body.as_str()), ("Front", "---\ntitle: Front\n---\nbody\n"));
+        assert_eq!((got.title.as_str(), got.body.as_str()), ("Front", "body\n"));
         let got = extract("b.md", b"\xEF\xBB\xBF# Heading\n".to_vec(), 1000).unwrap();
         assert_eq!(got.title, "Heading");
         let got = extract("c.md.gz", gzip(b"\xEF\xBB\xBF# Packed\n"), 1000).unwrap();

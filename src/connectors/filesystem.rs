@@ -97,7 +97,15 @@ impl FilesystemConnector<'_> {
             };
             let updated_at = meta.modified().ok().and_then(rfc3339).unwrap_or_else(crate::contract::time::now_rfc3339);
             let created_at = meta.created().ok().and_then(rfc3339);
-            let metadata = if file.lossy { json!({ "lossy_utf8": true }) } else { serde_json::Value::Null };
+            let mut metadata = serde_json::Map::new();
+            if file.lossy {
+                metadata.insert("lossy_utf8".to_string(), json!(true));
+            }
+            if let Some(front) = file.front_matter {
+                metadata.insert("front_matter".to_string(), serde_json::Value::Object(front));
+            }
+            let metadata =
+                if metadata.is_empty() { serde_json::Value::Null } else { serde_json::Value::Object(metadata) };
             let item = Item {
                 title: file.title,
                 source_id: rel,

@@ -466,6 +466,9 @@ impl GitConnector<'_> {
         if file.lossy {
             metadata.insert("lossy_utf8".to_string(), Value::Bool(true));
         }
+        if let Some(front) = file.front_matter {
+            metadata.insert("front_matter".to_string(), Value::Object(front));
+        }
         // A path with no history entry can only come from an unusual history (a graft, a
         // replaced object); the tip's time is the honest fallback.
         let (updated, created, author) = match &entry.history {
@@ -984,7 +987,8 @@ mod tests {
         let by_id = |id: &str| scan.items.iter().find(|i| i.source_id == id).expect("item present");
         let guide = by_id("docs/guide.md");
         assert_eq!(guide.title, "The Guide");
-        assert_eq!(guide.body, "---\ntitle: The Guide\n---\nSecond.\n");
+        // The front matter is metadata, beside the blob and path.
+        assert_eq!(guide.body, "Second.\n");
         assert_eq!(guide.content_type, "text/markdown");
         assert_eq!(guide.author.as_deref(), Some("Bob"));
         assert_eq!(guide.created_at.as_deref(), Some("2024-01-01T08:00:00Z"));
@@ -994,7 +998,10 @@ mod tests {
             Some(format!("https://git.example/main/docs/guide.md?at={head}").as_str())
         );
         let blob = sh(&repo, &["rev-parse", "main:docs/guide.md"], ("T", ALICE_DATE));
-        assert_eq!(guide.metadata, json!({"blob": blob, "path": "docs/guide.md"}));
+        assert_eq!(
+            guide.metadata,
+            json!({"blob": blob, "path": "docs/guide.md", "front_matter": {"title": "The Guide"}})
+        );
 
         let readme = by_id("README.md");
         assert_eq!(readme.title, "Project");
@@ -1053,7 +1060,7 @@ mod tests {
         assert_eq!(ids(&scan.items), ["README.md", "docs/guide.md", "other.md"]);
         let other = scan.items.iter().find(|i| i.source_id == "other.md").expect("other.md");
         assert_eq!(other.author.as_deref(), Some("Carol"));
-        assert_eq!(scan.items[1].body, "---\ntitle: The Guide\n---\nFirst.\n");
+        assert_eq!(scan.items[1].body, "First.\n");
         // Four processes: the branch is configured, so no symbolic-ref.
         assert_eq!(scan.spawns, 4);
         assert_eq!(sh(&repo, &["symbolic-ref", "--short", "HEAD"], ("T", ALICE_DATE)), "main");

@@ -5,6 +5,7 @@
 
 pub mod extract;
 pub mod filesystem;
+pub mod front_matter;
 pub mod git;
 mod html;
 pub mod lua;
@@ -152,22 +153,11 @@ pub fn decode_lossy(bytes: Vec<u8>) -> (String, bool) {
     }
 }
 
-/// The document title: markdown front matter `title:`, else the first `# ` heading, else the
-/// path within the source (`guide/install/copyright`: many files share a bare name).
+/// The document title: for markdown, the first `# ` heading, else the path within the source
+/// (`guide/install/copyright`: many files share a bare name). A front matter `title:` comes
+/// first; [`extract`](extract::extract) reads it.
 pub fn title_for(path: &str, body: &str, content_type: &str) -> String {
     if content_type == "text/markdown" {
-        if let Some(rest) = body.strip_prefix("---\n").or_else(|| body.strip_prefix("---\r\n")) {
-            if let Some(end) = rest.find("\n---") {
-                for line in rest[..end].lines() {
-                    if let Some(v) = line.strip_prefix("title:") {
-                        let v = v.trim().trim_matches(|c| c == '"' || c == '\'').trim();
-                        if !v.is_empty() {
-                            return v.to_string();
-                        }
-                    }
-                }
-            }
-        }
         let mut in_fence = false;
         for line in body.lines() {
             let trimmed = line.trim_start();
@@ -191,8 +181,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn titles_from_front_matter_heading_or_path() {
-        assert_eq!(title_for("a/b.md", "---\ntitle: \"Deploys\"\n---\n# Other\n", "text/markdown"), "Deploys");
+    fn titles_from_heading_or_path() {
         assert_eq!(title_for("a/b.md", "```\n# not this\n```\n# Runbook\n", "text/markdown"), "Runbook");
         assert_eq!(title_for("a/notes.txt", "# not markdown", "text/plain"), "a/notes.txt");
         assert_eq!(title_for("guide/install/copyright", "text", "text/plain"), "guide/install/copyright");

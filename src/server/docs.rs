@@ -49,23 +49,35 @@ fn swagger_config() -> Arc<utoipa_swagger_ui::Config<'static>> {
     }))
 }
 
-/// The UI's assets are relative links, so the page must be served from `/docs/`.
-pub async fn redirect() -> Response {
-    axum::response::Redirect::permanent("/docs/").into_response()
+/// The page at `/docs`, where its relative links (`./swagger-ui.css`) would resolve to `/`:
+/// a `<base href="/docs/">` points them back under `/docs/`. (A redirect there answered an
+/// empty 308 to any client that does not follow it.)
+pub async fn bare_index() -> Response {
+    swagger("", Some("/docs/"))
 }
 
 pub async fn index() -> Response {
-    swagger("")
+    swagger("", None)
 }
 
 pub async fn file(Path(file): Path<String>) -> Response {
-    swagger(&file)
+    swagger(&file, None)
 }
 
-fn swagger(file: &str) -> Response {
+/// One file of the UI; an HTML page gets `<base href>` when `base` is given.
+fn swagger(file: &str, base: Option<&str>) -> Response {
     match utoipa_swagger_ui::serve(file, swagger_config()) {
         Ok(Some(found)) => {
-            let mut response = Response::new(Body::from(found.bytes.into_owned()));
+            let mut bytes = found.bytes.into_owned();
+            if let Some(base) = base.filter(|_| !found.gzpipped) {
+                let page = String::from_utf8_lossy(&bytes).replacen(
+                    "<head>",
+                    &format!("<head>\n    <base href=\"{base}\">"),
+                    1,
+                );
+                bytes = page.into_bytes();
+            }
+            let mut response = Response::new(Body::from(bytes));
             if let Ok(value) = HeaderValue::from_str(&found.content_type) {
                 response.headers_mut().insert(header::CONTENT_TYPE, value);
             }

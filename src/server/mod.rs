@@ -144,7 +144,7 @@ pub fn router(app: Arc<App>) -> Router {
     // the pages of Swagger UI.
     let mut router = api
         .route_service("/mcp", mcp)
-        .route("/docs", get(docs::redirect))
+        .route("/docs", get(docs::bare_index))
         .route("/docs/", get(docs::index))
         .route("/docs/{*file}", get(docs::file))
         .fallback(not_found)

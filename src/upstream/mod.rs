@@ -65,6 +65,21 @@ impl State {
             State::Disabled => "disabled",
         }
     }
+
+    /// The state with its `attempt` count (connection attempts since the server was last
+    /// ready), as a message says it: `connecting, attempt 2`, `restarting after 1 failed
+    /// attempt`, or `restarting after a lost connection` when it had been ready (a count of 0).
+    pub fn with_attempts(self, attempt: u32) -> String {
+        let failed = |n: u32| format!("{n} failed attempt{}", if n == 1 { "" } else { "s" });
+        match (self, attempt) {
+            (State::Connecting, 0) | (State::Ready | State::Disabled, _) => self.as_str().to_string(),
+            (State::Connecting, n) => format!("connecting, attempt {n}"),
+            (State::Restarting, 0) => "restarting after a lost connection".to_string(),
+            (State::Restarting, n) => format!("restarting after {}", failed(n)),
+            (State::CrashLooping, 0) => "crash-looping: it keeps losing its connection".to_string(),
+            (State::CrashLooping, n) => format!("crash-looping after {}", failed(n)),
+        }
+    }
 }
 
 /// What changed on one server after a (re)connect or a `list_changed`: its lists were relisted
@@ -123,7 +138,7 @@ pub enum UpstreamError {
     #[error("no upstream MCP server named '{0}' is configured")]
     UnknownServer(String),
     /// The server is not ready: fails at once, never waits for the timeout.
-    #[error("upstream MCP server '{server}' is {} (attempt {attempt}){}", state.as_str(), last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default())]
+    #[error("upstream MCP server '{server}' is {}{}", state.with_attempts(*attempt), last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default())]
     Down { server: String, state: State, attempt: u32, last_error: Option<String> },
     #[error("upstream MCP server '{server}' did not answer within {} s (raise `timeout` in [mcp.servers.{server}]; an imported server can be defined in ctx.toml to set one)", limit.as_secs_f64())]
     Timeout { server: String, limit: Duration },

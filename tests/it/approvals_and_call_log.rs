@@ -425,6 +425,36 @@ fn the_call_log_has_every_kind_of_call_linked_redacted_and_filtered() {
     assert!(plain.contains("relay") && plain.contains("rest"), "{plain}");
 }
 
+/// `ctx log`'s columns line up whatever the outcome (`approval_required` is longer than `ok`),
+/// the tool and the caller: every row's fields start at the same place.
+#[test]
+fn the_plain_call_log_keeps_its_columns_aligned() {
+    let s = serve(&format!("\n[approval]\ntools = [\"echo\"]\napprover_token = \"{APPROVER}\"\n"));
+    assert_eq!(s.send_with("/tools/echo", Some(CI), &[], json!({"message": "deploy"})).0, 202);
+    assert_eq!(s.post("/tools/search", Some(ADMIN), json!({"query": "deploy"})).0, 200);
+    assert_eq!(s.post("/tools/search", Some(CI), json!({"query": ""})).0, 400);
+    assert_eq!(s.post("/tools/execute", Some(ADMIN), json!({"script": "return 1"})).0, 200);
+    wait_logged(&s, 4, &[]);
+    let plain = s.cli(&["log"]).ok();
+    let rows: Vec<&str> = plain.lines().filter(|l| !l.starts_with(' ')).collect();
+    assert!(rows.len() >= 4, "{plain}");
+    assert!(plain.contains("approval_required") && plain.contains("bad_request"), "{plain}");
+    // The character offset of each whitespace-separated field: date, time, outcome, ms, "ms",
+    // tool, caller, parameters. The milliseconds are right-aligned, so their end lines up.
+    let starts = |row: &str| -> Vec<usize> {
+        let chars: Vec<char> = row.chars().collect();
+        (0..chars.len()).filter(|&i| chars[i] != ' ' && (i == 0 || chars[i - 1] == ' ')).take(8).collect()
+    };
+    let first = starts(rows[0]);
+    assert_eq!(first.len(), 8, "{}", rows[0]);
+    for row in &rows {
+        let at = starts(row);
+        for field in [2, 4, 5, 6, 7] {
+            assert_eq!(at[field], first[field], "field {field} of\n{row}\nis not under that of\n{}", rows[0]);
+        }
+    }
+}
+
 /// A call whose client went away before it finished is logged as cancelled: a Lua tool on the
 /// blocking pool, and a script with its inner call in flight.
 #[test]

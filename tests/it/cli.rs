@@ -122,3 +122,76 @@ fn schema_check_loads_every_script_in_the_sandbox() {
     assert!(!err.contains("good"), "{err}");
     assert!(!err.contains("echo"), "{err}");
 }
+
+/// Whether a line of the generated config is a commented-out example (`# key = value`,
+/// `# [section]`, `# [[array]]`) rather than prose.
+fn commented_example(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("# ")?;
+    let key: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || "_-.".contains(*c)).collect();
+    (rest.starts_with('[') || (!key.is_empty() && rest[key.len()..].starts_with(" = "))).then_some(rest)
+}
+
+/// The config `ctx init` writes has an example of every section, and every example is valid:
+/// with each "# " deleted (all at once), and the files and variables they name in place, the
+/// config passes `ctx schema check`, and its sections are every section of the config schema.
+#[test]
+fn every_commented_example_in_the_init_config_is_valid_uncommented() {
+    let dir = tempfile::tempdir().unwrap();
+    run_in(dir.path(), &["init", "ws"]).ok();
+    let ws = dir.path().join("ws");
+    let text = std::fs::read_to_string(ws.join("ctx.toml")).unwrap();
+    let mut uncommented = 0;
+    let config: String = text
+        .lines()
+        .map(|line| match commented_example(line) {
+            Some(example) => {
+                uncommented += 1;
+                format!("{example}\n")
+            }
+            None => format!("{line}\n"),
+        })
+        .collect();
+    assert!(uncommented >= 40, "only {uncommented} example lines:\n{text}");
+    for header in [
+        "[[server.tokens]]",
+        "[[server.rate_limits]]",
+        "[connectors.git.handbook]",
+        "[connectors.script.wiki]",
+        "[tools.scripted.triage]",
+        "[approval]",
+        "[mcp]",
+        "[mcp.servers.time]",
+        "[mcp.servers.github]",
+    ] {
+        assert!(config.lines().any(|l| l == header), "no example of {header}");
+    }
+    // Every top-level section of the schema is there.
+    let parsed: toml::Table = config.parse().unwrap_or_else(|e| panic!("{e}\n{config}"));
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(crate::common::repo().join("schemas/config.schema.json")).unwrap(),
+    )
+    .unwrap();
+    for section in schema["properties"].as_object().unwrap().keys() {
+        assert!(parsed.contains_key(section), "no [{section}] in the generated config");
+    }
+    std::fs::write(ws.join("ctx.toml"), &config).unwrap();
+    // What the examples name: the connector's script, the imported file, the variables.
+    run_in(&ws, &["connector", "init", "wiki"]).ok();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(home.join(".cursor")).unwrap();
+    std::fs::write(home.join(".cursor/mcp.json"), r#"{"mcpServers": {}}"#).unwrap();
+    let output = std::process::Command::new(crate::common::BIN)
+        .args(["--config", "ctx.toml", "schema", "check"])
+        .current_dir(&ws)
+        .env("HOME", &home)
+        .env("CTX_TOKEN", "admin-token-0123456789abcdef")
+        .env("CTX_CI_TOKEN", "ci-token-0123456789abcdef")
+        .env("CTX_APPROVER_TOKEN", "approver-token-0123456789")
+        .env("GITHUB_TOKEN", "ghp_example")
+        .env_remove("CTX_CONFIG")
+        .env_remove("CTX_LOG")
+        .output()
+        .unwrap();
+    let check = crate::common::Run(output);
+    assert!(check.ok().starts_with("ok: ctx.toml is valid"), "{}\n{config}", check.stderr());
+}

@@ -1091,6 +1091,20 @@ fn ctx_run_and_ctx_catalog() {
         "{}",
         run.stderr()
     );
+    // A script that does not compile is the caller's mistake, as REST's 400 says: exit 2, with
+    // its line, in text and under --json.
+    let run = ctx_with_stdin(&ws, &["run", "-"], "local x = 1\nreturn {");
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(run.stderr().contains("script:2:"), "{}", run.stderr());
+    let run = ctx_with_stdin(&ws, &["run", "-", "--json"], "local x = 1\nreturn {");
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    let body: Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert_eq!(
+        (&body["error"]["code"], &body["error"]["data"]["code"]),
+        (&json!("bad_request"), &json!("syntax_error"))
+    );
+    // A script that fails at run time is a failed command: exit 1.
+    assert_eq!(ctx_with_stdin(&ws, &["run", "-"], "error('no')").code(), 1);
     // Usage errors.
     let run = ws.ctx(&["run", "missing.lua"]);
     assert_ne!(run.code(), 0);

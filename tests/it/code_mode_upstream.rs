@@ -477,3 +477,43 @@ fn a_server_still_starting_says_so_in_scripts() {
     }
     execute(&served, "return mcp['nobody'].x({}):await()").failed("script_error", "no server \"nobody\"");
 }
+
+/// The two mistakes a new user makes first get the fix and their line: a misspelt server global
+/// names the servers in scope and the nearest one (Lua alone says "attempt to index a nil
+/// value"), and `.await()` with a dot says to write `:await()`, even in a `return` (a tail
+/// call, which leaves Lua no line of its own to report).
+#[test]
+fn a_misspelt_server_and_a_dotted_await_name_the_fix_and_the_line() {
+    let Some(time) = test_command("CTX_TEST_TIME_SERVER") else { return };
+    let served = serve(Workspace::new(&section("time", &time, &["--local-timezone", "UTC"])), &[]);
+    served.ready("time");
+
+    let reply = execute(&served, "local zone = 'UTC'\nreturn tme.get_current_time({timezone = zone}):await()");
+    reply.failed("script_error", "script:2: global 'tme' is nil: no server 'tme' in this script's scope");
+    assert!(reply.message().contains("did you mean 'time'? servers: ctx, time"), "{}", reply.message());
+    assert_eq!(reply.body["error"]["data"]["data"]["line"], 2, "{}", reply.body);
+    // A misspelt function gets the nearest one; a global that is only read stays nil.
+    let reply = execute(&served, "\n\nreturn lst_tools('time')");
+    reply.failed("script_error", "script:3: global 'lst_tools' is nil");
+    assert!(reply.message().contains("did you mean 'list_tools'?"), "{}", reply.message());
+    assert_eq!(execute(&served, "return tme == nil").ok(), &json!(true));
+
+    for (script, line) in [
+        ("local zone = 'UTC'\nlocal now = time.get_current_time({timezone = zone}).await()\nreturn now", 2),
+        ("local p = time.get_current_time({timezone = 'UTC'})\n\nreturn p.await()", 3),
+        ("local zone = 'UTC'\n\n\nreturn time.get_current_time({timezone = zone}).await()", 4),
+    ] {
+        let reply = execute(&served, script);
+        reply.failed("script_error", &format!("script:{line}: .await() on a pending call of time.get_current_time"));
+        assert!(reply.message().contains("write :await(), with a colon"), "{}", reply.message());
+        assert_eq!(reply.body["error"]["data"]["data"]["line"], line, "{script}: {}", reply.body);
+    }
+    // The colon still works, and `ctx run` says the same.
+    let reply = execute(&served, "return time.get_current_time({timezone = 'UTC'}):await().timezone");
+    assert_eq!(reply.ok(), "UTC", "{}", reply.body);
+    let ws = &served.ws;
+    ws.write("dot.lua", "local zone = 'UTC'\nreturn time.get_current_time({timezone = zone}).await()");
+    let run = ws.ctx(&["run", "dot.lua"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(run.stderr().contains("script:2: .await() on a pending call"), "{}", run.stderr());
+}

@@ -1,4 +1,4 @@
-//! File formats and the title fallback: HTML indexed as text, `.gz`
+//! File formats and the title fallback: HTML indexed as text, Markdown front matter kept as metadata, `.gz`
 //! files read by their inner name, a UTF-8 BOM dropped, and untitled files titled by their path.
 
 use std::io::{Read, Write};
@@ -260,4 +260,39 @@ fn git_sources_read_html_gz_and_bom_the_same_way() {
     let news = only_doc(&ws, "axolotl");
     assert_eq!((news["title"].as_str(), news["source_id"].as_str()), (Some("News"), Some("site/docs/NEWS.md.gz")));
     assert_eq!(only_doc(&ws, "jerboa")["title"], "site/docs/copyright");
+}
+
+/// YAML front matter is metadata, not text: the snippet never shows it, its `title` is the
+/// document's title, its other keys are in the document's metadata, and a word only the front
+/// matter has finds nothing (docs/search.md says so).
+#[test]
+fn markdown_front_matter_is_metadata_out_of_the_text_and_snippets() {
+    let ws = Workspace::new(FS_CONFIG);
+    ws.write(
+        "docs/deploy.md",
+        "---\ntitle: Deploy runbook\nowner: platformteam\ntags: [kubernetes, rollout]\n---\n\n\
+         Roll the release back with the pipeline's undo button, then page the owner.\n",
+    );
+    ws.write("docs/plain.md", "---\nA rule, then prose, then a rule.\n---\n\nThe zebrafish section.\n");
+    sync(&ws);
+
+    let found = hits(&ws, "release back");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["title"], "Deploy runbook", "{found:?}");
+    let snippet = found[0]["snippet"].as_str().unwrap();
+    assert!(snippet.contains("release") && !snippet.contains("owner:") && !snippet.contains("---"), "{snippet}");
+    let doc = ws.ctx(&["get", found[0]["id"].as_str().unwrap(), "--json"]).json();
+    assert!(doc["body"].as_str().unwrap().starts_with("Roll the release back"), "{doc}");
+    assert_eq!(
+        doc["metadata"]["front_matter"],
+        serde_json::json!({"title": "Deploy runbook", "owner": "platformteam", "tags": ["kubernetes", "rollout"]})
+    );
+    // The title is searched, as every title is; the other keys are not.
+    assert_eq!(hits(&ws, "runbook").len(), 1);
+    assert!(hits(&ws, "kubernetes").is_empty());
+    assert!(hits(&ws, "platformteam").is_empty());
+    // A `---` rule with prose between is text, not front matter.
+    let plain = only_doc(&ws, "zebrafish");
+    assert!(plain["body"].as_str().unwrap().starts_with("---\nA rule, then prose"), "{plain}");
+    assert!(plain["metadata"].is_null(), "{plain}");
 }

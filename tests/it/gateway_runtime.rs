@@ -210,9 +210,33 @@ fn exit_at_start_is_a_crash_loop_and_calls_fail_at_once() {
             other => panic!("expected Down, got {other:?}"),
         }
         let message = down.to_string();
-        assert!(message.contains("crash-looping") && message.contains("status 3"), "{message}");
+        assert!(message.contains("crash-looping after") && message.contains("failed attempts"), "{message}");
+        assert!(message.contains("status 3"), "{message}");
         u.shutdown().await;
     });
+}
+
+/// A down server's message counts its attempts as a person would: none is "attempt 0".
+#[test]
+fn a_down_servers_message_counts_attempts_naturally() {
+    let down = |state, attempt| {
+        UpstreamError::Down { server: "time".into(), state, attempt, last_error: Some("exit status 1".into()) }
+            .to_string()
+    };
+    assert_eq!(
+        down(State::Restarting, 0),
+        "upstream MCP server 'time' is restarting after a lost connection; last error: exit status 1"
+    );
+    assert_eq!(
+        down(State::Restarting, 1),
+        "upstream MCP server 'time' is restarting after 1 failed attempt; last error: exit status 1"
+    );
+    assert!(down(State::Restarting, 2).contains("restarting after 2 failed attempts;"));
+    assert!(down(State::Connecting, 3).contains("is connecting, attempt 3;"));
+    assert!(down(State::CrashLooping, 5).contains("is crash-looping after 5 failed attempts;"));
+    for state in [State::Connecting, State::Restarting, State::CrashLooping] {
+        assert!(!down(state, 0).contains("attempt 0"), "{}", down(state, 0));
+    }
 }
 
 #[test]

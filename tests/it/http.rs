@@ -419,7 +419,7 @@ fn openapi_is_served_with_each_lua_tool_and_swagger_ui_points_at_it() {
         "#/components/schemas/SearchRequest"
     );
 
-    // /docs redirects to /docs/ (reqwest follows it), where the page's relative links work.
+    // /docs serves the page itself (its relative links resolve under /docs/, see wire.rs).
     let (status, html, headers) = s.send(s.client.get(format!("{}/docs", s.base)));
     assert_eq!(status, 200);
     assert!(headers["content-type"].to_str().unwrap().starts_with("text/html"));

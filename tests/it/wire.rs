@@ -315,6 +315,36 @@ fn swagger_ui_opens_without_the_token_and_every_call_needs_it() {
     assert_eq!(foreign.status, 403);
 }
 
+/// The page answers at `/docs` and `/docs/` alike, with no redirect, and every asset it links
+/// resolves (as a browser resolves it, `<base href>` first) to a file that is there.
+#[test]
+fn swagger_ui_loads_its_assets_at_docs_with_and_without_the_slash() {
+    let w = Wire::start(None);
+    let direct = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    for path in ["/docs", "/docs/"] {
+        let page = w.send(direct.get(format!("{}{path}", w.base)));
+        assert_eq!(page.status, 200, "{path}: {:?}", page.headers);
+        assert!(page.headers["content-type"].to_str().unwrap().starts_with("text/html"), "{path}");
+        let html = page.body.as_str().unwrap().to_string();
+        let mut at = reqwest::Url::parse(&format!("{}{path}", w.base)).unwrap();
+        if let Some(base) = html.split("<base href=\"").nth(1).and_then(|rest| rest.split('"').next()) {
+            at = at.join(base).unwrap();
+        }
+        let links: Vec<&str> = ["href=\"", "src=\""]
+            .iter()
+            .flat_map(|attr| html.split(attr).skip(1).filter_map(|rest| rest.split('"').next()))
+            .filter(|link| !link.starts_with('/') || link.starts_with("/docs/"))
+            .collect();
+        assert!(links.len() >= 4 && links.contains(&"./swagger-ui-bundle.js"), "{path}: {links:?}");
+        for link in links {
+            let url = at.join(link).unwrap();
+            assert!(url.path().starts_with("/docs/"), "{path}: {link} resolves to {url}");
+            let asset = w.send(direct.get(url.clone()));
+            assert_eq!(asset.status, 200, "{path}: {link} ({url})");
+        }
+    }
+}
+
 #[test]
 fn the_document_gives_swagger_ui_no_dialect_warning() {
     // Swagger UI 5 shows a red "OpenAPI.jsonSchemaDialect field contains a value different
