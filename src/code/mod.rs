@@ -28,7 +28,9 @@ pub fn catalog_for(
     let config = registry.kb().config();
     let is_scripted = |s: &ToolSpec| config.scripted.iter().any(|section| section.name == s.name);
     let code_tool = |s: &ToolSpec| s.builtin && CODE_MODE_TOOLS.contains(&s.name.as_str());
-    let allowed = |s: &ToolSpec| crate::tools::principal::allows(principal, &s.name);
+    let policy = Policy::new(&config.code_mode);
+    // A tool scripts may not call (destructive) is not offered to them.
+    let allowed = |s: &ToolSpec| crate::tools::principal::allows(principal, &s.name) && policy.refuses(s).is_none();
     match scripted {
         None if !config.code_mode.enabled => {
             Err("code mode is disabled ([code_mode] enabled = false in ctx.toml)".to_string())
@@ -65,8 +67,11 @@ pub fn catalog_of(registry: &Registry, principal: &crate::tools::Principal) -> c
     let config = registry.kb().config();
     let code_tool = |s: &ToolSpec| s.builtin && CODE_MODE_TOOLS.contains(&s.name.as_str());
     let is_scripted = |s: &ToolSpec| config.scripted.iter().any(|section| section.name == s.name);
+    let policy = Policy::new(&config.code_mode);
     catalog::Catalog::new(
-        registry.all_specs().filter(|s| !code_tool(s) && !is_scripted(s) && principal.allows(&s.name)),
+        registry
+            .all_specs()
+            .filter(|s| !code_tool(s) && !is_scripted(s) && principal.allows(&s.name) && policy.refuses(s).is_none()),
     )
 }
 

@@ -22,6 +22,10 @@ pub const MAX_SCRIPT_BYTES: usize = 256 * 1024;
 /// upstream tools), in listing order: `execute` and the discovery tools (when code mode is
 /// enabled), then the scripted tools. A scripted tool whose name is taken is a load problem.
 pub fn tools(mode: &CodeMode, scripted: &[ScriptedSection], others: &[ToolRef]) -> (Vec<ToolRef>, Vec<LoadProblem>) {
+    let policy = super::Policy::new(mode);
+    // What scripts may call at all: the destructive tools the operator did not allow are not
+    // offered to a script's author (a call to one is still refused with the reason).
+    let callable = |s: &ToolSpec| policy.refuses(s).is_none();
     let mode = Arc::new(mode.clone());
     let taken: HashSet<&str> = others.iter().map(|t| t.spec().name.as_str()).collect();
     let mut problems = Vec::new();
@@ -40,7 +44,8 @@ pub fn tools(mode: &CodeMode, scripted: &[ScriptedSection], others: &[ToolRef]) 
         }
         let allow = section.tool_set();
         let catalog = Arc::new(Catalog::new(others.iter().map(|t| t.spec()).filter(|s| allow.is_match(&s.name))));
-        let description = format!("{}\n\n{}", section.description.trim_end(), catalog.prompt(&section.name));
+        let shown = Catalog::new(others.iter().map(|t| t.spec()).filter(|s| allow.is_match(&s.name) && callable(s)));
+        let description = format!("{}\n\n{}", section.description.trim_end(), shown.prompt(&section.name));
         let scope = Some((allow, section.tools.clone()));
         let runner = Runner::new(section.name.clone(), catalog, scope, section.limits.clone(), Arc::clone(&mode));
         let mut spec = script_spec(&section.name, description, &runner);
@@ -55,13 +60,16 @@ pub fn tools(mode: &CodeMode, scripted: &[ScriptedSection], others: &[ToolRef]) 
     if mode.enabled {
         // Scripted tools are left out: a script never starts another script (see
         // `code::nested_script`), so execute's scripts call the tools themselves.
+        // The runner knows every tool, so that a script calling one it may not gets the reason;
+        // what a script's author is shown (the description, discovery) leaves those out.
         let catalog = Arc::new(Catalog::new(others.iter().map(|t| t.spec())));
-        let description = catalog.execute_description();
+        let shown = Arc::new(Catalog::new(others.iter().map(|t| t.spec()).filter(|s| callable(s))));
+        let description = shown.execute_description();
         let runner =
             Runner::new("execute".to_string(), Arc::clone(&catalog), None, mode.limits.clone(), Arc::clone(&mode));
         out.push(Arc::new(ScriptTool { spec: script_spec("execute", description, &runner), runner }));
         for kind in [Discovery::ListServers, Discovery::ListTools, Discovery::DescribeTool, Discovery::SearchTools] {
-            out.push(Arc::new(DiscoveryTool { spec: discovery_spec(kind), kind, catalog: Arc::clone(&catalog) }));
+            out.push(Arc::new(DiscoveryTool { spec: discovery_spec(kind), kind, catalog: Arc::clone(&shown) }));
         }
     }
     out.extend(composed);

@@ -79,11 +79,28 @@ impl AsyncTool for UpstreamTool {
                 _ => Map::new(),
             };
             match upstreams.call_tool(&server, &tool, arguments, progress).await {
+                Ok(result) if task_only(&result) => Err(CallError::BadRequest(format!(
+                    "tool '{name}' runs only as an MCP task (upstream server '{server}' requires task augmentation for it); ctx does not run tasks yet: call the server directly, or leave the tool out with `exclude` in [mcp.servers.{server}]"
+                ))),
                 Ok(result) => Ok(Output::Upstream(rewrite_uris(&server, result))),
                 Err(e) => Err(CallError::from_upstream(&name, timeout, e)),
             }
         })
     }
+}
+
+/// Whether an upstream's answer is its refusal of a plain call to a tool that runs only as a
+/// task. rmcp's listing drops a tool's `execution`, so such a tool is listed like any other; its
+/// answer (`-32601 … requires task augmentation`, as an error result) is what tells.
+fn task_only(result: &Map<String, Json>) -> bool {
+    result.get("isError") == Some(&Json::Bool(true))
+        && result
+            .get("content")
+            .and_then(Json::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.get("text").and_then(Json::as_str))
+            .any(|t| t.contains("-32601") && t.contains("task augmentation"))
 }
 
 /// `<server>__<tool>`, made valid for the LLM APIs: every other character becomes `_`, and a

@@ -3,6 +3,7 @@
 mod agents;
 mod approvals_and_call_log;
 mod cli;
+mod cli_and_the_server;
 mod clients;
 mod code_mode;
 mod code_mode_upstream;
@@ -25,6 +26,7 @@ mod http;
 mod kb;
 mod keyword_topk_exact;
 mod limits;
+mod listings;
 mod mcp;
 mod mcp_calls_once;
 mod proof;
