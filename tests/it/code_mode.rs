@@ -795,9 +795,9 @@ fn discovery_as_tools_and_inside_scripts() {
     assert_eq!(servers.status, 200, "{}", servers.body);
     let ctx_group = &servers.body["result"]["servers"][0];
     assert_eq!((&ctx_group["name"], &ctx_group["global"]), (&json!("ctx"), &json!("ctx")), "{}", servers.body);
-    // search, get, sources and the four Lua tools; not the scripted tool (no script starts
-    // another).
-    assert_eq!(ctx_group["tools"], 7, "{}", servers.body);
+    // search, get, sources and three of the four Lua tools: not `wipe` (destructive: scripts
+    // may not call it, so it is not offered), nor the scripted tool (no script starts another).
+    assert_eq!(ctx_group["tools"], 6, "{}", servers.body);
 
     let tools = call("list_tools", json!({"server": "ctx"}));
     let listed = tools.body["result"]["tools"].as_array().unwrap();
