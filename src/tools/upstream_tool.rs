@@ -173,6 +173,18 @@ pub fn build(
                 });
                 continue;
             }
+            // A tool that runs only as a task answers every plain call with -32601: ctx runs no
+            // tasks yet, so the tool could never succeed for any caller.
+            if raw.get("execution").and_then(|e| e.get("taskSupport")).and_then(Json::as_str) == Some("required") {
+                warnings.push(LoadProblem {
+                    kind: LoadProblemKind::Upstream,
+                    name: server.name.clone(),
+                    message: format!(
+                        "{here} runs only as an MCP task (execution.taskSupport = \"required\"), which ctx does not run yet; it is left out"
+                    ),
+                });
+                continue;
+            }
             let (params, warning) = parameters(raw);
             if let Some(message) = warning {
                 warnings.push(LoadProblem {
@@ -269,6 +281,18 @@ pub fn rewrite_uris(server: &str, mut result: Map<String, Json>) -> Map<String, 
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_refusal_of_a_plain_call_to_a_task_only_tool_is_recognised() {
+        let refusal = serde_json::json!({"isError": true, "content": [{"type": "text",
+            "text": "MCP error -32601: Tool simulate-research-query requires task augmentation (taskSupport: 'required')"}]});
+        assert!(super::task_only(refusal.as_object().unwrap()));
+        let other = serde_json::json!({"isError": true, "content": [{"type": "text", "text": "MCP error -32601: no such method"}]});
+        assert!(!super::task_only(other.as_object().unwrap()));
+        let fine = serde_json::json!({"content": [{"type": "text", "text": "requires task augmentation -32601"}]});
+        assert!(!super::task_only(fine.as_object().unwrap()));
+    }
+
     use super::*;
 
     #[test]

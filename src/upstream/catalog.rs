@@ -13,6 +13,7 @@ use rmcp::service::{Peer, RoleClient};
 use serde_json::{Map, Value as Json};
 
 use super::client::{self, Failure, PROMPTS, RESOURCES, TOOLS};
+use super::sniff::Executions;
 use crate::config::upstream::UpstreamSection;
 
 /// The most pages read of one list; a server past it is cut off (and logged).
@@ -89,6 +90,7 @@ impl Kind {
 pub async fn relist(
     peer: &Peer<RoleClient>,
     section: &UpstreamSection,
+    executions: &Executions,
     which: u8,
     limit: Duration,
     lists: &mut Lists,
@@ -107,6 +109,7 @@ pub async fn relist(
         } else {
             Vec::new()
         };
+        executions.restore(&mut lists.tools);
     }
     if which & RESOURCES != 0 {
         let (resources, templates) = if caps.resources.is_some() {

@@ -410,6 +410,7 @@ pub async fn connect(
     limit: Duration,
     grace: Duration,
     progress: Arc<ProgressRouter>,
+    executions: Arc<super::sniff::Executions>,
     changes: Arc<Changes>,
 ) -> Result<Connection, String> {
     let handler = Handler { changes: Arc::clone(&changes) };
@@ -424,8 +425,11 @@ pub async fn connect(
                 handler.serve(Tap::new(
                     // Bounded by `frame` (which answers an oversized answer's request at once);
                     // rmcp's own limit is one past it, so rmcp never drops a line silently.
-                    AsyncRwTransport::new_client(super::frame::Bounded::new(stdout, &section.name), stdin)
-                        .with_max_line_length(super::frame::MAX_MESSAGE + 1),
+                    AsyncRwTransport::new_client(
+                        super::frame::Bounded::new(stdout, &section.name).reading_executions(executions),
+                        stdin,
+                    )
+                    .with_max_line_length(super::frame::MAX_MESSAGE + 1),
                     &section.name,
                     progress,
                     &changes,
@@ -475,7 +479,7 @@ pub async fn connect(
                 .custom_headers(map)
                 .reinit_on_expired_session(false);
             let transport = Tap::new(
-                StreamableHttpClientTransport::with_client(super::http::Watched::new(&cut), config),
+                StreamableHttpClientTransport::with_client(super::http::Watched::new(&cut, &executions), config),
                 &section.name,
                 progress,
                 &changes,

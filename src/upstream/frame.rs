@@ -8,10 +8,13 @@
 //! of the line is read and thrown away, never buffered.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use serde_json::{json, Value as Json};
 use tokio::io::{AsyncRead, ReadBuf};
+
+use super::sniff::{self, Executions};
 
 /// The longest message ctx reads from a stdio upstream (rmcp's own limit and its HTTP one).
 pub const MAX_MESSAGE: usize = 16 * 1024 * 1024;
@@ -40,11 +43,30 @@ pub struct Bounded<R> {
     head: Vec<u8>,
     /// Throwing away the rest of an oversized line.
     skipping: bool,
+    /// Where answers to `tools/list` are read for what rmcp's types drop (see [`sniff`]).
+    executions: Option<Arc<Executions>>,
+    /// Whether the current line is kept for `executions`: undecided until its head is read.
+    sniff: Sniff,
+    /// The current line, while it is kept.
+    kept: Vec<u8>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sniff {
+    Undecided,
+    Keep,
+    Skip,
 }
 
 impl<R> Bounded<R> {
     pub fn new(inner: R, server: &str) -> Bounded<R> {
         Bounded::with_limit(inner, server, MAX_MESSAGE)
+    }
+
+    /// Also reads the answers to `tools/list` into `executions`.
+    pub fn reading_executions(mut self, executions: Arc<Executions>) -> Bounded<R> {
+        self.executions = Some(executions);
+        self
     }
 
     pub fn with_limit(inner: R, server: &str, limit: usize) -> Bounded<R> {
@@ -60,6 +82,9 @@ impl<R> Bounded<R> {
             line: 0,
             head: Vec::new(),
             skipping: false,
+            executions: None,
+            sniff: Sniff::Undecided,
+            kept: Vec::new(),
         }
     }
 
@@ -89,19 +114,70 @@ impl<R> Bounded<R> {
                     }
                 }
                 self.skipping = true;
+                self.sniff = Sniff::Skip;
+                self.kept.clear();
             } else {
                 let keep = HEAD.saturating_sub(self.head.len()).min(take);
                 self.head.extend_from_slice(&chunk[..keep]);
                 self.out.extend_from_slice(&chunk[..take]);
                 self.line += take;
+                if self.executions.is_some() {
+                    keep_for_sniffing(
+                        (&mut self.sniff, &mut self.kept, &self.head),
+                        &chunk[..content],
+                        keep,
+                        newline.is_some(),
+                    );
+                }
             }
             if newline.is_some() {
+                if self.sniff == Sniff::Keep {
+                    if let Some(executions) = &self.executions {
+                        executions.see(&self.kept);
+                    }
+                }
+                self.kept.clear();
+                if self.kept.capacity() > sniff::MAX_MESSAGE / 4 {
+                    self.kept = Vec::new();
+                }
+                self.sniff = Sniff::Undecided;
                 self.line = 0;
                 self.head.clear();
                 self.skipping = false;
             }
             self.raw_pos += take;
         }
+    }
+}
+
+/// Keeps the current line while it may be a tool list: `content` is this chunk's part of it (no
+/// newline), of which the first `in_head` bytes also went to `head`. Decided once the head is
+/// read (or the line ends); only such answers are copied.
+fn keep_for_sniffing(
+    (sniff, kept, head): (&mut Sniff, &mut Vec<u8>, &[u8]),
+    content: &[u8],
+    in_head: usize,
+    ends: bool,
+) {
+    match *sniff {
+        Sniff::Undecided if head.len() >= HEAD || ends => {
+            if sniff::may_be_tool_list(head) {
+                *sniff = Sniff::Keep;
+                // The head holds the whole line so far (it was shorter than the head).
+                kept.extend_from_slice(head);
+                if in_head < content.len() {
+                    kept.extend_from_slice(&content[in_head..]);
+                }
+            } else {
+                *sniff = Sniff::Skip;
+            }
+        }
+        Sniff::Keep if kept.len() + content.len() > sniff::MAX_MESSAGE => {
+            *sniff = Sniff::Skip;
+            kept.clear();
+        }
+        Sniff::Keep => kept.extend_from_slice(content),
+        Sniff::Undecided | Sniff::Skip => {}
     }
 }
 

@@ -16,17 +16,60 @@ use rmcp::transport::streamable_http_client::{StreamableHttpClient, StreamableHt
 use sse_stream::{Error as SseError, Sse};
 
 use super::client::Cut;
+use super::sniff::Executions;
 
-/// ctx's client for one connection: the shared [`http_client`], and the connection's [`Cut`].
+/// ctx's client for one connection: the shared [`http_client`], the connection's [`Cut`], and
+/// where the answers to `tools/list` are read for what rmcp's types drop ([`Executions`]).
 #[derive(Clone)]
 pub struct Watched {
     inner: reqwest::Client,
     cut: Cut,
+    executions: Arc<Executions>,
 }
 
 impl Watched {
-    pub fn new(cut: &Cut) -> Watched {
-        Watched { inner: http_client(), cut: cut.clone() }
+    pub fn new(cut: &Cut, executions: &Arc<Executions>) -> Watched {
+        Watched { inner: http_client(), cut: cut.clone(), executions: Arc::clone(executions) }
+    }
+
+    /// An answer that comes as an event stream is read for tool lists as it passes.
+    fn reading(
+        &self,
+        answer: Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        match answer {
+            Ok(StreamableHttpPostResponse::Sse(stream, id)) => {
+                let read = Reading { inner: stream, executions: Arc::clone(&self.executions) };
+                Ok(StreamableHttpPostResponse::Sse(Box::pin(read), id))
+            }
+            other => other,
+        }
+    }
+}
+
+/// An answer's event stream, each event's data shown to [`Executions`] on the way.
+struct Reading {
+    inner: Stream,
+    executions: Arc<Executions>,
+}
+
+impl futures_core::Stream for Reading {
+    type Item = Result<Sse, SseError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let next = self.inner.as_mut().poll_next(cx);
+        if let std::task::Poll::Ready(Some(Ok(event))) = &next {
+            if let Some(data) = &event.data {
+                let head = &data.as_bytes()[..data.len().min(256)];
+                if super::sniff::may_be_tool_list(head) {
+                    self.executions.see(data.as_bytes());
+                }
+            }
+        }
+        next
     }
 }
 
@@ -43,7 +86,8 @@ impl StreamableHttpClient for Watched {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await
+        let answer = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await;
+        self.reading(answer)
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -55,7 +99,8 @@ impl StreamableHttpClient for Watched {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        self.inner
+        let answer = self
+            .inner
             .post_message_with_max_sse_event_size(
                 uri,
                 message,
@@ -64,7 +109,8 @@ impl StreamableHttpClient for Watched {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await
+            .await;
+        self.reading(answer)
     }
 
     async fn delete_session(

@@ -14,6 +14,7 @@
 //! - [`http`]: the HTTP client, and the watch that notices a lost session or server.
 //! - [`process`]: a stdio child in its own process group; stop = close, TERM, KILL, reap.
 //! - [`guard`]: the re-executed ctx that keeps a child's whole group from outliving ctx.
+//! - [`sniff`]: what rmcp's types drop from a tool list (`execution`), read from the raw answers.
 //! - [`stderr`]: a child's stderr into ctx's log, bounded.
 //! - [`frame`]: a child's stdout, bounded per message.
 //! - [`flood`]: rates of what a server sends unasked; a server that floods is cut off.
@@ -25,6 +26,7 @@ pub mod frame;
 pub mod guard;
 pub mod http;
 pub mod process;
+pub mod sniff;
 pub mod stderr;
 pub mod supervisor;
 

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::catalog::{self, Lists};
 use super::client::{self, Changes, Connection, Cut, ProgressRouter, PROMPTS, RESOURCES, TOOLS};
+use super::sniff::Executions;
 use super::{Event, EventSink, State, Tuning};
 use crate::config::upstream::{UpstreamSection, UpstreamTransport, DEFAULT_PASS_ENV};
 
@@ -25,6 +26,8 @@ const LATENCY_RING: usize = 128;
 pub struct Shared {
     pub section: UpstreamSection,
     pub progress: Arc<ProgressRouter>,
+    /// The tools' `execution`, which rmcp's listing drops (see [`super::sniff`]).
+    pub executions: Arc<Executions>,
     inner: Mutex<Inner>,
     /// Bumped on every state change (for `required_ready`).
     pub changed: watch::Sender<u64>,
@@ -54,6 +57,7 @@ impl Shared {
         Arc::new(Shared {
             section,
             progress: Arc::default(),
+            executions: Arc::default(),
             inner: Mutex::new(Inner {
                 state,
                 attempt: 0,
@@ -197,6 +201,7 @@ pub async fn run(shared: Arc<Shared>, events: EventSink, tuning: Arc<Tuning>, st
             tuning.connect_timeout,
             tuning.stop_grace,
             shared.progress.clone(),
+            shared.executions.clone(),
             changes.clone(),
         );
         let outcome = tokio::select! {
@@ -257,7 +262,7 @@ async fn ready(
     let name = &shared.section.name;
     let mut lists = Lists::default();
     let listed = tokio::select! {
-        r = catalog::relist(&conn.peer, &shared.section, TOOLS | RESOURCES | PROMPTS, tuning.connect_timeout, &mut lists) => r,
+        r = catalog::relist(&conn.peer, &shared.section, &shared.executions, TOOLS | RESOURCES | PROMPTS, tuning.connect_timeout, &mut lists) => r,
         () = stop.cancelled() => {
             conn.stop(tuning.stop_grace).await;
             return End::Stopped;
@@ -316,7 +321,7 @@ async fn ready(
                 }
                 let mut lists = shared.lock().lists.clone();
                 let relisted = tokio::select! {
-                    r = catalog::relist(&conn.peer, &shared.section, which, tuning.connect_timeout, &mut lists) => r,
+                    r = catalog::relist(&conn.peer, &shared.section, &shared.executions, which, tuning.connect_timeout, &mut lists) => r,
                     () = stop.cancelled() => break End::Stopped,
                 };
                 match relisted {

@@ -1,11 +1,11 @@
-//! What cannot be called is not offered, or says what it is: the tools scripts may not call are
-//! left out of what code mode shows a script's author, and an upstream tool that runs only as a
-//! task (ctx runs no tasks yet) says so when called.
+//! What cannot be called is not offered: an upstream tool that runs only as a task is left out
+//! of the registry (ctx runs no tasks yet), and the tools scripts may not call are left out of
+//! what code mode shows a script's author.
 
 use crate::common::{test_command, Workspace};
 
 #[test]
-fn an_upstream_tool_that_runs_only_as_a_task_says_so_when_called() {
+fn an_upstream_tool_that_runs_only_as_a_task_is_left_out_with_a_warning() {
     let Some(everything) = test_command("CTX_TEST_EVERYTHING") else { return };
     let args: Vec<String> = everything[1..].iter().map(|a| format!("{a:?}")).chain(["\"stdio\"".to_string()]).collect();
     let ws = Workspace::new(&format!(
@@ -13,10 +13,15 @@ fn an_upstream_tool_that_runs_only_as_a_task_says_so_when_called() {
         everything[0],
         args.join(", ")
     ));
+    let listed = ws.ctx(&["tool", "list"]).ok();
+    assert!(listed.contains("everything__get-sum"), "{listed}");
+    assert!(!listed.lines().any(|l| l.starts_with("everything__simulate-research-query")), "{listed}");
+    assert!(
+        listed.contains("tool 'simulate-research-query' of upstream server 'everything' runs only as an MCP task"),
+        "the warning says why it is left out: {listed}"
+    );
     let call = ws.ctx(&["tool", "call", "everything__simulate-research-query", "--param", "topic=x"]);
-    assert_eq!(call.code(), 1, "{}", call.stderr());
-    let said = call.stderr();
-    assert!(said.contains("runs only as an MCP task") && said.contains("exclude"), "{said}");
+    assert_eq!(call.code(), 2, "not a tool ctx offers: {}", call.stderr());
 }
 
 #[test]
