@@ -281,9 +281,18 @@ fn write_all(metrics: &Metrics, out: &mut String, s: &Scraped, log: &crate::call
     writeln!(out, "# HELP ctx_call_log_written_total Entries the tool-call log wrote.")?;
     writeln!(out, "# TYPE ctx_call_log_written_total counter")?;
     writeln!(out, "ctx_call_log_written_total {written}")?;
-    writeln!(out, "# HELP ctx_call_log_dropped_total Entries dropped because the log's writer was behind.")?;
+    writeln!(
+        out,
+        "# HELP ctx_call_log_dropped_total Entries of read-only calls dropped because the log's writer was behind."
+    )?;
     writeln!(out, "# TYPE ctx_call_log_dropped_total counter")?;
     writeln!(out, "ctx_call_log_dropped_total {dropped}")?;
+    writeln!(
+        out,
+        "# HELP ctx_call_log_refused_total Calls refused (audit_unavailable) because the log could not take the entry they must have before they answer."
+    )?;
+    writeln!(out, "# TYPE ctx_call_log_refused_total counter")?;
+    writeln!(out, "ctx_call_log_refused_total {}", log.refused.load(Ordering::Relaxed))?;
     writeln!(out, "# HELP ctx_call_log_write_errors_total Entries lost to a failed write.")?;
     writeln!(out, "# TYPE ctx_call_log_write_errors_total counter")?;
     writeln!(out, "ctx_call_log_write_errors_total {failed}")?;

@@ -1,9 +1,16 @@
 //! The tool-call log: every call through the registry, kept in SQLite beside the knowledge base.
 //!
-//! The call path hands each finished call to [`record`], which only pushes it on a bounded
-//! queue: it never waits on the disk. One writer thread drains the queue in batches, one
-//! transaction each (WAL, so a `kill -9` loses nothing committed), and applies retention. When
-//! the queue is full the entry is dropped and counted; `/metrics` shows the count.
+//! The call path hands each finished call to [`CallLog::record`], which only pushes it on a
+//! bounded queue. One writer thread drains the queue in batches, one transaction each (WAL, so
+//! a `kill -9` loses nothing committed), and applies retention.
+//!
+//! It is an audit log: no action without its entry. A call that may change something (see
+//! `tools::observe`) first takes a place in the queue ([`CallLog::reserve`]), and is refused
+//! without running when the log cannot take it (its writer is down, failing to write, or too
+//! far behind). Its entry is then committed before its answer leaves: the writer is woken for
+//! it and acknowledges each batch's durable entries once the transaction is in the file (a
+//! group commit: the calls that finish together share one). A read-only call's entry is only
+//! queued; under backlog it is dropped and counted (`/metrics`).
 //!
 //! The call path renders the parameters and the result once, redacted and cut, straight into
 //! the text the log keeps ([`render_into`]); the writer only binds them.
@@ -26,6 +33,10 @@ use crate::config::Config;
 /// memory: 16,384 is 256 KB, and half a second of calls at the server's peak rate while the
 /// writer, which empties it every 20 ms, keeps up with its nice +5 share (the ops bench drops 0).
 const QUEUE: usize = 16_384;
+/// Entries in the queue (and places reserved in it) past which a call that must be logged is
+/// refused, and a read-only call's entry is dropped: the rest is headroom, so a reserved place
+/// is always free when its entry comes.
+const DURABLE_CAP: usize = QUEUE - 1_024;
 /// Entries written in one transaction at most.
 const BATCH: usize = 4_096;
 /// The writer's pause between batches while calls keep coming.
@@ -55,6 +66,8 @@ pub struct Entry {
     /// The result as the log keeps it, when `has_result` (a failed call has none).
     pub result: Rendered,
     pub has_result: bool,
+    /// For a call whose answer waits for its entry: told whether the entry was committed.
+    ack: Option<tokio::sync::oneshot::Sender<bool>>,
 }
 
 impl Default for Entry {
@@ -72,6 +85,7 @@ impl Default for Entry {
             params: Rendered::default(),
             result: Rendered::default(),
             has_result: false,
+            ack: None,
         }
     }
 }
@@ -89,8 +103,11 @@ impl Entry {
     /// Empties the entry for the pool: no call's data is left in it (a call of another
     /// application may take it next), and its buffers keep their capacity.
     fn clear(&mut self) {
-        let Entry { id, parent, at, tool, caller, via, micros, outcome, message, params, result, has_result } = self;
+        let Entry { id, parent, at, tool, caller, via, micros, outcome, message, params, result, has_result, ack } =
+            self;
         (*id, *parent, *at, *via, *micros, *outcome, *has_result) = (0, None, SystemTime::UNIX_EPOCH, "", 0, "", false);
+        // Dropped unanswered only when the entry was not written: its call hears "not committed".
+        *ack = None;
         tool.clear();
         caller.clear();
         // The one buffer not kept: most calls succeed and have no message.
@@ -185,6 +202,43 @@ pub struct Counters {
     pub written: AtomicU64,
     pub dropped: AtomicU64,
     pub write_errors: AtomicU64,
+    /// Calls refused because the log could not take their entry (`audit_unavailable`).
+    pub refused: AtomicU64,
+    /// Places in the queue held by calls that must be logged and are running.
+    reserved: AtomicU64,
+}
+
+impl Counters {
+    /// Entries queued and not yet written (or failed), plus the places reserved for running calls.
+    fn backlog(&self) -> u64 {
+        let queued = self.queued.load(Ordering::Relaxed);
+        let done = self.written.load(Ordering::Relaxed) + self.write_errors.load(Ordering::Relaxed);
+        queued.saturating_sub(done) + self.reserved.load(Ordering::Relaxed)
+    }
+}
+
+/// A running call's place in the writer's queue, taken before it runs ([`CallLog::reserve`]):
+/// its entry is then sure to find room. Given back when the entry is queued, or dropped.
+pub struct Reservation {
+    counters: Arc<Counters>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.counters.reserved.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether a log's writer can take entries, as the writer last found out.
+#[derive(Default)]
+struct Health {
+    /// The writer ended (its file could not be opened, or it panicked).
+    gone: std::sync::atomic::AtomicBool,
+    /// Its last transaction failed (a full disk, a file gone read-only); cleared by the next
+    /// one that succeeds.
+    failing: std::sync::atomic::AtomicBool,
+    /// The writer's thread, to wake it for an entry whose call waits.
+    thread: OnceLock<std::thread::Thread>,
 }
 
 /// The tool-call log of one application (see `tools::CallState`): the log that runs now, if any,
@@ -213,6 +267,8 @@ struct Log {
     secrets: Arc<crate::config::redact::Redactor>,
     /// The application's counters, which the writer thread adds to.
     counters: Arc<Counters>,
+    /// The writer's health, shared like `writer` by the versions of one log.
+    health: Arc<Health>,
 }
 
 enum Message {
@@ -287,8 +343,9 @@ impl CallLog {
             // Same log; a reload may have changed the config's secrets, which render_into uses.
             let secrets = crate::config::redact::current();
             if !Arc::ptr_eq(&log.secrets, &secrets) {
-                let (writer, counters) = (Arc::clone(&log.writer), Arc::clone(&log.counters));
-                self.swap(Some(Arc::new(Log { writer, settings: log.settings.clone(), secrets, counters })));
+                let (writer, counters, health) =
+                    (Arc::clone(&log.writer), Arc::clone(&log.counters), Arc::clone(&log.health));
+                self.swap(Some(Arc::new(Log { writer, settings: log.settings.clone(), secrets, counters, health })));
             }
             return Ok(());
         }
@@ -305,7 +362,13 @@ impl CallLog {
         }
         drop(store);
         let counters = Arc::clone(&self.counters);
-        let log = Log { writer: Arc::default(), settings, secrets: crate::config::redact::current(), counters };
+        let log = Log {
+            writer: Arc::default(),
+            settings,
+            secrets: crate::config::redact::current(),
+            counters,
+            health: Arc::default(),
+        };
         let old = self.swap(Some(Arc::new(log)));
         // The old writer finishes its queue; no lock is held meanwhile.
         if let Some(old) = old {
@@ -331,22 +394,97 @@ impl CallLog {
         }
     }
 
-    /// Hands a finished call to the writer. Never blocks: with the queue full the entry is
-    /// dropped and counted.
+    /// A place in the queue for the entry of a call that must be logged before it answers, taken
+    /// before the call runs. `Ok(None)` when no log runs (the operator turned it off); `Err`
+    /// says why the log cannot take the entry now, and the call must not run.
+    pub fn reserve(&self) -> Result<Option<Reservation>, String> {
+        let refused = |why: String| {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            Err(why)
+        };
+        self.with_log(|log| {
+            let Some(log) = log else { return Ok(None) };
+            // The writer starts with the first call (its file opened now, see `queue`).
+            log.queue();
+            if log.health.gone.load(Ordering::Relaxed) {
+                return refused(format!(
+                    "the tool-call log's writer is not running ({} cannot be written; the server's log says why)",
+                    log.settings.path.display()
+                ));
+            }
+            if log.health.failing.load(Ordering::Relaxed) {
+                return refused(format!(
+                    "the tool-call log failed to write its last entries to {} (a full disk? the server's log says why)",
+                    log.settings.path.display()
+                ));
+            }
+            self.counters.reserved.fetch_add(1, Ordering::Relaxed);
+            let reservation = Reservation { counters: Arc::clone(&self.counters) };
+            let backlog = self.counters.backlog();
+            if backlog > DURABLE_CAP as u64 {
+                drop(reservation);
+                return refused(format!("the tool-call log is {backlog} entries behind; try again in a moment"));
+            }
+            Ok(Some(reservation))
+        })
+    }
+
+    /// Hands the entry of a call that must be logged to the writer, in the place `reservation`
+    /// kept, and wakes the writer: the receiver hears `true` once the entry is committed (`false`,
+    /// or a closed channel, when it could not be written).
+    pub fn record_durable(
+        &self,
+        mut entry: Box<Entry>,
+        reservation: Reservation,
+    ) -> tokio::sync::oneshot::Receiver<bool> {
+        let (ack, committed) = tokio::sync::oneshot::channel();
+        entry.ack = Some(ack);
+        let sent = self.with_log(|log| {
+            log.map(|log| {
+                let sent = log.queue().try_send(Message::Entry(entry));
+                if sent.is_ok() {
+                    self.counters.queued.fetch_add(1, Ordering::Relaxed);
+                    if let Some(writer) = log.health.thread.get() {
+                        writer.unpark();
+                    }
+                }
+                sent
+            })
+        });
+        drop(reservation);
+        if let Some(Err(_)) = sent {
+            // Unreachable while the place is kept, but counted if a writer died meanwhile; the
+            // entry (and its ack) is dropped, so the call hears "not committed".
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        committed
+    }
+
+    /// Hands a finished read-only call to the writer. Never blocks: with the queue at its cap the
+    /// entry is dropped and counted.
     pub fn record(&self, entry: Box<Entry>) {
+        if self.counters.backlog() >= DURABLE_CAP as u64 {
+            self.dropped_one();
+            return;
+        }
         let sent = self.with_log(|log| log.map(|log| log.queue().try_send(Message::Entry(entry))));
         let Some(sent) = sent else { return };
         match sent {
             Ok(()) => {
                 self.counters.queued.fetch_add(1, Ordering::Relaxed);
             }
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                let dropped = self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                // Once, then every 10,000: the count is in /metrics.
-                if dropped.is_multiple_of(10_000) {
-                    tracing::warn!(dropped = dropped + 1, "the tool-call log is behind; entries are being dropped");
-                }
-            }
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.dropped_one(),
+        }
+    }
+
+    fn dropped_one(&self) {
+        let dropped = self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        // Once, then every 10,000: the count is in /metrics.
+        if dropped.is_multiple_of(10_000) {
+            tracing::warn!(
+                dropped = dropped + 1,
+                "the tool-call log is behind; read-only calls' entries are being dropped"
+            );
         }
     }
 }
@@ -357,19 +495,38 @@ impl Log {
     fn queue(&self) -> &SyncSender<Message> {
         self.writer.get_or_init(|| {
             let (tx, rx) = sync_channel(QUEUE);
-            let (settings, counters) = (self.settings.clone(), Arc::clone(&self.counters));
-            let started = std::thread::Builder::new().name("ctx-call-log".into()).spawn(move || {
-                lower_priority();
-                match Store::open(&settings.path) {
-                    Ok(store) => write_loop(store, rx, settings, &counters),
-                    Err(e) => tracing::error!(
-                        "the tool-call log {} cannot be opened any more: {e}; calls are not logged",
+            let (settings, counters, health) =
+                (self.settings.clone(), Arc::clone(&self.counters), Arc::clone(&self.health));
+            // Opened here, before any call that must be logged runs: one the file cannot take
+            // is refused, never run and then left unlogged.
+            let store = match Store::open(&settings.path) {
+                Ok(store) => store,
+                Err(e) => {
+                    self.health.gone.store(true, Ordering::Relaxed);
+                    tracing::error!(
+                        "the tool-call log {} cannot be opened any more: {e}; calls that change something are refused, read-only ones are not logged",
                         settings.path.display()
-                    ),
+                    );
+                    return tx;
                 }
+            };
+            let started = std::thread::Builder::new().name("ctx-call-log".into()).spawn(move || {
+                // However the writer ends (a panic included), calls that must be logged are
+                // refused from then on.
+                struct Gone(Arc<Health>);
+                impl Drop for Gone {
+                    fn drop(&mut self) {
+                        self.0.gone.store(true, Ordering::Relaxed);
+                    }
+                }
+                let _gone = Gone(Arc::clone(&health));
+                let _ = health.thread.set(std::thread::current());
+                lower_priority();
+                write_loop(store, rx, settings, &counters, &health);
             });
             if let Err(e) = started {
-                tracing::error!("the tool-call log's writer thread did not start: {e}; calls are not logged");
+                self.health.gone.store(true, Ordering::Relaxed);
+                tracing::error!("the tool-call log's writer thread did not start: {e}; calls that change something are refused");
             }
             tx
         })
@@ -398,7 +555,7 @@ fn lower_priority() {
 }
 
 /// The writer: batches of whatever is queued, one transaction each; retention once a minute.
-fn write_loop(mut store: Store, rx: Receiver<Message>, settings: Settings, counters: &Counters) {
+fn write_loop(mut store: Store, rx: Receiver<Message>, settings: Settings, counters: &Counters, health: &Health) {
     let mut last_prune: Option<Instant> = None;
     let mut batch: Vec<Box<Entry>> = Vec::with_capacity(256);
     let mut waiting: Vec<SyncSender<()>> = Vec::new();
@@ -408,16 +565,26 @@ fn write_loop(mut store: Store, rx: Receiver<Message>, settings: Settings, count
     let mut busy = false;
     loop {
         let first = if busy {
-            std::thread::sleep(PAUSE);
+            // Woken early by an entry whose call waits for it (`record_durable`).
+            std::thread::park_timeout(PAUSE);
             match rx.try_recv() {
                 Ok(message) => Some(message),
                 Err(TryRecvError::Empty) => None,
                 Err(TryRecvError::Disconnected) => break,
             }
         } else {
-            match rx.recv_timeout(PRUNE_EVERY) {
+            // While writes fail, calls that must be logged are refused: find out every second
+            // whether the file takes writes again.
+            let failing = health.failing.load(Ordering::Relaxed);
+            match rx.recv_timeout(if failing { Duration::from_secs(1) } else { PRUNE_EVERY }) {
                 Ok(message) => Some(message),
-                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Timeout) => {
+                    if failing && store.probe().is_ok() {
+                        health.failing.store(false, Ordering::Relaxed);
+                        tracing::info!("the tool-call log takes writes again");
+                    }
+                    None
+                }
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         };
@@ -437,13 +604,23 @@ fn write_loop(mut store: Store, rx: Receiver<Message>, settings: Settings, count
         }
         if !batch.is_empty() {
             let n = batch.len() as u64;
-            match store.insert(&batch, &settings) {
+            let committed = match store.insert(&batch, &settings) {
                 Ok(()) => {
                     counters.written.fetch_add(n, Ordering::Relaxed);
+                    health.failing.store(false, Ordering::Relaxed);
+                    true
                 }
                 Err(e) => {
                     counters.write_errors.fetch_add(n, Ordering::Relaxed);
+                    health.failing.store(true, Ordering::Relaxed);
                     tracing::error!("the tool-call log could not write {n} entries: {e}");
+                    false
+                }
+            };
+            // The calls waiting for their entries answer now: one commit for all of them.
+            for entry in batch.iter_mut() {
+                if let Some(ack) = entry.ack.take() {
+                    let _ = ack.send(committed);
                 }
             }
             give_back(&mut batch);

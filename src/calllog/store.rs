@@ -163,6 +163,13 @@ impl Store {
     }
 
     /// Deletes entries older than `max_age`, then the oldest beyond `max_entries`.
+    /// One small write (the header's user version, set to what it is): whether the file takes
+    /// writes again after a failed one.
+    pub fn probe(&mut self) -> Result<(), rusqlite::Error> {
+        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        self.conn.execute_batch(&format!("PRAGMA user_version = {version}"))
+    }
+
     pub fn prune(&mut self, max_age: Duration, max_entries: u64) -> Result<usize, rusqlite::Error> {
         let cutoff = SystemTime::now()
             .checked_sub(max_age)
@@ -263,6 +270,7 @@ mod tests {
             params: super::super::Rendered { text: json!({"q": id}).to_string(), cut: false },
             result: super::super::Rendered { text: json!({"ok": true}).to_string(), cut: false },
             has_result: true,
+            ..Entry::default()
         })
     }
 

@@ -66,6 +66,10 @@ pub enum CallError {
     /// bound to another call or caller): nothing ran.
     #[error("{}", redact::text(.0))]
     ApprovalRefused(String),
+    /// The call must be in the tool-call log before it answers, and the log cannot take it
+    /// now: nothing ran.
+    #[error("{}", redact::text(.0))]
+    AuditUnavailable(String),
     /// A bug in ctx. The message never holds internals; the log has them.
     #[error("{}", redact::text(.0))]
     Internal(String),
@@ -89,6 +93,7 @@ impl CallError {
             CallError::RateLimited { .. } => ErrorCode::RateLimited,
             CallError::ApprovalRequired(_) => ErrorCode::ApprovalRequired,
             CallError::ApprovalRefused(_) => ErrorCode::ApprovalRefused,
+            CallError::AuditUnavailable(_) => ErrorCode::AuditUnavailable,
             CallError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -209,7 +214,7 @@ pub fn http_status(code: ErrorCode) -> u16 {
         ErrorCode::ApprovalRefused => 403,
         // Configured but broken: the server cannot serve it until its file is fixed, and hot
         // reload then brings it back, so "unavailable", not "not found".
-        ErrorCode::Unavailable | ErrorCode::LoadFailed => 503,
+        ErrorCode::Unavailable | ErrorCode::LoadFailed | ErrorCode::AuditUnavailable => 503,
         ErrorCode::MemoryLimit | ErrorCode::ResultTooLarge | ErrorCode::ToolError | ErrorCode::Internal => 500,
     }
 }
@@ -235,6 +240,7 @@ pub fn code_name(code: ErrorCode) -> &'static str {
         ErrorCode::ApprovalRefused => "approval_refused",
         ErrorCode::Unavailable => "unavailable",
         ErrorCode::LoadFailed => "load_failed",
+        ErrorCode::AuditUnavailable => "audit_unavailable",
         ErrorCode::Internal => "internal",
     }
 }

@@ -2,6 +2,11 @@
 //! and counted. [`Observed`] starts with the call; it writes the log line, the metrics and the
 //! call-log entry when the call ends, or, when it is dropped first (the client went away, an MCP
 //! cancellation), as cancelled: every call that started is in the log exactly once.
+//!
+//! A call that may change something must be in the call log before its answer leaves: the
+//! pipeline takes its place in the log's queue before it runs ([`Observed::must_be_logged`],
+//! which refuses the call when the log cannot take it), and awaits the [`Commit`] that
+//! [`Observed::end`] returns before it answers.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -47,7 +52,13 @@ struct Open<'a> {
     wall: SystemTime,
     /// The call-log entry (parameters rendered), when a log runs.
     entry: Option<Box<crate::calllog::Entry>>,
+    /// The entry's place in the log's queue, for a call that must be logged before it answers.
+    reservation: Option<crate::calllog::Reservation>,
 }
+
+/// Resolves once a call's entry is committed to the call log: `Ok(true)`; `Ok(false)` or an
+/// error when it could not be written.
+pub type Commit = tokio::sync::oneshot::Receiver<bool>;
 
 impl<'a> Observed<'a> {
     /// Starts observing a request that is not a tool call under its MCP method's name
@@ -75,7 +86,28 @@ impl<'a> Observed<'a> {
                 at: Instant::now(),
                 wall: SystemTime::now(),
                 entry: state.log.begin(params),
+                reservation: None,
             }),
+        }
+    }
+
+    /// Marks the call as one the log must hold before it answers, taking its place in the log's
+    /// queue; refused (nothing runs) when the log cannot take it. Without a log (turned off),
+    /// there is nothing to keep.
+    pub(super) fn must_be_logged(&mut self) -> Result<(), CallError> {
+        let Some(open) = &mut self.open else { return Ok(()) };
+        if open.entry.is_none() {
+            return Ok(());
+        }
+        match self.state.log.reserve() {
+            Ok(reservation) => {
+                open.reservation = reservation;
+                Ok(())
+            }
+            Err(why) => Err(CallError::AuditUnavailable(format!(
+                "tool '{}' did not run: a call that may change something is written to the tool-call log before it answers, and {why}",
+                open.name
+            ))),
         }
     }
 
@@ -111,15 +143,15 @@ impl<'a> Observed<'a> {
                 Ok(summary) => Ok(Output::Value(summary)),
                 Err(e) => Err(e.clone()),
             };
-            record(self.state, open, &result);
+            let _ = record(self.state, open, &result);
         }
     }
 
-    /// Logs a call's outcome.
-    pub(super) fn end(mut self, result: &Result<Output, CallError>) {
-        if let Some(open) = self.open.take() {
-            record(self.state, open, result);
-        }
+    /// Logs a call's outcome; for a call that must be logged, the [`Commit`] to await before
+    /// answering.
+    pub(super) fn end(mut self, result: &Result<Output, CallError>) -> Option<Commit> {
+        let open = self.open.take()?;
+        record(self.state, open, result)
     }
 }
 
@@ -127,7 +159,8 @@ impl Drop for Observed<'_> {
     fn drop(&mut self) {
         if let Some(open) = self.open.take() {
             let cancelled = Err(CallError::cancelled(open.name));
-            record(self.state, open, &cancelled);
+            // Nobody waits for an answer; the entry is still written.
+            let _ = record(self.state, open, &cancelled);
         }
     }
 }
@@ -141,8 +174,9 @@ fn output_value(output: &Output) -> std::borrow::Cow<'_, Json> {
     }
 }
 
-/// The end of every call: its log line, its metrics, and its entry in the call log.
-fn record(state: &CallState, open: Open<'_>, result: &Result<Output, CallError>) {
+/// The end of every call: its log line, its metrics, and its entry in the call log (with the
+/// [`Commit`] to await when the call must be logged before it answers).
+fn record(state: &CallState, open: Open<'_>, result: &Result<Output, CallError>) -> Option<Commit> {
     let name = open.name;
     let micros = open.at.elapsed().as_micros() as u64;
     let outcome = match result {
@@ -159,7 +193,7 @@ fn record(state: &CallState, open: Open<'_>, result: &Result<Output, CallError>)
             tracing::info!(tool = name, caller = open.via, micros, code = %e.code(), "tool call failed: {text}")
         }
     }
-    let Some(mut entry) = open.entry else { return };
+    let mut entry = open.entry?;
     match result {
         Ok(output) => {
             entry.set_result(&state.log, &output_value(output));
@@ -182,5 +216,11 @@ fn record(state: &CallState, open: Open<'_>, result: &Result<Output, CallError>)
     entry.via = open.via;
     entry.micros = micros;
     entry.outcome = outcome;
-    state.log.record(entry);
+    match open.reservation {
+        Some(reservation) => Some(state.log.record_durable(entry, reservation)),
+        None => {
+            state.log.record(entry);
+            None
+        }
+    }
 }

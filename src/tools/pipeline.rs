@@ -112,7 +112,16 @@ impl Registry {
             Target::Tool => {
                 observed.known(self.is_registered(&name));
                 let result = result.and_then(Answer::output);
-                observed.end(&result);
+                // No answer of a call that may change something leaves before its entry is in
+                // the call log.
+                if let Some(commit) = observed.end(&result) {
+                    if !matches!(commit.await, Ok(true)) {
+                        tracing::error!(
+                            tool = %name,
+                            "a call ran but its tool-call log entry could not be written; calls that change something are refused until the log writes again"
+                        );
+                    }
+                }
                 result.map(Answer::Output)
             }
             Target::Prompt => {
@@ -148,7 +157,21 @@ impl Registry {
             None => None,
         };
         let call = self.police(call, options, placement, observed).await?;
+        if self.must_be_logged(&call) {
+            observed.must_be_logged()?;
+        }
         execute::run(self, call, options, observed.id(), placement).await
+    }
+
+    /// Whether a call must be in the call log before it answers: any tool call that may change
+    /// something (a tool not annotated read-only: every Lua tool without `read_only`, every
+    /// upstream tool without `readOnlyHint`, code mode's `execute` and scripted tools) and every
+    /// call that needs approval. An agent's prompt changes nothing.
+    fn must_be_logged(&self, call: &Admitted) -> bool {
+        let admit::Resolved::Tool(tool) = &call.what else { return false };
+        let spec = tool.spec();
+        let read_only = spec.annotations.as_ref().and_then(|a| a.read_only).unwrap_or(false);
+        !read_only || self.approvals().needs(spec)
     }
 
     /// The policy stage: every policy in order, off the async workers when one of them reads a

@@ -2,6 +2,7 @@
 //! real SQLite files, folders and git repositories created in temporary directories.
 mod agents;
 mod approvals_and_call_log;
+mod audit_log;
 mod cli;
 mod cli_and_the_server;
 mod clients;
