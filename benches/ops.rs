@@ -59,9 +59,18 @@ fn main() {
     let on = ws.join("on.toml");
     let off = ws.join("off.toml");
     std::fs::write(&on, &base).expect("write on.toml");
-    // The sample config has a [server] table: turn metrics off inside it, and the log off.
-    let off_text = base.replacen("[server]\n", "[server]\nmetrics = false\n", 1) + "\n[log]\nenabled = false\n";
-    assert!(off_text.contains("metrics = false"), "the sample config has no [server] table");
+    // Both off: set in the sample config's own tables (it writes them out with their defaults).
+    let mut table: toml::Table = base.parse().expect("the sample config parses");
+    let section = |table: &mut toml::Table, name: &str| -> toml::Table {
+        table.get(name).and_then(toml::Value::as_table).cloned().unwrap_or_default()
+    };
+    let mut server = section(&mut table, "server");
+    server.insert("metrics".into(), toml::Value::Boolean(false));
+    table.insert("server".into(), toml::Value::Table(server));
+    let mut log = section(&mut table, "log");
+    log.insert("enabled".into(), toml::Value::Boolean(false));
+    table.insert("log".into(), toml::Value::Table(log));
+    let off_text = toml::to_string(&table).expect("the config serializes");
     std::fs::write(&off, off_text).expect("write off.toml");
     // `note`: the sample's echo without its read-only annotation.
     let echo = std::fs::read_to_string(ws.join("tools/echo.lua")).expect("tools/echo.lua");
