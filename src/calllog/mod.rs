@@ -351,30 +351,36 @@ impl CallLog {
         }
         // Opened now, so a file that cannot be written is a startup error, and retention runs at
         // start; the writer opens it again when the first call comes.
-        let mut store = Store::open(&settings.path).map_err(|e| {
-            format!(
-                "the tool-call log {} cannot be opened: {e}; set log.path to a writable file or log.enabled = false",
+        let problem = match Store::open(&settings.path) {
+            Ok(mut store) => {
+                if let Err(e) = store.prune(settings.max_age, settings.max_entries) {
+                    tracing::warn!("the tool-call log's retention failed: {e}");
+                }
+                None
+            }
+            Err(e) => Some(format!(
+                "the tool-call log {} cannot be opened: {e}; calls that change something are refused until it can; set log.path to a writable file or log.enabled = false",
                 settings.path.display()
-            )
-        })?;
-        if let Err(e) = store.prune(settings.max_age, settings.max_entries) {
-            tracing::warn!("the tool-call log's retention failed: {e}");
-        }
-        drop(store);
+            )),
+        };
+        // A log that cannot be opened is still installed, as one whose writer is gone: the calls
+        // that must be logged are refused (not run unlogged); the first call tries the file again.
+        let health = Health::default();
+        health.gone.store(problem.is_some(), Ordering::Relaxed);
         let counters = Arc::clone(&self.counters);
         let log = Log {
             writer: Arc::default(),
             settings,
             secrets: crate::config::redact::current(),
             counters,
-            health: Arc::default(),
+            health: Arc::new(health),
         };
         let old = self.swap(Some(Arc::new(log)));
         // The old writer finishes its queue; no lock is held meanwhile.
         if let Some(old) = old {
             flush_log(&old);
         }
-        Ok(())
+        problem.map_or(Ok(()), Err)
     }
 
     /// Writes what is queued and stops logging (the CLI before it exits, a reload that turns
@@ -510,6 +516,8 @@ impl Log {
                     return tx;
                 }
             };
+            // The file opens now: whatever kept it from opening at install is over.
+            self.health.gone.store(false, Ordering::Relaxed);
             let started = std::thread::Builder::new().name("ctx-call-log".into()).spawn(move || {
                 // However the writer ends (a panic included), calls that must be logged are
                 // refused from then on.

@@ -77,8 +77,9 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
             let answer = server.call(&tool, &params).await?;
             Some((server, answer))
         });
-        if let Some((server, (status, body))) = remote {
+        if let Some((server, answer)) = remote {
             tracing::info!("ran on the ctx serve at {} (--local runs it here)", server.address());
+            let (status, body) = answer.map_err(|e| CliError::Failed(anyhow::anyhow!(e)))?;
             return remote_outcome(status, body, args.json);
         }
     }

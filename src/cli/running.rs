@@ -1,6 +1,11 @@
 //! The `ctx serve` already running for this config, for the commands that would otherwise start
 //! every upstream server themselves (`ctx run`, `ctx catalog`, `ctx mcp list`): its upstreams are
 //! connected, so asking it costs one request instead of seconds of process starts.
+//!
+//! A serving `ctx serve` leaves a marker in its workspace's data folder (`serve.json`: its pid
+//! and address). A command asks only the server its own workspace's marker names, while that
+//! process lives: never another workspace's server on the same port, and never whatever listens
+//! on `server.bind` while ctx is down (which would be handed the token and the script).
 
 use std::time::Duration;
 
@@ -20,12 +25,46 @@ pub struct Running {
     pub health: Json,
 }
 
+/// The folder of `config`'s marker: its database's.
+pub fn marker_dir(config: &Config) -> std::path::PathBuf {
+    config.db_path().parent().map(std::path::Path::to_path_buf).unwrap_or_default()
+}
+
+/// The marker of a serving `ctx serve`, removed when it stops (a `kill -9` leaves it, and the
+/// pid in it then names no process, or not this one for long).
+pub struct Marker(std::path::PathBuf);
+
+impl Marker {
+    pub fn write(dir: &std::path::Path, addr: std::net::SocketAddr) -> Option<Marker> {
+        let path = dir.join("serve.json");
+        let body = json!({"pid": std::process::id(), "addr": addr.to_string()});
+        std::fs::write(&path, body.to_string()).ok()?;
+        Some(Marker(path))
+    }
+}
+
+impl Drop for Marker {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The address in this workspace's marker, when the process that wrote it still runs.
+fn marked_address(config: &Config) -> Option<String> {
+    let text = std::fs::read_to_string(marker_dir(config).join("serve.json")).ok()?;
+    let marker: Json = serde_json::from_str(&text).ok()?;
+    let pid = i32::try_from(marker.get("pid")?.as_u64()?).ok()?;
+    // SAFETY: signal 0 only asks whether the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0 && pid != std::process::id() as i32;
+    alive.then(|| marker.get("addr").and_then(Json::as_str).map(str::to_string)).flatten()
+}
+
 impl Running {
-    /// The server at `config`'s `server.bind`, when one answers with this config's file name
-    /// (a ctx serving another workspace on the same port is not asked). `None` also when its
-    /// token is needed and not set in this shell.
+    /// The server this workspace's marker names, when it answers with this config's file name.
+    /// `None` also when its token is needed and not set in this shell.
     pub async fn find(config: &Config) -> Option<Running> {
-        let (addr, security) = crate::server::settings(config).ok()?;
+        let addr = marked_address(config)?;
+        let (_, security) = crate::server::settings(config).ok()?;
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder().connect_timeout(PROBE).no_proxy().build().ok()?;
         let base = format!("http://{addr}");
@@ -49,18 +88,24 @@ impl Running {
     }
 
     /// `POST /tools/{tool}` with `params`: the HTTP status and the JSON body. `None` when the
-    /// server cannot be asked (gone, or the token is refused): the command then works alone.
-    pub async fn call(&self, tool: &str, params: &Json) -> Option<(u16, Json)> {
+    /// server could not be asked (no connection, or the token is refused): the command then
+    /// works alone. `Some(Err)` when the request went out and its answer was lost: the call may
+    /// have run there, so it must not run again here.
+    pub async fn call(&self, tool: &str, params: &Json) -> Option<Result<(u16, Json), String>> {
         let mut request = self.client.post(format!("{}/tools/{tool}", self.base)).json(params);
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
-        let response = request.send().await.ok()?;
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) if e.is_connect() => return None,
+            Err(e) => return Some(Err(lost(&self.base, &e))),
+        };
         let status = response.status().as_u16();
         if status == 401 || status == 403 {
             return None;
         }
-        Some((status, response.json().await.ok()?))
+        Some(response.json().await.map(|body| (status, body)).map_err(|e| lost(&self.base, &e)))
     }
 
     /// One stateless (2026-07-28) MCP request: its `result`, or `None` when it failed.
@@ -85,4 +130,10 @@ impl Running {
         let answer: Json = request.send().await.ok()?.json().await.ok()?;
         answer.get("result").cloned()
     }
+}
+
+fn lost(base: &str, e: &reqwest::Error) -> String {
+    format!(
+        "the ctx serve at {base} took the script but its answer was lost ({e}); it may have run there: see `ctx log`, and run it again if it did not"
+    )
 }

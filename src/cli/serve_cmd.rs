@@ -50,6 +50,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     let sections = config.upstreams.clone();
     let stdio_wait = std::time::Duration::from_secs_f64(config.spec.mcp.stdio_wait);
     let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    let marker_dir = super::running::marker_dir(kb.config());
     let registry = crate::app::build(kb.clone(), None);
     // The application's state comes with its first registry; a reload hands it on.
     let state = Arc::clone(registry.state());
@@ -90,6 +91,8 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             .await
             .with_context(|| format!("cannot listen on {addr} (is another ctx already running there?)"))?;
         let local = listener.local_addr().context("listener address")?;
+        // For the commands of this workspace that ask the running server (`ctx run`, ...).
+        let _running = super::running::Marker::write(&marker_dir, local);
         say!("ctx {} listening on http://{local}  (API docs: http://{local}/docs)", env!("CARGO_PKG_VERSION"));
         for agent in registry.agents() {
             say!(

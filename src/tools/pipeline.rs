@@ -5,10 +5,12 @@
 //! 1. admission ([`super::admit`]): scope, name, parameters and defaults, call-chain rules,
 //!    quarantine;
 //! 2. the call's turn, when it shares a [`Gate`] (code mode's `max_concurrent`);
-//! 3. policy ([`super::policy`]): approval, then rate limits, each a [`Policy`] of its own
+//! 3. for a call that may change something, its place in the audit log, or a refusal when the
+//!    log cannot take it (see [`super::observe`]);
+//! 4. policy ([`super::policy`]): approval, then rate limits, each a [`Policy`] of its own
 //!    feature; a call that needs a person's approval may ask them through the caller's own
 //!    channel ([`Ask`]) and goes on with their answer;
-//! 4. execution ([`super::execute`]): the tool's own strategy.
+//! 5. execution ([`super::execute`]): the tool's own strategy.
 //!
 //! [`Policy`]: super::policy::Policy
 
@@ -156,10 +158,11 @@ impl Registry {
             Some(gate) => gate.turn().await,
             None => None,
         };
-        let call = self.police(call, options, placement, observed).await?;
+        // Before the policies: a call the log cannot take spends no approval and no rate.
         if self.must_be_logged(&call) {
             observed.must_be_logged()?;
         }
+        let call = self.police(call, options, placement, observed).await?;
         execute::run(self, call, options, observed.id(), placement).await
     }
 

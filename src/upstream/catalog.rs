@@ -98,6 +98,8 @@ pub async fn relist(
     let caps = peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
     lists.has_resources = caps.resources.is_some();
     if which & TOOLS != 0 {
+        // What the answers to this listing say, and nothing older (see `sniff`).
+        executions.clear();
         let allowed = section.tool_filter();
         lists.tools = if caps.tools.is_some() {
             list(peer, Kind::Tools, limit, &section.name)

@@ -207,14 +207,17 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        // A message that cannot be sent (refused connection, broken pipe, a transport error)
-        // ends the connection: rmcp would keep it and every later call would wait its timeout.
+        // A message that cannot be sent because the server is unreachable or the pipe broke ends
+        // the connection: rmcp would keep it and every later call would wait its timeout. A
+        // server's error answer to one request fails that request only.
         let sent = self.inner.send(item);
         let cut = self.cut.clone();
         async move {
             let result = sent.await;
             if let Err(e) = &result {
-                cut.set(format!("sending to the upstream failed: {}", super::http::describe(e)));
+                if super::http::connection_lost(e) {
+                    cut.set(format!("sending to the upstream failed: {}", super::http::describe(e)));
+                }
             }
             result
         }
@@ -235,7 +238,9 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
                     }
                 };
                 if let JsonRpcMessage::Error(e) = &message {
-                    if *http && e.id.is_none() {
+                    // Only a refusal of the session itself: a server also answers a body it
+                    // cannot parse (one caller's oversized arguments) without an id.
+                    if *http && e.id.is_none() && e.error.message.to_ascii_lowercase().contains("session") {
                         cut.set(format!("the upstream refused ctx's session: {}", e.error.message));
                         *ended = true;
                         return None;

@@ -160,18 +160,43 @@ impl StreamableHttpClient for Watched {
 }
 
 impl Watched {
-    /// A server without an event stream (405) is fine; any other failure to open it means the
-    /// session or the server is gone.
+    /// A failure to open the event stream that means the session or the server is gone (400,
+    /// 404 or 410 for the session, or no connection) ends the connection; a server without one
+    /// (405) or with a passing error (5xx, 429, 409) is fine.
     fn watch(
         &self,
         opened: Result<Stream, StreamableHttpError<reqwest::Error>>,
     ) -> Result<Stream, StreamableHttpError<reqwest::Error>> {
         if let Err(e) = &opened {
-            if !matches!(e, StreamableHttpError::ServerDoesNotSupportSse) {
+            let session_gone = match e {
+                StreamableHttpError::Client(e) => matches!(e.status().map(|s| s.as_u16()), Some(400 | 404 | 410)),
+                StreamableHttpError::SessionExpired => true,
+                _ => false,
+            };
+            if session_gone || unreachable(e) {
                 self.cut.set(format!("the upstream's event stream failed: {}", describe(e)));
             }
         }
         opened
+    }
+}
+
+/// Whether a failed request means the server cannot be reached or the connection is gone; a
+/// server's error answer (5xx, 429, a refused request) is that request's failure only, so one
+/// caller's bad request never cuts the connection every caller shares.
+pub fn unreachable(e: &StreamableHttpError<reqwest::Error>) -> bool {
+    match e {
+        StreamableHttpError::Client(e) => e.is_connect(),
+        StreamableHttpError::SessionExpired | StreamableHttpError::TransportChannelClosed => true,
+        _ => false,
+    }
+}
+
+/// [`unreachable`] for a transport's error of any type: a stdio pipe that fails is always gone.
+pub fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
+    match e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        Some(e) => unreachable(e),
+        None => true,
     }
 }
 

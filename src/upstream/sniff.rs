@@ -16,11 +16,18 @@ use serde_json::{Map, Value as Json};
 /// A raw message longer than this is not read for `execution` (a tool list is far smaller).
 pub const MAX_MESSAGE: usize = 4 * 1024 * 1024;
 
-/// The `execution` of each tool that has one, by the server's tool name, as its last
-/// `tools/list` answer said.
+/// Tools remembered at most (a list keeps 2,000 entries; a server that sends more answers
+/// than it was asked for gets no more room).
+const MAX_TOOLS: usize = 4_096;
+/// The longest `taskSupport` value kept (`forbidden`, `optional`, `required`).
+const MAX_VALUE: usize = 16;
+
+/// The `taskSupport` of each tool that has one, by the server's tool name, as the answers to
+/// the current listing said (cleared when a listing starts). Only that short value is kept,
+/// for a bounded number of tools: what a hostile server sends cannot grow it.
 #[derive(Default)]
 pub struct Executions {
-    by_tool: Mutex<HashMap<String, Json>>,
+    by_tool: Mutex<HashMap<String, String>>,
 }
 
 impl Executions {
@@ -35,11 +42,23 @@ impl Executions {
         let mut by_tool = self.by_tool.lock().unwrap_or_else(|p| p.into_inner());
         for tool in tools {
             let Some(name) = tool.get("name").and_then(Json::as_str) else { continue };
-            match tool.get("execution") {
-                Some(execution) => by_tool.insert(name.to_string(), execution.clone()),
-                None => by_tool.remove(name),
-            };
+            let support =
+                tool.pointer("/execution/taskSupport").and_then(Json::as_str).filter(|v| v.len() <= MAX_VALUE);
+            match support {
+                Some(support) if by_tool.len() < MAX_TOOLS || by_tool.contains_key(name) => {
+                    by_tool.insert(name.to_string(), support.to_string());
+                }
+                Some(_) => {}
+                None => {
+                    by_tool.remove(name);
+                }
+            }
         }
+    }
+
+    /// Forgets what earlier listings said: a listing starts.
+    pub fn clear(&self) {
+        self.by_tool.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// Puts `execution` back into the listed tools that lost it on the way through rmcp.
@@ -52,9 +71,9 @@ impl Executions {
             if tool.contains_key("execution") {
                 continue;
             }
-            let execution = tool.get("name").and_then(Json::as_str).and_then(|name| by_tool.get(name)).cloned();
-            if let Some(execution) = execution {
-                tool.insert("execution".to_string(), execution);
+            let support = tool.get("name").and_then(Json::as_str).and_then(|name| by_tool.get(name)).cloned();
+            if let Some(support) = support {
+                tool.insert("execution".to_string(), serde_json::json!({ "taskSupport": support }));
             }
         }
     }

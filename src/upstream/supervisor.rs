@@ -307,7 +307,8 @@ async fn ready(
                     answered = tokio::time::timeout(tuning.connect_timeout, peer.send_request(request)) => answered,
                 };
                 match answered {
-                    Ok(Ok(_)) => {}
+                    // Any answer, an error included (a server without `ping`), says it is there.
+                    Ok(Ok(_)) | Ok(Err(rmcp::ServiceError::McpError(_))) => {}
                     Ok(Err(e)) => break End::Lost(format!("the liveness ping failed: {e}")),
                     Err(_) => break End::Lost(format!("no answer to a liveness ping within {} s", tuning.connect_timeout.as_secs_f64())),
                 }

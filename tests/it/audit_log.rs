@@ -151,3 +151,27 @@ fn a_call_that_may_change_something_is_refused_and_not_run_when_the_log_cannot_t
     });
     assert!(metrics.lines().any(|l| l == "ctx_call_log_refused_total 1"), "{metrics}");
 }
+
+#[test]
+fn a_log_that_cannot_be_opened_at_start_refuses_calls_that_may_change_something() {
+    let ws = Workspace::new("[tools.script.note]\npath = \"tools/note.lua\"\n");
+    ws.write("tools/note.lua", NOTE);
+    // A folder stands where the log's file would be: the server starts, and says why.
+    std::fs::create_dir_all(ws.path().join("data/calls.sqlite")).unwrap();
+    let serve = serve(&ws);
+    let rt = runtime();
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        let url = format!("http://{}{path}", serve.addr);
+        rt.block_on(async {
+            let response = client.post(url).json(&body).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+        })
+    };
+    let (status, body) = post("/tools/note", json!({"text": "x"}));
+    assert_eq!((status, &body["error"]["code"]), (503, &json!("audit_unavailable")), "{body}");
+    let (status, body) = post("/tools/search", json!({"query": "x"}));
+    assert_eq!(status, 200, "{body}");
+    let log = serve.stderr.lock().unwrap().clone();
+    assert!(log.contains("cannot be opened"), "{log}");
+}
