@@ -34,9 +34,11 @@ use crate::config::Config;
 /// writer, which empties it every 20 ms, keeps up with its nice +5 share (the ops bench drops 0).
 const QUEUE: usize = 16_384;
 /// Entries in the queue (and places reserved in it) past which a call that must be logged is
-/// refused, and a read-only call's entry is dropped: the rest is headroom, so a reserved place
-/// is always free when its entry comes.
+/// refused: the rest is headroom, so a reserved place is always free when its entry comes.
 const DURABLE_CAP: usize = QUEUE - 1_024;
+/// The backlog past which a read-only call's entry is dropped: below [`DURABLE_CAP`], so a flood
+/// of reads never fills the room that the calls which must be logged need.
+const READ_ONLY_CAP: usize = DURABLE_CAP - 2_048;
 /// Entries written in one transaction at most.
 const BATCH: usize = 4_096;
 /// The writer's pause between batches while calls keep coming.
@@ -469,7 +471,7 @@ impl CallLog {
     /// Hands a finished read-only call to the writer. Never blocks: with the queue at its cap the
     /// entry is dropped and counted.
     pub fn record(&self, entry: Box<Entry>) {
-        if self.counters.backlog() >= DURABLE_CAP as u64 {
+        if self.counters.backlog() >= READ_ONLY_CAP as u64 {
             self.dropped_one();
             return;
         }
