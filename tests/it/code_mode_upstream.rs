@@ -517,3 +517,20 @@ fn a_misspelt_server_and_a_dotted_await_name_the_fix_and_the_line() {
     assert_eq!(run.code(), 1, "{}", run.stderr());
     assert!(run.stderr().contains("script:2: .await() on a pending call"), "{}", run.stderr());
 }
+
+/// Reading `p.await` walks a bounded number of stack frames for the script's line and makes one
+/// small function: a script that reads it without end is stopped by its deadline, and the
+/// functions it leaves behind are collected under the memory cap.
+#[test]
+fn reading_await_in_a_loop_is_bounded_by_the_deadline_and_the_memory_cap() {
+    let Some(time) = test_command("CTX_TEST_TIME_SERVER") else { return };
+    let served = serve(Workspace::new(&section("time", &time, &["--local-timezone", "UTC"])), &[]);
+    served.ready("time");
+    let forever = "local p = time.get_current_time({timezone = 'UTC'})\nwhile true do local f = p.await end";
+    let started = Instant::now();
+    let reply = run_script(&served, "execute", forever, json!({"timeout": 1}));
+    reply.failed("timeout", "ran past its time limit of 1 second");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    let many = "local p = time.get_current_time({timezone = 'UTC'})\nfor i = 1, 200000 do local f = p.await end\nreturn p:await().timezone";
+    assert_eq!(execute(&served, many).ok(), "UTC");
+}
