@@ -63,6 +63,30 @@ fn main() {
     let code = unwrap_nonzero_literals(&code, "u32");
     fs::write(out.join("types.rs"), code).expect("write types.rs");
     fs::write(out.join("schema_files.rs"), embedded).expect("write schema_files.rs");
+    console_assets(&manifest, &out);
+}
+
+/// The browser console's files (`console/`, one level deep), embedded by name: the server serves
+/// exactly these paths and nothing else, so no request path ever reaches the file system.
+fn console_assets(manifest: &std::path::Path, out: &std::path::Path) {
+    let dir = manifest.join("console");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut names: Vec<String> = fs::read_dir(&dir)
+        .expect("console/ is readable")
+        .map(|entry| entry.expect("console/ entry"))
+        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.starts_with('.'))
+        .collect();
+    names.sort();
+    let mut code = String::from("/// Every file of `console/`, by name.\npub const FILES: &[(&str, &[u8])] = &[\n");
+    for name in &names {
+        let path = dir.join(name);
+        println!("cargo:rerun-if-changed={}", path.display());
+        code.push_str(&format!("    ({name:?}, include_bytes!({:?})),\n", path.display().to_string()));
+    }
+    code.push_str("];\n");
+    fs::write(out.join("console_files.rs"), code).expect("write console_files.rs");
 }
 
 /// typify builds a section's `"default": {}` with `Default::default()` for every field, which

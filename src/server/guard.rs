@@ -208,6 +208,20 @@ fn verdict(security: &Security, request: &Request) -> Result<Access, ApiError> {
     if path == "/health" || path == "/openapi.json" || is_docs_page(path) {
         return Ok(Access::Anonymous);
     }
+    // The console: its login page (and logout) are open; its files open with the cookie the
+    // login set, and only they (an API route never reads it, so a cross-site request that
+    // carries the cookie calls nothing). Without it, the page itself redirects to the login.
+    if path == "/console/login" && request.method() == Method::GET || path == "/console/logout" {
+        return Ok(Access::Anonymous);
+    }
+    if super::console::is_console_file(path) {
+        if request.method() == Method::GET || request.method() == Method::HEAD {
+            if let Some(principal) = super::console::cookie_token(headers).and_then(|t| match_token(security, &t)) {
+                return Ok(Access::Granted(principal));
+            }
+        }
+        return Ok(Access::Anonymous);
+    }
     Err(ApiError::new(
         ErrorCode::Unauthorized,
         "missing or wrong bearer token: send Authorization: Bearer <token> (server.auth_token, or a token of [[server.tokens]])",

@@ -1,6 +1,7 @@
 //! The HTTP server: REST over the tool registry (`rest`), MCP at `/mcp`, the OpenAPI document
 //! and Swagger UI (`docs`), behind one guard (`guard`) and one accept loop (`listen`).
 
+mod console;
 mod docs;
 mod guard;
 mod listen;
@@ -147,6 +148,11 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/docs", get(docs::bare_index))
         .route("/docs/", get(docs::index))
         .route("/docs/{*file}", get(docs::file))
+        .route("/console", get(console::bare))
+        .route("/console/", get(console::index))
+        .route("/console/login", get(console::login_page).post(console::login))
+        .route("/console/logout", axum::routing::post(console::logout))
+        .route("/console/{file}", get(console::file))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(app)
