@@ -165,7 +165,7 @@ fn secure(headers: &mut HeaderMap, scripts: &str) {
 fn inline_script_hash() -> String {
     let start = LOGIN.find("<script>").map(|i| i + "<script>".len()).unwrap_or(0);
     let end = LOGIN[start..].find("</script>").map(|i| start + i).unwrap_or(start);
-    let digest = Sha256::digest(LOGIN[start..end].as_bytes());
+    let digest = Sha256::digest(&LOGIN.as_bytes()[start..end]);
     use base64::Engine;
     format!("sha256-{}", base64::engine::general_purpose::STANDARD.encode(digest))
 }
@@ -196,7 +196,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || text.len() > 1024 {
+    if !text.len().is_multiple_of(2) || text.len() > 1024 {
         return None;
     }
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
