@@ -295,14 +295,13 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// A way to rank one query's candidates.
-type Ranking = dyn Fn(&Lists) -> Vec<Candidate>;
-
 /// Other fusions measured against the one ctx runs, each against keyword search: nDCG@10, MRR,
 /// MRR on the low-overlap queries and the paired interval of nDCG@10. Kept to show why they
 /// were not chosen (bench/README.md, Search quality).
+// `eval` is main's closure: a ranking of each query's lists in, its scores out.
+#[allow(clippy::type_complexity)]
 fn fusion_variants(
-    eval: &dyn Fn(&Ranking) -> Scores,
+    eval: &dyn Fn(&dyn Fn(&Lists) -> Vec<Candidate>) -> Scores,
     low: &[bool],
     keyword: &Scores,
     hybrid: &Scores,
