@@ -180,7 +180,19 @@ pub fn sync(args: SyncArgs, globals: &Globals) -> Result<(), CliError> {
     }
     // Vectors for what has none yet: chunks synced before, or with another model.
     let mut embed_failed = None;
-    if !args.dry_run && summaries.iter().any(|s| s.embed_error.is_none()) {
+    let background = kb.config().spec.embedding.background;
+    if !args.dry_run && background {
+        // The vectors come later, from `ctx serve` or `ctx embed`: say how many wait.
+        if let Ok(Some(embedder)) = kb.embedder() {
+            let (missing, _) = crate::kb::embedding::pending(kb.store(), embedder.as_ref()).map_err(kb_error)?;
+            if missing > 0 && !args.json && !globals.quiet {
+                println!(
+                    "{missing} chunk(s) wait for vectors of {} ([embedding] background): ctx serve fills them, or run ctx embed",
+                    embedder.name()
+                );
+            }
+        }
+    } else if !args.dry_run && summaries.iter().any(|s| s.embed_error.is_none()) {
         if let Err(e) = super::embed_cmd::backfill(&kb, !args.json && !globals.quiet) {
             embed_failed = Some(e);
         }
@@ -447,8 +459,20 @@ fn prune(args: PruneArgs, globals: &Globals) -> Result<(), CliError> {
 pub fn stats(args: JsonFlag, globals: &Globals) -> Result<(), CliError> {
     let kb = open(globals)?;
     let stats = kb.stats().map_err(kb_error)?;
+    // Chunks without a vector of the configured model: the background filler's work left.
+    let pending = match kb.embedder() {
+        Ok(Some(embedder)) => Some((
+            crate::kb::embedding::pending(kb.store(), embedder.as_ref()).map_err(kb_error)?.0,
+            embedder.name().to_string(),
+        )),
+        _ => None,
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&stats).context("serialise stats")?);
+        let mut json = serde_json::to_value(&stats).context("serialise stats")?;
+        if let (Some((missing, _)), Some(map)) = (&pending, json.as_object_mut()) {
+            map.insert("pending_vectors".to_string(), serde_json::json!(missing));
+        }
+        println!("{}", serde_json::to_string_pretty(&json).context("serialise stats")?);
         return Ok(());
     }
     println!("database:  {}", kb.config().db_path().display());
@@ -459,6 +483,11 @@ pub fn stats(args: JsonFlag, globals: &Globals) -> Result<(), CliError> {
     println!("schema:    v{}", stats.schema_version);
     for v in &stats.vectors {
         println!("vectors:   {} of {} chunks, {} ({} dims)", v.chunks, stats.chunks, v.model, v.dims);
+    }
+    if let Some((missing, model)) = pending.filter(|(missing, _)| *missing > 0) {
+        println!(
+            "pending:   {missing} chunk(s) without a vector of {model} (ctx serve fills them in the background; ctx embed does it now)"
+        );
     }
     Ok(())
 }

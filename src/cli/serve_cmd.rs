@@ -64,6 +64,15 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     tools.config_loaded(&located.path);
     let mcp = Mcp::with_page_size(Arc::clone(&tools), page_size);
     let upstreams = start_upstreams(runtime, &sections, &tools, &mcp)?;
+    // Vectors missing from the index (`[embedding] background`, a provider that was down) are
+    // filled while the server answers; the config it follows is the one it runs now.
+    let filler = {
+        let tools = Arc::clone(&tools);
+        Arc::new(
+            crate::kb::filler::Filler::start(move || tools.current().kb().clone())
+                .context("cannot start the embedding thread")?,
+        )
+    };
     if !args.no_reload {
         let (mcp, handle) = (mcp.clone(), runtime.clone());
         // The broadcast is sync, but enter the runtime so rmcp's tasks wake on it.
@@ -109,7 +118,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             say!("  broken {} {}: {}", problem.kind, problem.name, problem.message);
         }
         say!("  MCP (Streamable HTTP) at http://{local}/mcp");
-        let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes).with_limits(limits));
+        let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes).with_limits(limits).with_filler(filler));
         let served = server::run(listener, app, shutdown_signal()).await.context("the server failed");
         upstreams.shutdown().await;
         state.log.shutdown();

@@ -8,6 +8,7 @@ pub mod chunk;
 pub mod connector_state;
 pub mod embedding;
 mod error;
+pub mod filler;
 mod pool;
 pub mod prune;
 pub mod query;

@@ -186,6 +186,22 @@ pub fn search(
         })
         .collect();
     let hybrid = mode == SearchMode::Hybrid;
+    // Chunks still waiting for their vector (filled in the background) are missing from the
+    // semantic list: said when asked, counted only then (a count is a scan).
+    if request.explain && mode != SearchMode::Keyword {
+        if let Some(embedder) = &embedder {
+            let coverage = store.coverage()?;
+            let missing = coverage.chunks - coverage.of(embedder.name(), embedder.dims());
+            if missing > 0 {
+                let ranked = if hybrid { "they rank by keyword only" } else { "semantic search does not find them" };
+                notes.push(format!(
+                    "{missing} of {} chunk(s) have no vector of {} yet (ctx serve fills them in the background, or run ctx embed): {ranked}",
+                    coverage.chunks,
+                    embedder.name()
+                ));
+            }
+        }
+    }
     let explain = request.explain.then(|| SearchExplain {
         requested_mode: requested,
         mode,

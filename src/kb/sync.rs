@@ -441,7 +441,10 @@ pub fn sync_target(
     let spec = kb.chunk_spec();
     // A provider that cannot be set up costs semantic search only: keyword indexing goes on,
     // and each source's summary says why it has no vectors.
+    // With `[embedding] background`, sync computes no vector: keyword search has the documents
+    // at once, and `ctx serve` (or `ctx embed`) fills the vectors after.
     let (embedder, embed_setup) = match kb.embedder() {
+        Ok(_) if config.spec.embedding.background => (None, None),
         Ok(e) => (e, None),
         Err(e) => (None, Some(e.to_string())),
     };

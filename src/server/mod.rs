@@ -85,6 +85,8 @@ pub struct App {
     pub connections: Arc<Connections>,
     /// Syncs started through the server, with their progress.
     pub syncs: Arc<syncs::Syncs>,
+    /// The background filler of missing vectors, when the server runs one.
+    pub filler: Option<Arc<crate::kb::filler::Filler>>,
 }
 
 impl App {
@@ -104,7 +106,14 @@ impl App {
             sessions: Arc::new(Sessions::new(limits.sessions)),
             connections: Default::default(),
             syncs: Default::default(),
+            filler: None,
         }
+    }
+
+    /// Shows `filler`'s progress in `/health`, and wakes it after a sync started here.
+    pub fn with_filler(mut self, filler: Arc<crate::kb::filler::Filler>) -> App {
+        self.filler = Some(filler);
+        self
     }
 
     /// Replaces the default limits.

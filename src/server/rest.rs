@@ -76,6 +76,7 @@ pub async fn health(
             agents: Some(registry.agents_for(Some(principal)).count() as u64),
             problems,
             upstreams: Vec::new(),
+            embedding: None,
             config: None,
             load: None,
         }
@@ -88,6 +89,7 @@ pub async fn health(
             agents: Some(registry.agents().count() as u64),
             problems,
             upstreams: upstream_health(&app.tools),
+            embedding: app.filler.as_ref().and_then(|f| embedding_health(&f.progress())),
             config,
             load: Some(ServerLoad {
                 connections: app.connections.count() as u64,
@@ -104,11 +106,25 @@ pub async fn health(
             agents: None,
             problems: Vec::new(),
             upstreams: Vec::new(),
+            embedding: None,
             config: None,
             load: None,
         }
     };
     ok(&serde_json::to_value(body).unwrap_or(Json::Null))
+}
+
+/// The configured model's vectors and their background filling, for `/health`.
+fn embedding_health(progress: &crate::kb::filler::Progress) -> Option<crate::types::EmbeddingHealth> {
+    Some(crate::types::EmbeddingHealth {
+        model: progress.model.clone()?,
+        chunks: progress.chunks,
+        embedded: progress.embedded,
+        pending: progress.chunks.saturating_sub(progress.embedded),
+        filling: progress.filling,
+        chunks_per_sec: progress.rate,
+        last_error: progress.last_error.clone(),
+    })
 }
 
 /// Each upstream MCP server's state, for `/health`.

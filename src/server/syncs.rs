@@ -158,6 +158,7 @@ pub async fn start(
     }
     tracing::info!(source = %name, full, "sync started through the server");
     let syncs = Arc::clone(&app.syncs);
+    let filler = app.filler.clone();
     let source = name.clone();
     tokio::task::spawn_blocking(move || {
         let options = SyncOptions { full, ..SyncOptions::default() };
@@ -182,6 +183,10 @@ pub async fn start(
         };
         if let Some(error) = &summary.error {
             tracing::warn!(source = %source, "sync through the server failed: {error}");
+        }
+        // New chunks without vectors are filled now rather than at the filler's next look.
+        if let Some(filler) = &filler {
+            filler.wake();
         }
         syncs.update(&source, |job| {
             job.state = if summary.error.is_some() { SyncJobState::Failed } else { SyncJobState::Done };
