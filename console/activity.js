@@ -2,7 +2,7 @@
 // once), filtered by tool, caller, outcome and time; the upstream servers from /health; and
 // charts from /metrics and the log.
 
-import { get, toolList } from "./api.js";
+import { accessInfo, get, toolList } from "./api.js";
 import { badge, duration, errorBox, every, h, jsonBlock, relative, replace, timeText } from "./dom.js";
 import { groupedHBars, histogramQuantiles, legend, parsePrometheus, stackedBars } from "./charts.js";
 
@@ -187,7 +187,9 @@ async function health(box) {
   }
   const ups = body.upstreams;
   if (!ups) {
-    replace(box, h("p", { class: "muted" }, body.version ? "No upstream MCP servers are configured." : "This token does not see the upstream servers."));
+    // /health leaves upstreams out for scoped tokens as well as when there are none.
+    const { scoped } = await accessInfo();
+    replace(box, h("p", { class: "muted" }, scoped ? "This token does not see the upstream servers: they are shown to server.auth_token only." : "No upstream MCP servers are configured."));
     return;
   }
   replace(

@@ -12,6 +12,7 @@ mod common;
 mod config_code_mode;
 mod config_loading;
 mod config_upstreams;
+mod console;
 mod embed_providers;
 mod fault_upstream;
 mod file_formats;
