@@ -192,24 +192,24 @@ async function health(box) {
     replace(box, h("p", { class: "muted" }, scoped ? "This token does not see the upstream servers: they are shown to server.auth_token only." : "No upstream MCP servers are configured."));
     return;
   }
-  replace(
-    box,
-    h("div", { class: "table-wrap" }, h(
-      "table",
-      { class: "upstream-table" },
-      h("thead", {}, h("tr", {}, ["server", "state", "tools", "calls", "p50", "restarts", "last error"].map((t) => h("th", { scope: "col" }, t)))),
-      h("tbody", {}, ups.map((u) => h(
-        "tr",
-        { dataset: { upstream: u.name, state: u.state } },
-        h("th", { scope: "row" }, u.name, h("small", { class: "muted" }, ` ${u.transport}${u.pid ? ` · pid ${u.pid}` : ""}`)),
-        h("td", {}, badge(u.state, u.state === "ready" ? "ok" : u.state === "disabled" ? "" : "bad"), u.attempt ? ` attempt ${u.attempt}` : ""),
-        h("td", { class: "num" }, String(u.tools)),
-        h("td", { class: "num" }, String(u.calls)),
-        h("td", { class: "num" }, u.latency_p50_ms === undefined ? "–" : duration(u.latency_p50_ms)),
-        h("td", { class: "num" }, String(u.restarts)),
-        h("td", { class: "last-error" }, u.last_error || ""),
-      ))),
-    )),
+  // Cards rather than a table: they stay readable on a narrow window.
+  replace(box, h("div", { class: "upstream-list" }, ups.map(upstreamCard)));
+}
+
+function upstreamCard(u) {
+  const kind = u.state === "ready" ? "ok" : u.state === "disabled" ? "" : "bad";
+  return h(
+    "article",
+    { class: "card upstream", dataset: { upstream: u.name, state: u.state } },
+    h("h3", {}, u.name, " ", badge(u.state, kind), u.attempt ? h("span", { class: "muted" }, ` attempt ${u.attempt}`) : null),
+    h("dl", { class: "facts" },
+      h("dt", {}, "Transport"), h("dd", {}, u.transport, u.pid ? ` · pid ${u.pid}` : ""),
+      h("dt", {}, "Tools"), h("dd", {}, String(u.tools)),
+      h("dt", {}, "Calls"), h("dd", {}, String(u.calls)),
+      h("dt", {}, "Latency p50"), h("dd", {}, u.latency_p50_ms === undefined ? "–" : duration(u.latency_p50_ms)),
+      h("dt", {}, "Restarts"), h("dd", {}, String(u.restarts)),
+    ),
+    u.last_error ? h("p", { class: "last-error" }, u.last_error) : null,
   );
 }
 
@@ -226,16 +226,18 @@ const LATENCY = [
 async function drawCharts(box) {
   const [log, metrics] = await Promise.allSettled([get("/calls?since=30m&limit=1000"), get("/metrics")]);
   const parts = [];
+  // Drawn at the box's own width, so labels keep their size on a narrow window.
+  const width = Math.max(280, Math.min(720, box.clientWidth || 600));
   parts.push(h("h3", {}, "Calls per minute, last 30 minutes"));
   if (log.status === "fulfilled") {
-    parts.push(perMinute(log.value.calls), legend(CALLS));
+    parts.push(perMinute(log.value.calls, width), legend(CALLS));
   } else {
     parts.push(errorBox(log.reason));
   }
   if (metrics.status === "fulfilled") {
     const samples = parsePrometheus(metrics.value);
-    parts.push(h("h3", {}, "Calls per tool since the server started"), byTool(samples), legend(CALLS));
-    parts.push(h("h3", {}, "Latency per tool (from the histogram buckets)"), latency(samples), legend(LATENCY));
+    parts.push(h("h3", {}, "Calls per tool since the server started"), byTool(samples, width), legend(CALLS));
+    parts.push(h("h3", {}, "Latency per tool (from the histogram buckets)"), latency(samples, width), legend(LATENCY));
   } else {
     const err = metrics.reason;
     parts.push(h("h3", {}, "Metrics"), err.status === 403 ? h("p", { class: "notice" }, `Metrics cover every tool, so this token cannot read them: ${err.message}`) : errorBox(err));
@@ -243,7 +245,7 @@ async function drawCharts(box) {
   replace(box, parts);
 }
 
-function perMinute(calls) {
+function perMinute(calls, width) {
   const now = Date.now();
   const start = Math.floor(now / 60000) - 29;
   const points = Array.from({ length: 30 }, (_, i) => {
@@ -254,10 +256,10 @@ function perMinute(calls) {
     const i = Math.floor(new Date(c.at).getTime() / 60000) - start;
     if (i >= 0 && i < points.length) points[i].values[c.outcome === "ok" ? 0 : 1] += 1;
   }
-  return stackedBars(points, CALLS, { title: "Calls and errors per minute" });
+  return stackedBars(points, CALLS, { title: "Calls and errors per minute", width, labelEvery: width < 500 ? 10 : 5 });
 }
 
-function byTool(samples) {
+function byTool(samples, width) {
   const per = new Map();
   for (const s of samples) {
     if (s.name !== "ctx_tool_calls_total") continue;
@@ -267,13 +269,13 @@ function byTool(samples) {
   }
   const rows = [...per].sort((a, b) => b[1][0] + b[1][1] - a[1][0] - a[1][1]).slice(0, 12).map(([label, values]) => ({ label, values }));
   if (!rows.length) return h("p", { class: "muted" }, "No calls yet.");
-  return groupedHBars(rows, CALLS, { title: "Calls per tool: ok and errors" });
+  return groupedHBars(rows, CALLS, { title: "Calls per tool: ok and errors", width });
 }
 
-function latency(samples) {
+function latency(samples, width) {
   const rows = histogramQuantiles(samples, "ctx_tool_call_duration_seconds", "tool")
     .slice(0, 12)
     .map((t) => ({ label: t.key, values: [t.quantiles[0.5], t.quantiles[0.9], t.quantiles[0.99]].map((v) => v * 1000) }));
   if (!rows.length) return h("p", { class: "muted" }, "No calls yet.");
-  return groupedHBars(rows, LATENCY, { title: "Latency percentiles per tool", format: (ms) => duration(ms) });
+  return groupedHBars(rows, LATENCY, { title: "Latency percentiles per tool", width, format: (ms) => duration(ms) });
 }

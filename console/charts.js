@@ -77,8 +77,7 @@ function quantile(buckets, total, q) {
  * Bars over time: [{label, values: [n per series]}] with series [{name, class}], stacked.
  * Labels of every `labelEvery`-th bar go under the axis.
  */
-export function stackedBars(points, series, { title, labelEvery = 5, height = 140 } = {}) {
-  const width = 600;
+export function stackedBars(points, series, { title, labelEvery = 5, height = 140, width = 600 } = {}) {
   const pad = { left: 34, right: 8, top: 10, bottom: 22 };
   const max = Math.max(1, ...points.map((p) => p.values.reduce((a, b) => a + b, 0)));
   const plotW = width - pad.left - pad.right;
@@ -106,18 +105,17 @@ export function stackedBars(points, series, { title, labelEvery = 5, height = 14
  * Horizontal bars per row with several measures each: rows [{label, values: [number]}],
  * measures [{name, class}]; `format(v)` writes a value.
  */
-export function groupedHBars(rows, measures, { title, format = String } = {}) {
-  const width = 600;
-  const labelW = 150;
+export function groupedHBars(rows, measures, { title, format = String, width = 600 } = {}) {
+  const labelW = width < 500 ? 90 : 150;
   const barH = 9;
   const rowH = measures.length * (barH + 2) + 10;
   const height = rows.length * rowH + 8;
   const max = Math.max(Number.MIN_VALUE, ...rows.flatMap((r) => r.values));
-  const plotW = width - labelW - 70;
+  const plotW = width - labelW - 90;
   const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, class: "chart", role: "img", "aria-label": title }, s("title", {}, title));
   rows.forEach((row, i) => {
     const top = 4 + i * rowH;
-    svg.append(s("text", { x: labelW - 6, y: top + rowH / 2, class: "label", "text-anchor": "end" }, row.label.length > 22 ? `${row.label.slice(0, 21)}…` : row.label));
+    svg.append(s("text", { x: labelW - 6, y: top + rowH / 2, class: "label", "text-anchor": "end" }, row.label.length > labelW / 7 ? `${row.label.slice(0, Math.floor(labelW / 7) - 1)}…` : row.label));
     row.values.forEach((v, k) => {
       const w = Math.max(1, (v / max) * plotW);
       const yy = top + k * (barH + 2);

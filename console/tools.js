@@ -43,7 +43,10 @@ export async function mount(root, [selected]) {
   const detail = h("div", { class: "tool-detail" });
   const filter = h("input", { type: "search", placeholder: "Filter tools", "aria-label": "Filter tools", autocomplete: "off" });
   const list = h("nav", { class: "tool-list", "aria-label": "Tools" });
-  root.append(h("div", { class: "split" }, h("div", { class: "side" }, filter, list), detail));
+  // On a narrow window the list folds away once a tool is chosen, so the tool comes first.
+  const wide = window.matchMedia("(min-width: 701px)").matches;
+  const side = h("details", { class: "side", open: !selected || wide }, h("summary", {}, `All tools (${tools.length})`), filter, list);
+  root.append(h("div", { class: "split" }, side, detail));
 
   const renderList = () => {
     const words = filter.value.trim().toLowerCase();

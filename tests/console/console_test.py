@@ -307,7 +307,7 @@ def activity(chromium, server):
     expect(page.locator("ol.calls > li[data-tool='echo']").first).to_be_visible()
     say("filters: errors only shows the failed shape call; tool=echo only echo's")
 
-    row = page.locator("tr[data-upstream='broken']")
+    row = page.locator("article.upstream[data-upstream='broken']")
     expect(row).to_be_visible()
     expect(row.locator(".last-error")).not_to_be_empty(timeout=10000)
     state = row.get_attribute("data-state")
