@@ -20,6 +20,7 @@
 //! - [`embed`]: embedding providers (the local static model, Ollama, OpenAI) for semantic search.
 //! - [`approval`]: which tool calls wait for a person, and the check before they run.
 //! - [`calllog`]: the tool-call log, written in the background beside the knowledge base.
+//! - [`chat`]: the language model behind the console's chat (`[chat]`): one turn per request.
 //! - [`upstream`]: the gateway's supervised client connection to each upstream MCP server.
 //! - [`connectors`]: filesystem, git and Lua sources that feed sync.
 //! - [`kb`]: the SQLite store, chunking, sync and search.
@@ -52,6 +53,7 @@ pub mod agents;
 pub mod app;
 pub mod approval;
 pub mod calllog;
+pub mod chat;
 pub mod cli;
 pub mod code;
 pub mod config;

@@ -491,6 +491,8 @@ fn secrets_of(expansion: &expand::Expansion, value: &Value) -> redact::Redactor 
     }
     let (key, label) = same("embedding.api_key");
     literal(key, label, value.pointer("/embedding/api_key"));
+    let (key, label) = same("chat.api_key");
+    literal(key, label, value.pointer("/chat/api_key"));
     let (key, label) = same("approval.approver_token");
     literal(key, label, value.pointer("/approval/approver_token"));
     for (name, server) in value.pointer("/mcp/servers").and_then(Value::as_object).into_iter().flatten() {

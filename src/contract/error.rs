@@ -215,6 +215,7 @@ pub fn http_status(code: ErrorCode) -> u16 {
         // Configured but broken: the server cannot serve it until its file is fixed, and hot
         // reload then brings it back, so "unavailable", not "not found".
         ErrorCode::Unavailable | ErrorCode::LoadFailed | ErrorCode::AuditUnavailable => 503,
+        ErrorCode::BadGateway => 502,
         ErrorCode::MemoryLimit | ErrorCode::ResultTooLarge | ErrorCode::ToolError | ErrorCode::Internal => 500,
     }
 }
@@ -241,6 +242,7 @@ pub fn code_name(code: ErrorCode) -> &'static str {
         ErrorCode::Unavailable => "unavailable",
         ErrorCode::LoadFailed => "load_failed",
         ErrorCode::AuditUnavailable => "audit_unavailable",
+        ErrorCode::BadGateway => "bad_gateway",
         ErrorCode::Internal => "internal",
     }
 }

@@ -170,6 +170,7 @@ impl Kb {
                     chunks: row.map(|r| r.chunks as u64).unwrap_or(0),
                     last_sync: row.and_then(|r| r.last_sync.clone()),
                     last_error,
+                    last_sync_seconds: row.and_then(|r| r.last_duration_ms).map(|ms| ms as f64 / 1000.0),
                 }
             })
             .collect();

@@ -1,6 +1,7 @@
 //! The HTTP server: REST over the tool registry (`rest`), MCP at `/mcp`, the OpenAPI document
 //! and Swagger UI (`docs`), behind one guard (`guard`) and one accept loop (`listen`).
 
+mod chat;
 mod console;
 mod docs;
 mod guard;
@@ -9,6 +10,7 @@ pub mod openapi;
 mod ops;
 mod respond;
 mod rest;
+mod syncs;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -81,6 +83,8 @@ pub struct App {
     pub sessions: SharedSessions,
     /// Open connections (filled by [`run`]).
     pub connections: Arc<Connections>,
+    /// Syncs started through the server, with their progress.
+    pub syncs: Arc<syncs::Syncs>,
 }
 
 impl App {
@@ -99,6 +103,7 @@ impl App {
             limits,
             sessions: Arc::new(Sessions::new(limits.sessions)),
             connections: Default::default(),
+            syncs: Default::default(),
         }
     }
 
@@ -127,6 +132,9 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(ops::approvals))
         .routes(routes!(ops::approve))
         .routes(routes!(ops::deny))
+        .routes(routes!(syncs::list))
+        .routes(routes!(syncs::start))
+        .routes(routes!(chat::info, chat::turn))
         .routes(routes!(docs::openapi_json))
 }
 

@@ -188,6 +188,7 @@ fn every_commented_example_in_the_init_config_is_valid_uncommented() {
         .env("CTX_CI_TOKEN", "ci-token-0123456789abcdef")
         .env("CTX_APPROVER_TOKEN", "approver-token-0123456789")
         .env("GITHUB_TOKEN", "ghp_example")
+        .env("OPENAI_API_KEY", "sk-example")
         .env_remove("CTX_CONFIG")
         .env_remove("CTX_LOG")
         .output()

@@ -161,6 +161,8 @@ fn redact_times(mut value: Value) -> Value {
                 for (key, v) in map.iter_mut() {
                     if (key.ends_with("_at") || key == "last_sync") && v.is_string() {
                         *v = json!("[time]");
+                    } else if key == "last_sync_seconds" && v.is_number() {
+                        *v = json!("[seconds]");
                     } else {
                         walk(v);
                     }

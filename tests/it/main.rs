@@ -3,6 +3,7 @@
 mod agents;
 mod approvals_and_call_log;
 mod audit_log;
+mod chat_and_syncs;
 mod cli;
 mod cli_and_the_server;
 mod clients;

@@ -59,7 +59,15 @@ fn a_json_body_that_is_not_an_object_is_refused_on_every_route_that_takes_one() 
         checked.push(template);
     }
     // The routes of the document with a body, each of them checked above.
-    let expected = ["/agents/{name}/prompt", "/approvals/{id}/deny", "/tools/get", "/tools/search", "/tools/{name}"];
+    let expected = [
+        "/agents/{name}/prompt",
+        "/approvals/{id}/deny",
+        "/chat",
+        "/sources/{name}/sync",
+        "/tools/get",
+        "/tools/search",
+        "/tools/{name}",
+    ];
     assert_eq!(checked, expected);
     // POST /tools/sources declares no body and takes none: null is refused there too, as on
     // every route that reads one.

@@ -132,6 +132,9 @@ component!(
     Approval,
     ApprovalsList,
     CallsResponse,
+    ChatInfo,
+    ChatRequest,
+    ChatResponse,
     Document,
     Error,
     GetRequest,
@@ -139,6 +142,8 @@ component!(
     SearchRequest,
     SearchResponse,
     SourcesResponse,
+    SyncJob,
+    SyncJobs,
     ToolResult,
     ToolsList,
 );
