@@ -63,7 +63,7 @@ export async function mount(root) {
   sync();
 
   root.append(
-    h("p", { class: "muted model" }, `Model: ${info.model} (${info.provider}). It may call the tools this token may use; each call shows here and runs from this page.`),
+    h("p", { class: "muted model" }, `Model: ${info.model} (${info.provider}), offered ${info.tools ?? "the"} tools this token may use. Each call it asks for shows here and runs from this page, with this token.`),
     await agentStarter(),
     chat.log,
     chat.status,

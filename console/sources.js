@@ -4,7 +4,8 @@
 import { ApiError, get, post } from "./api.js";
 import { badge, duration, errorBox, h, relative, replace, timeText } from "./dom.js";
 
-const POLL_MS = 500;
+const POLL_MS = 500; // while a sync runs: its progress
+const IDLE_MS = 3000; // otherwise: a sync another client started shows up too
 
 export async function mount(root) {
   const list = h("div", { class: "sources", "aria-live": "polite" });
@@ -40,8 +41,22 @@ export async function mount(root) {
     }
   }
 
+  let shown = "";
+  const fullChecked = new Set(); // sources whose "full" box is ticked, kept across renders
+
   function render() {
-    replace(list, sources.length ? sources.map((s) => card(s, jobs.get(s.name), problems.get(s.name), jobsApi, start)) : h("p", { class: "muted" }, "No sources are configured ([connectors.*] in ctx.toml)."));
+    // Unchanged state is not drawn again: a poll must not take the focus or a ticked box away.
+    const key = JSON.stringify([sources, [...jobs.values()], [...problems].map(([k, e]) => [k, e.message])]);
+    if (key === shown) return;
+    shown = key;
+    const focused = document.activeElement;
+    const where = list.contains(focused) ? [focused.closest("[data-source]")?.dataset.source, focused.getAttribute("name") || focused.getAttribute("type")] : null;
+    replace(list, sources.length ? sources.map((s) => card(s, jobs.get(s.name), problems.get(s.name), jobsApi, start, fullChecked)) : h("p", { class: "muted" }, "No sources are configured ([connectors.*] in ctx.toml)."));
+    if (where) {
+      const again = [...list.querySelectorAll("[data-source]")].find((el) => el.dataset.source === where[0]);
+      const control = again && (again.querySelector(`[name="${where[1]}"]`) || again.querySelector(`[type="${where[1]}"]`));
+      if (control) control.focus();
+    }
   }
 
   async function start(name, full) {
@@ -56,22 +71,23 @@ export async function mount(root) {
     poll();
   }
 
-  // Polls while a job runs; when the last one ends, the counts are read again.
+  const anyRunning = () => [...jobs.values()].some((job) => job.state === "running");
+
+  // Polls the jobs, fast while one runs; when the last one ends, the counts are read again.
   function poll() {
     clearTimeout(timer);
-    if (stopped) return;
-    const running = [...jobs.values()].some((job) => job.state === "running");
-    if (!running) return;
+    if (stopped || jobsApi !== true) return;
     timer = setTimeout(async () => {
+      const wasRunning = anyRunning();
       try {
         await loadJobs();
-        if (![...jobs.values()].some((job) => job.state === "running")) await loadSources();
+        if (wasRunning && !anyRunning()) await loadSources();
       } catch (err) {
         replace(note, errorBox(err));
       }
       render();
       poll();
-    }, POLL_MS);
+    }, anyRunning() ? POLL_MS : IDLE_MS);
   }
 
   await Promise.all([loadSources(), loadJobs().catch((err) => replace(note, errorBox(err)))]);
@@ -83,11 +99,12 @@ export async function mount(root) {
   };
 }
 
-function card(source, job, problem, jobsApi, start) {
+function card(source, job, problem, jobsApi, start, fullChecked) {
   const health = source.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad");
   const lastSeconds = source.last_sync_seconds ?? (job && job.summary ? job.summary.seconds : null);
   const running = job && job.state === "running";
-  const full = h("input", { type: "checkbox", name: "full" });
+  const full = h("input", { type: "checkbox", name: "full", checked: fullChecked.has(source.name) });
+  full.addEventListener("change", () => (full.checked ? fullChecked.add(source.name) : fullChecked.delete(source.name)));
   const controls =
     jobsApi === false
       ? null
@@ -141,6 +158,7 @@ function progress(job) {
     s.seconds !== undefined && s.seconds !== null ? ` in ${duration(s.seconds * 1000)}` : null,
     h("span", { class: "summary" }, ": ", ["added", "updated", "deleted", "unchanged", "skipped", "errors"].map((k) => `${s[k] ?? 0} ${k}`).join(", ")),
     s.error ? h("div", { class: "error" }, s.error) : null,
+    s.embed_error ? h("div", { class: "notice" }, "Embedding stopped (documents written without vectors): ", s.embed_error) : null,
   );
   return box;
 }

@@ -328,9 +328,9 @@ def scoped(chromium, server):
     page = c.page
     expect(page.locator("#nav a[data-route='approvals']")).to_be_hidden()
     c.go("#/tools")
-    expect(page.locator(".tool-list a")).to_have_count(3)
+    expect(page.locator(".tool-list a")).to_have_count(4)
     names = sorted(page.locator(".tool-list a").evaluate_all("links => links.map(a => a.dataset.tool)"))
-    assert names == ["echo", "get", "search"], names
+    assert names == ["echo", "get", "search", "sources"], names
     say(f"the reader token's tool list is exactly {names}")
     c.go("#/tools/deploy")
     expect(page.locator(".tool-detail .error")).to_contain_text('no tool named "deploy"')
@@ -364,6 +364,34 @@ def sync(chromium, server):
     assert status == 200 and jobs["jobs"][0]["state"] == "done", (status, jobs)
     say(f"sync of filesystem:docs from the page: done, 1 added, 6 → 7 documents, took {card.locator('.took').inner_text()}")
 
+    # A sync that takes two seconds: the page shows it running, with a progress bar, then done.
+    card = page.locator("article.source[data-source='script:slow']")
+    expect(card.locator(".documents")).to_have_text("3")
+    server.ws.write("connectors/slow.delay", "2")
+    card.locator("input[name=full]").check()
+    card.locator("button[type=submit]").click()
+    job = card.locator(".job")
+    expect(job).to_have_attribute("data-state", "running")
+    expect(job.locator("progress")).to_be_visible()
+    # The source held 3 items: that is the estimate the bar measures against.
+    expect(job.locator("progress")).to_have_attribute("max", "3")
+    expect(job).to_contain_text("of 3 items seen")
+    expect(card.locator("button[type=submit]")).to_be_disabled()
+    # Starting it again while it runs: the server's 409, in its words.
+    status, body, _ = server.request("POST", "/sources/script%3Aslow/sync")
+    assert status == 409, (status, body)
+    expect(job).to_have_attribute("data-state", "done", timeout=20000)
+    expect(job.locator(".summary")).to_contain_text("1 added")
+    expect(card.locator(".documents")).to_have_text("4")
+    say("a 2 s sync of script:slow (full): running with a progress bar out of its estimate (3) and the button disabled (a second start is 409), then done, 3 → 4 documents")
+
+    # A sync another client starts shows up on the page by itself.
+    status, body, _ = server.request("POST", "/sources/filesystem%3Adocs/sync")
+    assert status == 202, (status, body)
+    docs = page.locator("article.source[data-source='filesystem:docs'] .job .summary")
+    expect(docs).to_contain_text("7 unchanged", timeout=8000)
+    say("a sync started by another client appears on the page without a reload")
+
     # A scoped token may not start syncs: the page says so instead of offering the button.
     c.close()
     c = Console(chromium, server, token=READER)
@@ -376,23 +404,26 @@ def sync(chromium, server):
 
 
 def chat_reply(body):
-    """The stub model: asks for three tool calls, then answers with what came back."""
+    """The stub model: asks for four tool calls, then answers with what came back."""
     last = body["messages"][-1]
+    if last["role"] == "user" and last["content"] == "break":
+        return {"_status": 500, "_body": {"error": {"message": "the model is overloaded", "type": "server_error"}}}
     if last["role"] == "user":
         return {
             "content": None,
             "tool_calls": [
                 tool_call("call_echo", "echo", {"message": "hello from the model"}),
                 tool_call("call_deploy", "deploy", {"service": "payments"}),
+                tool_call("call_deploy_db", "deploy", {"service": "database"}),
                 tool_call("call_shape", "shape", {"name": "x"}),
             ],
         }
-    return {"content": "All done: echo answered, deploy ran, shape refused its name."}
+    return {"content": "All done: echo answered, payments deployed, database refused, shape refused its name."}
 
 
 @scenario
 def chat(chromium, server, stub):
-    """Chat through the stub model: a tool call that runs, one that waits for approval, one that fails."""
+    """Chat through the stub model: tool calls that run, wait for approval (approved, denied), fail."""
     c = Console(chromium, server)
     page = c.page
     c.go("#/chat")
@@ -401,25 +432,34 @@ def chat(chromium, server, stub):
     page.press("#chat-input", "Enter")
     log = page.locator("ol.conversation")
     expect(log.locator(".msg.user")).to_have_text(re.compile("Deploy payments please"))
-    echo = log.locator(".tool-call[data-tool='echo']")
+    echo = log.locator(".tool-call[data-call='call_echo']")
     expect(echo.locator(".outcome .result")).to_contain_text("hello from the model")
     expect(echo.locator("pre.json").first).to_contain_text('"message": "hello from the model"')
-    deploy = log.locator(".tool-call[data-tool='deploy']")
+    deploy = log.locator(".tool-call[data-call='call_deploy']")
     wait = deploy.locator(".approval-wait")
     expect(wait).to_contain_text("Waiting for approval ap-")
     approval_id = wait.get_attribute("data-approval")
+    expect(page.locator(".chat-status")).to_contain_text(f"Waiting for approval {approval_id}")
     say(f"the model's echo call ran and shows its result; its deploy call waits for approval {approval_id}")
 
     c.go("#/approvals")
     page.fill("#approver-token", APPROVER)
     page.press("#approver-token", "Enter")
     page.locator(f"article.approval[data-approval='{approval_id}'] button:has-text('Approve')").click()
+    # The conversation went on by itself: the next call (deploy database) now waits here too.
+    card = page.locator("article.approval").filter(has_text="database")
+    expect(card).to_be_visible(timeout=8000)
+    card.locator("input[name=reason]").fill("the database stays")
+    card.locator("button:has-text('Deny')").click()
+    expect(card).to_have_count(0)
     c.go("#/chat")
     expect(deploy.locator(".outcome .result")).to_contain_text('"deployed": "payments"', timeout=8000)
-    shape = log.locator(".tool-call[data-tool='shape']")
+    denied = log.locator(".tool-call[data-call='call_deploy_db'] .outcome .error")
+    expect(denied).to_contain_text("the database stays")
+    shape = log.locator(".tool-call[data-call='call_shape']")
     expect(shape.locator(".outcome .error")).to_contain_text("invalid parameters for tool 'shape'")
     expect(log.locator(".msg.assistant").last).to_contain_text("All done")
-    say("approved in the console, deploy ran; shape's failure shows; the model answered 'All done…'")
+    say("approved in the console, deploy payments ran; deploy database was denied with its reason; shape's failure shows; the model answered 'All done…'")
 
     requests = stub.chat_requests()
     assert len(requests) == 2, [r["body"] for r in requests]
@@ -432,11 +472,21 @@ def chat(chromium, server, stub):
     say(f"ctx sent the key as Authorization and the token's {len(sent_tools)} tools to the model")
 
     results = {m.get("tool_call_id"): m.get("content") for m in second["body"]["messages"] if m.get("role") == "tool"}
-    assert set(results) == {"call_echo", "call_deploy", "call_shape"}, results
+    assert set(results) == {"call_echo", "call_deploy", "call_deploy_db", "call_shape"}, results
     assert "hello from the model" in results["call_echo"], results
     assert "payments" in results["call_deploy"] and "deployed" in results["call_deploy"], results
+    assert "approval_refused" in results["call_deploy_db"] and "the database stays" in results["call_deploy_db"], results
     assert "bad_request" in results["call_shape"] and "/name" in results["call_shape"], results
-    say("the follow-up carried the three tool results: echo's, deploy's after approval, shape's error")
+    say("the follow-up carried the four tool results: echo's, deploy's after approval, the denial's words, shape's error")
+
+    # The model's API failing: ctx's 502 in its words, and a way to try again.
+    page.click("button:has-text('New conversation')")
+    page.fill("#chat-input", "break")
+    page.press("#chat-input", "Enter")
+    failed = log.locator(".msg.failed")
+    expect(failed.locator(".error")).to_contain_text("overloaded")
+    expect(failed.locator("button:has-text('Try again')")).to_be_visible()
+    say(f"a failing model shows ctx's 502 with the model's words: {failed.locator('.error').inner_text()[:80]}")
     c.close()
 
 
@@ -451,7 +501,7 @@ def chat_scoped(chromium, server, stub):
     expect(c.page.locator(".tool-call[data-tool='deploy'] .outcome .error")).to_contain_text("deploy")
     requests = stub.chat_requests()
     sent = sorted(t["function"]["name"] for t in requests[0]["body"].get("tools", []))
-    assert sent == ["echo", "get", "search"], sent
+    assert sent == ["echo", "get", "search", "sources"], sent
     say(f"a scoped token's chat offers the model {sent} only; its call of deploy is refused as unknown")
     c.close()
 

@@ -71,6 +71,25 @@ end
 """
 
 
+# A Lua connector with three items; once the test writes connectors/slow.delay, its syncs take
+# that many seconds (long enough to watch one run) and find a fourth item.
+SLOW = """
+connector = { name = "slow", version = "0.1.0", description = "Three items; a fourth, slowly, once slow.delay exists." }
+function connector.scan(config, context)
+    local items = {}
+    for i = 1, 3 do
+        items[#items + 1] = { source_id = "item-" .. i, title = "Slow item " .. i, body = "Slow body " .. i, content_type = "text/plain" }
+    end
+    local found, delay = pcall(fs.read, "slow.delay")
+    if found then
+        sleep(tonumber(delay))
+        items[#items + 1] = { source_id = "item-4", title = "Slow item 4", body = "Added by a later sync", content_type = "text/plain" }
+    end
+    return items
+end
+"""
+
+
 def png_base64(width=4, height=4, rgb=(220, 30, 30)):
     """A small solid PNG, made here so the test needs no image file."""
 
@@ -125,6 +144,7 @@ class Workspace:
         for name, text in (("deploy", DEPLOY), ("shape", SHAPE), ("picture", PICTURE)):
             with open(os.path.join(self.dir, "tools", f"{name}.lua"), "w") as f:
                 f.write(text)
+        self.write("connectors/slow.lua", SLOW)
         config += """
 [tools.script.deploy]
 path = "tools/deploy.lua"
@@ -138,13 +158,16 @@ path = "tools/picture.lua"
 
 [approval]
 approver_token = "${CONSOLE_APPROVER_TOKEN}"
+
+[connectors.script.slow]
+path = "connectors/slow.lua"
 """
         if scoped:
             config += """
 [[server.tokens]]
 name = "reader"
 token = "${CONSOLE_READER_TOKEN}"
-tools = ["search", "get", "echo"]
+tools = ["search", "get", "sources", "echo"]
 """
         if upstream_fails:
             # A stdio server whose command exits at once: ctx keeps restarting it.

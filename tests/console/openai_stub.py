@@ -29,6 +29,9 @@ class Stub:
                     stub.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
                 if self.path.rstrip("/").endswith("/chat/completions") and isinstance(body, dict):
                     message = stub.reply(body)
+                    if "_status" in message:
+                        # The model's API failing: its status and error body as given.
+                        return self.send(message["_status"], message["_body"])
                     answer = {
                         "id": f"chatcmpl-{len(stub.requests)}",
                         "object": "chat.completion",
