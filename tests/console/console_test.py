@@ -498,7 +498,7 @@ def chat_scoped(chromium, server, stub):
     c.page.fill("#chat-input", "hello")
     c.page.press("#chat-input", "Enter")
     expect(c.page.locator(".tool-call[data-tool='echo'] .outcome .result")).to_be_visible()
-    expect(c.page.locator(".tool-call[data-tool='deploy'] .outcome .error")).to_contain_text("deploy")
+    expect(c.page.locator(".tool-call[data-call='call_deploy'] .outcome .error")).to_contain_text("unknown tool 'deploy'")
     requests = stub.chat_requests()
     sent = sorted(t["function"]["name"] for t in requests[0]["body"].get("tools", []))
     assert sent == ["echo", "get", "search", "sources"], sent
