@@ -3,7 +3,7 @@
 // mode, its validation errors at the fields, and its wait for approval.
 
 import { callTool, toolList, waitForApproval } from "./api.js";
-import { badge, errorBox, h, relative, replace, timeText } from "./dom.js";
+import { badge, errorBox, h, jsonBlock, relative, replace, timeText } from "./dom.js";
 import { schemaForm } from "./form.js";
 import { failureView, resultView } from "./result.js";
 
@@ -107,6 +107,7 @@ function panel(tool) {
     tool.annotations && tool.annotations.title ? h("p", { class: "muted" }, tool.annotations.title) : null,
     h("p", { class: "description" }, first),
     rest.length ? h("details", {}, h("summary", {}, "More"), h("pre", { class: "text" }, rest.join("\n\n"))) : null,
+    tool.output_schema ? h("details", { class: "output-schema" }, h("summary", {}, "What it returns (output schema)"), jsonBlock(tool.output_schema)) : null,
     api.form,
     output,
   );

@@ -105,13 +105,29 @@ def tools(chromium, server):
     """A tool's generated form: nested object, array, enum, defaults; validation at the field."""
     c = Console(chromium, server)
     page = c.page
+    # The upstream server's tools are listed once it is connected.
+    wait_until(lambda: any(t["name"] == "time__get_current_time" for t in server.request("GET", "/tools/list")[1]["tools"]), 20, "the time server's tools")
     c.go("#/tools")
     lists = page.locator(".tool-list")
     for name in ("search", "get", "sources", "execute", "echo", "deploy", "shape", "picture"):
         expect(lists.locator(f"a[data-tool='{name}']")).to_be_visible()
     expect(lists).to_contain_text("Built-in")
     expect(lists).to_contain_text("Lua")
-    say("the list shows built-in and Lua tools by kind")
+    expect(lists).to_contain_text("Upstream (MCP)")
+    expect(lists.locator("a[data-tool='time__get_current_time']")).to_be_visible()
+    expect(lists).to_contain_text("Scripted (code mode)")
+    expect(lists.locator("a[data-tool='triage']")).to_be_visible()
+    say("the list shows built-in, Lua, scripted and upstream (server__tool) tools by kind")
+
+    # An upstream tool: its form from the server's schema, its result, its output schema.
+    c.go("#/tools/time__get_current_time")
+    tool = page.locator("article.tool[data-tool='time__get_current_time']")
+    expect(tool.locator(".badges")).to_contain_text("Upstream (MCP)")
+    tool.locator(".field[data-path='/timezone'] input").fill("UTC")
+    tool.locator(".field[data-path='/timezone'] input").press("Enter")
+    expect(tool.locator(".output .result")).to_contain_text('"timezone": "UTC"')
+    expect(tool.locator("details.output-schema")).to_be_attached()
+    say("the upstream tool time__get_current_time runs from its form: {timezone: UTC, …}")
 
     c.go("#/tools/deploy")
     tool = page.locator("article.tool[data-tool='deploy']")
@@ -194,6 +210,15 @@ def tools(chromium, server):
     expect(tool.locator(".output .error")).to_contain_text('ctx has no tool "nope"')
     expect(tool.locator(".output")).to_contain_text("script line 2")
     say("a failing script shows the server's message and its line")
+
+    # A scripted tool gets the same editor; its script sees only its tools.
+    c.go("#/tools/triage")
+    tool = page.locator("article.tool[data-tool='triage']")
+    tool.locator("textarea.code").fill('return ctx.search({query = "deploy", limit = 1}):await().results[1].title')
+    tool.locator("button:has-text('Run script')").click()
+    expect(tool.locator(".output .result pre.text")).to_have_text("Deploy runbook")
+    expect(tool.locator(".trace tbody tr")).to_have_count(1)
+    say("the scripted tool triage runs a script in the same editor: 'Deploy runbook', one traced call")
     c.close()
 
 
@@ -610,6 +635,9 @@ def run(name):
         options["chat_url"] = stub.url
     if name in ("activity", "scoped"):
         options["upstream_fails"] = True
+    if name == "tools":
+        options["upstream_time"] = True
+        options["extra"] = '\n[tools.scripted.triage]\ndescription = "Triage: search, then read."\ntools = ["search", "get"]\n'
     started = time.monotonic()
     with served(**options) as server, browser() as chromium:
         try:

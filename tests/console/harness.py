@@ -132,7 +132,7 @@ def ctx_bin():
 class Workspace:
     """`ctx init --sample` in a temporary folder, with the console tests' tools and settings."""
 
-    def __init__(self, *, chat_url=None, upstream_fails=False, scoped=True, extra=""):
+    def __init__(self, *, chat_url=None, upstream_fails=False, upstream_time=False, scoped=True, extra=""):
         self.dir = tempfile.mkdtemp(prefix="ctx-console-")
         self.run("init", "--sample", ".", config=False)
         config_path = os.path.join(self.dir, "ctx.toml")
@@ -174,6 +174,15 @@ tools = ["search", "get", "sources", "echo"]
             config += """
 [mcp.servers.broken]
 command = "/bin/false"
+"""
+        if upstream_time:
+            # A real upstream MCP server (mcp-server-time, from scripts/test-env): its tools are
+            # time__get_current_time and time__convert_time.
+            command = os.environ.get("CTX_TEST_TIME_SERVER")
+            assert command, "CTX_TEST_TIME_SERVER is not set: eval \"$(scripts/test-env)\" names it"
+            config += f"""
+[mcp.servers.time]
+command = {json.dumps(command)}
 """
         if chat_url:
             config += f"""
