@@ -431,6 +431,11 @@ def sync(chromium, server):
 def chat_reply(body):
     """The stub model: asks for four tool calls, then answers with what came back."""
     last = body["messages"][-1]
+    first = body["messages"][0]
+    if first["role"] == "system" and "how this team works" in (first["content"] or ""):
+        # Opened by the runbook-guide agent: answer from the documents it loaded.
+        titles = re.findall(r"^Document: (.+?) \(", "\n".join(m["content"] or "" for m in body["messages"]), re.M)
+        return {"content": f"From the runbooks ({', '.join(titles)}): roll back with shipit."}
     if last["role"] == "user" and last["content"] == "break":
         return {"_status": 500, "_body": {"error": {"message": "the model is overloaded", "type": "server_error"}}}
     if last["role"] == "user":
@@ -512,6 +517,22 @@ def chat(chromium, server, stub):
     expect(failed.locator(".error")).to_contain_text("overloaded")
     expect(failed.locator("button:has-text('Try again')")).to_be_visible()
     say(f"a failing model shows ctx's 502 with the model's words: {failed.locator('.error').inner_text()[:80]}")
+
+    # An agent opens a conversation: its system prompt and documents seed it, and the model
+    # answers the question it ends with.
+    agents = page.locator("details.agents")
+    if not agents.evaluate("d => d.open"):
+        agents.locator("summary").click()
+    page.select_option("#agent-select", "runbook-guide")
+    page.locator("input[data-arg='question']").fill("how do I roll back a deploy")
+    page.click("button:has-text('Start conversation')")
+    expect(log.locator(".msg.system")).to_have_count(1)
+    expect(log.locator(".msg.assistant").last).to_contain_text("From the runbooks (")
+    status, prompt, _ = server.request("POST", "/agents/runbook-guide/prompt", {"question": "how do I roll back a deploy"})
+    sent = stub.chat_requests()[-1]["body"]["messages"]
+    assert sent[0] == {"role": "system", "content": prompt["system"]}, sent[0]
+    assert [m["content"] for m in sent[1:]] == [m["content"] for m in prompt["messages"]], sent
+    say(f"the runbook-guide agent seeded the conversation ({len(prompt['messages'])} messages after its system prompt) and the model answered")
     c.close()
 
 
@@ -543,6 +564,25 @@ def chat_disabled(chromium, server):
     expect(notice.locator("pre")).to_have_text(body["hint"])
     expect(notice).to_contain_text("[chat]")
     say("chat disabled: the page shows the server's hint with a [chat] example")
+    c.close()
+
+
+@scenario
+def no_token(chromium, server):
+    """A server with no token configured: the console opens without a login and sends none."""
+    c = Console(chromium, server, login=False)
+    page = c.page
+    sent = []
+    page.on("request", lambda r: sent.append(r.headers.get("authorization")) if "/tools/" in r.url else None)
+    page.goto(server.base + "/console/")
+    c.wait_ready()
+    assert page.url == server.base + "/console/", page.url
+    c.go("#/tools/echo")
+    page.locator(".field[data-path='/message'] input").fill("open")
+    page.locator(".field[data-path='/message'] input").press("Enter")
+    expect(page.locator("article.tool[data-tool='echo'] .result")).to_contain_text('"message": "open"')
+    assert sent and all(a is None for a in sent), sent
+    say(f"no token configured: /console/ opens directly, and its {len(sent)} API calls carry no Authorization header")
     c.close()
 
 
@@ -635,6 +675,8 @@ def run(name):
         options["chat_url"] = stub.url
     if name in ("activity", "scoped"):
         options["upstream_fails"] = True
+    if name == "no_token":
+        options["auth"] = False
     if name == "tools":
         options["upstream_time"] = True
         options["extra"] = '\n[tools.scripted.triage]\ndescription = "Triage: search, then read."\ntools = ["search", "get"]\n'

@@ -132,15 +132,16 @@ def ctx_bin():
 class Workspace:
     """`ctx init --sample` in a temporary folder, with the console tests' tools and settings."""
 
-    def __init__(self, *, chat_url=None, upstream_fails=False, upstream_time=False, scoped=True, extra=""):
+    def __init__(self, *, auth=True, chat_url=None, upstream_fails=False, upstream_time=False, extra=""):
         self.dir = tempfile.mkdtemp(prefix="ctx-console-")
         self.run("init", "--sample", ".", config=False)
         config_path = os.path.join(self.dir, "ctx.toml")
         with open(config_path) as f:
             config = f.read()
-        # The sample's [server] has the token commented out; this server needs one.
-        config = config.replace('# auth_token = "${CTX_TOKEN}"', 'auth_token = "${CONSOLE_ADMIN_TOKEN}"', 1)
-        assert "CONSOLE_ADMIN_TOKEN" in config, "the sample ctx.toml changed: no auth_token line to set"
+        if auth:
+            # The sample's [server] has the token commented out; this server needs one.
+            config = config.replace('# auth_token = "${CTX_TOKEN}"', 'auth_token = "${CONSOLE_ADMIN_TOKEN}"', 1)
+            assert "CONSOLE_ADMIN_TOKEN" in config, "the sample ctx.toml changed: no auth_token line to set"
         for name, text in (("deploy", DEPLOY), ("shape", SHAPE), ("picture", PICTURE)):
             with open(os.path.join(self.dir, "tools", f"{name}.lua"), "w") as f:
                 f.write(text)
@@ -162,7 +163,7 @@ approver_token = "${CONSOLE_APPROVER_TOKEN}"
 [connectors.script.slow]
 path = "connectors/slow.lua"
 """
-        if scoped:
+        if auth:
             config += """
 [[server.tokens]]
 name = "reader"

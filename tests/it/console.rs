@@ -167,6 +167,11 @@ fn browser_chat_without_a_chat_section_says_how_to_turn_it_on() {
 }
 
 #[test]
+fn browser_console_opens_without_login_and_sends_no_token_when_the_server_has_none() {
+    scenario("no_token");
+}
+
+#[test]
 fn browser_console_loads_fast_works_by_keyboard_fits_380_px_and_follows_dark_mode() {
     let Some(out) = scenario("keyboard_narrow_dark") else { return };
     // The numbers the issue asks for, in the test's output (cargo test -- --nocapture).
