@@ -96,11 +96,13 @@ function bubble(message) {
   if (message.role === "system") {
     return h("li", { class: "msg system", dataset: { role: "system" } }, h("details", {}, h("summary", {}, "System prompt"), h("pre", { class: "text" }, message.content || "")));
   }
+  const calls = message.tool_calls || [];
   return h(
     "li",
     { class: `msg ${message.role}`, dataset: { role: message.role } },
     h("div", { class: "who" }, who),
     message.content ? h("div", { class: "content" }, message.content) : null,
+    calls.length ? h("div", { class: "muted" }, `asks to call ${calls.map((c) => c.name).join(", ")}`) : null,
   );
 }
 
@@ -151,7 +153,7 @@ async function runCall(call) {
       replace(outcome, approvalCard(answer.approval));
       answer = await waitForApproval(call.name, args, answer.approval, { onWait: (a) => replace(outcome, approvalCard(a)) });
     }
-    replace(outcome, resultView(answer.result, answer.trace));
+    replace(outcome, h("div", { class: "who" }, "Result"), resultView(answer.result, answer.trace));
     return typeof answer.result === "string" ? answer.result : JSON.stringify(answer.result);
   } catch (err) {
     replace(outcome, failureView(err));

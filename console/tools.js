@@ -115,7 +115,7 @@ function panel(tool) {
 
 /** A monospace script editor where Tab indents (Escape, then Tab, leaves it). */
 export function scriptEditor() {
-  const control = h("textarea", { class: "code", rows: 14, spellcheck: "false", autocapitalize: "off", placeholder: 'local hits = ctx.search({query = "deploy", limit = 3}):await()\nreturn hits' });
+  const control = h("textarea", { class: "code", rows: 14, wrap: "off", spellcheck: "false", autocapitalize: "off", placeholder: 'local hits = ctx.search({query = "deploy", limit = 3}):await()\nreturn hits' });
   let escaped = false;
   control.addEventListener("keydown", (event) => {
     if (event.key === "Escape") {
