@@ -21,6 +21,9 @@ from harness import ADMIN, APPROVER, CHAT_KEY, READER, Console, browser, served,
 from openai_stub import Stub, tool_call  # noqa: E402
 from playwright.sync_api import expect  # noqa: E402
 
+# CI runs these beside the rest of the suite on two cores: waits are generous, and a pass is fast.
+expect.set_options(timeout=10_000)
+
 CONSOLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "console")
 SCENARIOS = {}
 
@@ -272,7 +275,7 @@ def approvals(chromium, server):
     status, other, _ = server.request("POST", "/tools/deploy", {"service": "database"})
     assert status == 202, (status, other)
     card = page.locator(f"article.approval[data-approval='{other['id']}']")
-    expect(card).to_be_visible(timeout=6000)
+    expect(card).to_be_visible(timeout=10_000)
     assert page.evaluate("window.sameDocument") is True
     card.locator("input[name=reason]").fill("not on a Friday")
     card.locator("input[name=reason]").press("Enter")
@@ -301,7 +304,7 @@ def activity(chromium, server):
 
     # A call made by another client shows up without a reload.
     server.request("POST", "/tools/echo", {"message": "live"})
-    expect(calls).to_have_count(before + 1, timeout=6000)
+    expect(calls).to_have_count(before + 1, timeout=10_000)
     newest = calls.first
     expect(newest).to_have_attribute("data-tool", "echo")
     assert page.evaluate("window.sameDocument") is True
@@ -334,7 +337,7 @@ def activity(chromium, server):
 
     row = page.locator("article.upstream[data-upstream='broken']")
     expect(row).to_be_visible()
-    expect(row.locator(".last-error")).not_to_be_empty(timeout=10000)
+    expect(row.locator(".last-error")).not_to_be_empty(timeout=15_000)
     state = row.get_attribute("data-state")
     assert state in ("restarting", "crash-looping", "connecting"), state
     say(f"the failing upstream 'broken' shows as {state}: {row.locator('.last-error').inner_text()[:70]}")
@@ -414,7 +417,7 @@ def sync(chromium, server):
     status, body, _ = server.request("POST", "/sources/filesystem%3Adocs/sync")
     assert status == 202, (status, body)
     docs = page.locator("article.source[data-source='filesystem:docs'] .job .summary")
-    expect(docs).to_contain_text("7 unchanged", timeout=8000)
+    expect(docs).to_contain_text("7 unchanged", timeout=15_000)
     say("a sync started by another client appears on the page without a reload")
 
     # A scoped token may not start syncs: the page says so instead of offering the button.
@@ -478,12 +481,12 @@ def chat(chromium, server, stub):
     page.locator(f"article.approval[data-approval='{approval_id}'] button:has-text('Approve')").click()
     # The conversation went on by itself: the next call (deploy database) now waits here too.
     card = page.locator("article.approval").filter(has_text="database")
-    expect(card).to_be_visible(timeout=8000)
+    expect(card).to_be_visible(timeout=15_000)
     card.locator("input[name=reason]").fill("the database stays")
     card.locator("button:has-text('Deny')").click()
     expect(card).to_have_count(0)
     c.go("#/chat")
-    expect(deploy.locator(".outcome .result")).to_contain_text('"deployed": "payments"', timeout=8000)
+    expect(deploy.locator(".outcome .result")).to_contain_text('"deployed": "payments"', timeout=15_000)
     denied = log.locator(".tool-call[data-call='call_deploy_db'] .outcome .error")
     expect(denied).to_contain_text("the database stays")
     shape = log.locator(".tool-call[data-call='call_shape']")
