@@ -392,10 +392,10 @@ def sync(chromium, server):
     assert status == 200 and jobs["jobs"][0]["state"] == "done", (status, jobs)
     say(f"sync of filesystem:docs from the page: done, 1 added, 6 → 7 documents, took {card.locator('.took').inner_text()}")
 
-    # A sync that takes two seconds: the page shows it running, with a progress bar, then done.
+    # A sync that takes three seconds: the page shows it running, with a progress bar, then done.
     card = page.locator("article.source[data-source='script:slow']")
     expect(card.locator(".documents")).to_have_text("3")
-    server.ws.write("connectors/slow.delay", "2")
+    server.ws.write("connectors/slow.delay", "3")
     card.locator("input[name=full]").check()
     card.locator("button[type=submit]").click()
     job = card.locator(".job")
@@ -411,7 +411,7 @@ def sync(chromium, server):
     expect(job).to_have_attribute("data-state", "done", timeout=20000)
     expect(job.locator(".summary")).to_contain_text("1 added")
     expect(card.locator(".documents")).to_have_text("4")
-    say("a 2 s sync of script:slow (full): running with a progress bar out of its estimate (3) and the button disabled (a second start is 409), then done, 3 → 4 documents")
+    say("a 3 s sync of script:slow (full): running with a progress bar out of its estimate (3) and the button disabled (a second start is 409), then done, 3 → 4 documents")
 
     # A sync another client starts shows up on the page by itself.
     status, body, _ = server.request("POST", "/sources/filesystem%3Adocs/sync")
