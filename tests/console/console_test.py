@@ -181,12 +181,18 @@ def tools(chromium, server):
     c.go("#/tools/picture")
     tool = page.locator("article.tool[data-tool='picture']")
     expect(tool).to_contain_text("This tool takes no parameters.")
+    # Server text is text: markup in a description is shown, never parsed.
+    expect(tool.locator(".description")).to_contain_text("<b onmouseover=alert(1)>Markup</b> stays text.")
+    expect(tool.locator(".description b")).to_have_count(0)
     tool.locator("button[type=submit]").click()
     image = tool.locator(".blocks img")
     expect(image).to_be_visible()
     expect(tool.locator(".blocks .block.text")).to_have_text("a red square")
     assert image.evaluate("img => img.complete && img.naturalWidth") == 4
-    say("MCP content blocks render: the text, and the image (4 px wide, from a data: URL)")
+    resource = tool.locator(".blocks .block.resource")
+    expect(resource).to_contain_text("file:///notes/red.txt")
+    expect(resource.locator("pre")).to_have_text("notes about red")
+    say("MCP content blocks render: the text, the image (4 px wide, from a data: URL) and the resource with its URI")
 
     # Code mode: a script typed in the editor (Tab indents), its result and the trace.
     c.go("#/tools/execute")

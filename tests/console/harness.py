@@ -103,18 +103,19 @@ def png_base64(width=4, height=4, rgb=(220, 30, 30)):
     return base64.b64encode(png).decode()
 
 
-# A Lua tool that answers with MCP content blocks: text and an image.
+# A Lua tool that answers with MCP content blocks: a text, an image and a resource.
 PICTURE = (
     """
 tool = {
     name = "picture",
-    description = "Answers with MCP content blocks: a text and an image.",
+    description = "Answers with MCP content blocks: a text, an image and a resource. <b onmouseover=alert(1)>Markup</b> stays text.",
     annotations = { read_only = true },
 }
 function tool.execute(params, context)
     return MCP.content({
         { type = "text", text = "a red square" },
         { type = "image", data = "%s", mimeType = "image/png" },
+        { type = "resource", resource = { uri = "file:///notes/red.txt", mimeType = "text/plain", text = "notes about red" } },
     })
 end
 """
