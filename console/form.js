@@ -53,7 +53,8 @@ export function schemaForm(schema, { submitLabel = "Run", onSubmit, overrides = 
   function showErrors(details) {
     let first = null;
     for (const detail of details) {
-      const holder = nearestField(form, detail.path || "");
+      // A problem with the whole input (pointer "") goes above the button, not on a field.
+      const holder = detail.path ? nearestField(form, detail.path) : null;
       const id = uid("err");
       const message = h("p", { class: "field-error", id, dataset: { path: detail.path || "" } }, holder && holder.dataset.path !== detail.path ? `${detail.path}: ${detail.message}` : detail.message);
       if (holder) {
@@ -87,8 +88,8 @@ function nearestField(form, path) {
   for (;;) {
     const found = [...form.querySelectorAll("[data-path]")].find((el) => el.dataset.path === at && el.classList.contains("field"));
     if (found) return found;
-    if (at === "") return null;
     at = at.slice(0, at.lastIndexOf("/"));
+    if (at === "") return null;
   }
 }
 
