@@ -68,13 +68,17 @@ impl Chat {
         }
         let base = spec.url.as_ref().map(|u| u.to_string()).unwrap_or_else(|| default_url.to_string());
         let mut base = reqwest::Url::parse(&base).map_err(|e| {
-            ChatError::Config(secrets.apply(&format!("url = \"{base}\" is not a URL ({e})")).into_owned())
+            // A URL with credentials in it is not quoted: this message reaches every token.
+            let shown = if base.contains('@') { String::new() } else { format!(" \"{base}\"") };
+            ChatError::Config(secrets.apply(&format!("url{shown} is not a URL ({e})")).into_owned())
         })?;
         if !base.path().ends_with('/') {
             let with_slash = format!("{}/", base.path());
             base.set_path(&with_slash);
         }
-        let endpoint = base.join(path).map_err(|e| ChatError::Config(format!("url: {e}")))?;
+        let mut endpoint = base.join(path).map_err(|e| ChatError::Config(format!("url: {e}")))?;
+        // A query on the base URL (an API version, say) applies to the endpoint too.
+        endpoint.set_query(base.query());
         Ok(Chat {
             provider: spec.provider,
             model: spec.model.to_string(),
@@ -156,7 +160,7 @@ impl Chat {
             } else {
                 format!("cannot reach the model at {shown}: {}", root_cause(&e))
             };
-            ChatError::Model(self.secrets.apply(&why).into_owned())
+            ChatError::Model(self.redact(&why))
         })?;
         let status = response.status();
         let mut bytes = Vec::new();
@@ -170,28 +174,46 @@ impl Chat {
                 }
                 Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
                 Ok(None) => break,
+                Err(e) if e.is_timeout() => {
+                    let why =
+                        format!("the model did not answer within {} s (chat.timeout_secs)", self.timeout.as_secs());
+                    return Err(ChatError::Model(why));
+                }
                 Err(e) => {
                     let why = format!("the model's answer broke off: {}", root_cause(&e));
-                    return Err(ChatError::Model(self.secrets.apply(&why).into_owned()));
+                    return Err(ChatError::Model(self.redact(&why)));
                 }
             }
         }
         let parsed: Option<Json> = serde_json::from_slice(&bytes).ok();
         if !status.is_success() {
-            let said = parsed
-                .as_ref()
-                .and_then(service_message)
-                .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).trim().to_string());
-            let hint = match status.as_u16() {
-                401 | 403 => " (check chat.api_key)",
-                404 => " (check chat.url and chat.model)",
-                429 => " (the service's rate limit; try again later)",
-                _ => "",
+            let why = match status.as_u16() {
+                // What a service says about a refused key may quote the key, whole or in part
+                // or encoded: not passed on.
+                401 | 403 => format!("the model at {shown} refused the request ({status}): check chat.api_key"),
+                code => {
+                    // Redacted whole, then cut: a cut could leave part of a secret unmatched.
+                    let said = parsed
+                        .as_ref()
+                        .and_then(service_message)
+                        .unwrap_or_else(|| String::from_utf8_lossy(&bytes).trim().to_string());
+                    let said: String = self.redact(&said).chars().take(500).collect();
+                    let hint = match code {
+                        404 => " (check chat.url and chat.model)",
+                        429 => " (the service's rate limit; try again later)",
+                        _ => "",
+                    };
+                    format!("the model at {shown} answered {status}: {said}{hint}")
+                }
             };
-            let why = format!("the model at {shown} answered {status}: {said}{hint}");
-            return Err(ChatError::Model(self.secrets.apply(&why).into_owned()));
+            return Err(ChatError::Model(self.redact(&why)));
         }
         parsed.ok_or_else(|| ChatError::Model(format!("the model at {shown} answered something that is not JSON")))
+    }
+
+    /// `text` without the key, or any secret of the config.
+    fn redact(&self, text: &str) -> String {
+        crate::contract::redact::text(&self.secrets.apply(text)).into_owned()
     }
 
     /// The endpoint without credentials, for messages.
@@ -208,7 +230,7 @@ impl Chat {
 fn service_message(body: &Json) -> Option<String> {
     let error = body.get("error")?;
     let text = error.get("message").and_then(Json::as_str).or_else(|| error.as_str())?;
-    Some(text.chars().take(500).collect())
+    Some(text.to_string())
 }
 
 fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {

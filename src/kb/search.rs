@@ -89,25 +89,33 @@ pub fn search(
         }
         (Some(embedder), _) => {
             let vector = query_vector(embedder.as_ref(), request.query.as_str())?;
-            // Fusion takes the any-word ranking: requiring every word drops most candidates a
-            // paraphrase needs, and the vector list is there to rank them.
-            match &query {
-                Some(query) => fts = query.any.clone().unwrap_or_else(|| query.all.clone()),
+            // Fusion takes keyword search's own ranking: the chunks with every term first, then
+            // those with some (or words they start). Chosen on the Debian quality set (nDCG@10
+            // 0.9022 against 0.8912 for the any-term list), and on the held-out man pages it
+            // keeps hybrid at or above keyword search, where the any-term list fell below it: a
+            // chunk with every word stays ahead of a weak model's guesses.
+            let (strict, wide) = match &query {
+                Some(query) => (query.all.clone(), query.wide.clone()),
                 None => {
-                    notes.push("the query has no word to match, so hybrid ranks by the semantic list alone".to_string())
+                    notes
+                        .push("the query has no word to match, so hybrid ranks by the semantic list alone".to_string());
+                    (String::new(), None)
                 }
-            }
+            };
+            fts = match &wide {
+                Some(wide) => format!("{strict} | {wide}"),
+                None => strict.clone(),
+            };
             let (k, weight) = (retrieval.rrf_k as f64, retrieval.hybrid_weight);
             // Widened, like a single list, when grouping by document leaves the page short
             // (long documents fill a window of chunks) and a list has more to give.
             let mut window = FUSION_WINDOW.max(limit * per_doc);
             loop {
-                let keyword =
-                    if fts.is_empty() { Vec::new() } else { store.keyword_candidates(&fts, &filter, window)? };
+                let (keyword, full) = keyword_list(store, &strict, wide.as_deref(), &filter, window)?;
                 let semantic = semantic_list(store, embedder.as_ref(), &vector, &filter, window, &mut notes)?;
                 let (fused, ranks) = fuse(&keyword, &semantic, k, weight);
                 let hits = group(&fused, per_doc, limit);
-                let more = keyword.len() == window || semantic.len() == window;
+                let more = full || semantic.len() == window;
                 if hits.len() == limit || !more || window == MAX_CANDIDATES {
                     break (hits, keyword.len() + semantic.len(), ranks);
                 }
@@ -189,6 +197,31 @@ pub fn search(
         hybrid_weight: hybrid.then_some(retrieval.hybrid_weight),
     });
     Ok(SearchResponse { results, mode, explain })
+}
+
+/// Hybrid's keyword side: the first `window` chunks with every term, then the first `window`
+/// with some (or words they start) that are not among them, and whether either list had more.
+pub fn keyword_list(
+    store: &dyn Store,
+    strict: &str,
+    wide: Option<&str>,
+    filter: &SearchFilter,
+    window: usize,
+) -> Result<(Vec<Candidate>, bool), KbError> {
+    if strict.is_empty() {
+        return Ok((Vec::new(), false));
+    }
+    let all = store.keyword_candidates(strict, filter, window)?;
+    let Some(wide) = wide else {
+        let full = all.len() == window;
+        return Ok((all, full));
+    };
+    let more = store.keyword_candidates(wide, filter, window)?;
+    let full = all.len() == window || more.len() == window;
+    let seen: std::collections::HashSet<i64> = all.iter().map(|c| c.chunk_id).collect();
+    let mut list = all;
+    list.extend(more.into_iter().filter(|c| !seen.contains(&c.chunk_id)));
+    Ok((list, full))
 }
 
 /// Candidates each list gives hybrid fusion (or more, for a large page).

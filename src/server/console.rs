@@ -21,7 +21,7 @@ use crate::types::ErrorCode;
 
 include!(concat!(env!("OUT_DIR"), "/console_files.rs"));
 
-/// The cookie that holds the token for the console's files (hex, so any token fits a cookie).
+/// The cookie that opens the console's files: a MAC of the token (see `Security::console_cookie`).
 pub const COOKIE: &str = "ctx_console";
 
 /// The login page: a form for the token, kept in this tab's session storage for API calls and
@@ -98,7 +98,11 @@ pub async fn login_page() -> Response {
 
 /// `POST /console/login` with the bearer token: the guard checked it; the answer sets the cookie
 /// that serves the console's files to this browser. Says which tools the token may use.
-pub async fn login(headers: HeaderMap, authorized: Option<Extension<Authorized>>) -> Response {
+pub async fn login(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    authorized: Option<Extension<Authorized>>,
+) -> Response {
     if !authorized.is_some_and(|Extension(Authorized(yes))| yes) {
         return ApiError::new(ErrorCode::Unauthorized, "wrong token").into_response();
     }
@@ -110,7 +114,11 @@ pub async fn login(headers: HeaderMap, authorized: Option<Extension<Authorized>>
         .unwrap_or("");
     let mut response = StatusCode::NO_CONTENT.into_response();
     if !token.is_empty() {
-        let cookie = format!("{COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict", hex(token.as_bytes()));
+        // Behind a proxy that ends TLS, the cookie travels only over HTTPS.
+        let https = headers.get("x-forwarded-proto").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+        let secure = if https { "; Secure" } else { "" };
+        let value = app.security.console_cookie(token.as_bytes());
+        let cookie = format!("{COOKIE}={value}; Path=/console; HttpOnly; SameSite=Strict{secure}");
         if let Ok(value) = HeaderValue::from_str(&cookie) {
             response.headers_mut().insert(header::SET_COOKIE, value);
         }
@@ -128,7 +136,7 @@ pub async fn logout() -> Response {
     response
 }
 
-/// The token in the console cookie of a request, if it has one.
+/// The MAC in the console cookie of a request, if it has one.
 pub fn cookie_token(headers: &HeaderMap) -> Option<Vec<u8>> {
     headers
         .get_all(header::COOKIE)
@@ -191,10 +199,6 @@ fn redirect(to: &'static str) -> Response {
     response
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) || text.len() > 1024 {
         return None;
@@ -207,12 +211,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cookie_holds_any_token() {
-        let token = "a token; with=odd chars \u{e9}";
+    fn the_cookie_is_read_among_others() {
         let mut headers = HeaderMap::new();
-        let cookie = format!("other=1; {COOKIE}={}; last=2", hex(token.as_bytes()));
+        let cookie = format!("other=1; {COOKIE}=00ff10; last=2");
         headers.insert(header::COOKIE, HeaderValue::from_str(&cookie).unwrap());
-        assert_eq!(cookie_token(&headers).as_deref(), Some(token.as_bytes()));
+        assert_eq!(cookie_token(&headers).as_deref(), Some(&[0x00, 0xff, 0x10][..]));
         headers.insert(header::COOKIE, HeaderValue::from_static("ctx_console=zz"));
         assert_eq!(cookie_token(&headers), None);
     }

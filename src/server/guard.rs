@@ -25,6 +25,9 @@ pub struct Security {
     pub allowed_origins: Vec<String>,
     /// Bound to a loopback address: only loopback `Host` names are accepted.
     pub loopback: bool,
+    /// The key of the console cookie's MAC, new in every process: the cookie names a token
+    /// without holding it, and a restart voids every cookie.
+    cookie_key: [u8; 32],
 }
 
 /// One scoped token: who holds it, the tools it may use, and its secret.
@@ -77,7 +80,24 @@ impl Security {
                 ));
             }
         }
-        Ok(Security { token, tokens, allowed_origins, loopback })
+        let mut cookie_key = [0u8; 32];
+        cookie_key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        cookie_key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        Ok(Security { token, tokens, allowed_origins, loopback, cookie_key })
+    }
+
+    /// The console cookie's value for `token`: its HMAC-SHA256 under this process's key, hex.
+    /// Not a credential: it opens the console's own files (which the repository publishes) and
+    /// nothing else, so a cookie sent to another server on the same host gives nothing away.
+    pub fn console_cookie(&self, token: &[u8]) -> String {
+        self.cookie_mac(token).iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn cookie_mac(&self, token: &[u8]) -> Vec<u8> {
+        use hmac::{KeyInit, Mac};
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.cookie_key).expect("HMAC takes any key length");
+        mac.update(token);
+        mac.finalize().into_bytes().to_vec()
     }
 
     /// Whether any token is configured: then every route but the open ones needs one.
@@ -169,6 +189,23 @@ fn match_token(security: &Security, given: &[u8]) -> Option<Option<Arc<Principal
     found
 }
 
+/// The principal whose token the console cookie `mac` was made from, checking every token
+/// without stopping at the first match (as [`match_token`]).
+fn match_cookie(security: &Security, mac: &[u8]) -> Option<Option<Arc<Principal>>> {
+    let mut found: Option<Option<Arc<Principal>>> = None;
+    if let Some(token) = &security.token {
+        if constant_time_eq(mac, &security.cookie_mac(token.as_bytes())) {
+            found = Some(None);
+        }
+    }
+    for named in &security.tokens {
+        if constant_time_eq(mac, &security.cookie_mac(named.token.as_bytes())) && found.is_none() {
+            found = Some(Some(Arc::clone(&named.principal)));
+        }
+    }
+    found
+}
+
 fn verdict(security: &Security, request: &Request) -> Result<Access, ApiError> {
     let headers = request.headers();
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -211,12 +248,14 @@ fn verdict(security: &Security, request: &Request) -> Result<Access, ApiError> {
     // The console: its login page (and logout) are open; its files open with the cookie the
     // login set, and only they (an API route never reads it, so a cross-site request that
     // carries the cookie calls nothing). Without it, the page itself redirects to the login.
-    if path == "/console/login" && request.method() == Method::GET || path == "/console/logout" {
+    let reading = request.method() == Method::GET || request.method() == Method::HEAD;
+    if path == "/console/login" && reading || path == "/console/logout" {
         return Ok(Access::Anonymous);
     }
     if super::console::is_console_file(path) {
-        if request.method() == Method::GET || request.method() == Method::HEAD {
-            if let Some(principal) = super::console::cookie_token(headers).and_then(|t| match_token(security, &t)) {
+        if reading {
+            if let Some(principal) = super::console::cookie_token(headers).and_then(|mac| match_cookie(security, &mac))
+            {
                 return Ok(Access::Granted(principal));
             }
         }

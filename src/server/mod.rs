@@ -232,8 +232,12 @@ async fn not_found(request: Request) -> Response {
 /// 405 with the methods the path takes, in the message and in `Allow`.
 async fn method_not_allowed(request: Request) -> Response {
     let (method, path) = (request.method().clone(), request.uri().path().to_string());
-    // The Swagger UI pages are the only routes outside the document.
-    let allowed = openapi::methods_for(&path).unwrap_or_else(|| vec!["GET", "HEAD"]);
+    // The Swagger UI pages and the console are the only routes outside the document.
+    let allowed = match path.as_str() {
+        "/console/logout" => vec!["POST"],
+        "/console/login" => vec!["GET", "HEAD", "POST"],
+        _ => openapi::methods_for(&path).unwrap_or_else(|| vec!["GET", "HEAD"]),
+    };
     let usable: Vec<&str> = allowed.iter().copied().filter(|m| *m != "HEAD").collect();
     let hint = match usable.as_slice() {
         ["POST"] => "use POST with a JSON body".to_string(),

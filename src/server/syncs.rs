@@ -2,7 +2,8 @@
 //! each on a blocking thread, with progress anyone with the operator token can watch
 //! (`GET /sources/sync`).
 //!
-//! One sync per source at a time here; a `ctx sync` run at the same moment from a shell is
+//! Each start is in the call log (as `sources/sync`, committed before the sync begins). One
+//! sync per source at a time here; a `ctx sync` run at the same moment from a shell is
 //! serialized by SQLite's write lock like any two writers. Starting a sync is an operator's act,
 //! like deciding an approval: scoped tokens cannot, since a sync re-reads every source (its cost
 //! is the server's, not one tool's).
@@ -16,9 +17,10 @@ use axum::response::{IntoResponse, Response};
 
 use super::guard;
 use super::openapi::responses::GuardErrors;
-use super::respond::{ok, ApiError};
+use super::respond::{call_error, ok, ApiError};
 use super::App;
 use crate::kb::sync::{Progress, SourceSummary, SyncOptions};
+use crate::tools::{CallError, CallOptions, Observed};
 use crate::types::{ErrorCode, SyncJob, SyncJobState, SyncJobs, SyncSummary};
 
 /// The latest sync of each source since the server started.
@@ -121,10 +123,39 @@ pub async fn start(
         let message = format!("no configured source {name:?}; name one as type:name ({known})");
         return ApiError::new(ErrorCode::NotFound, message).into_response();
     }
+    // A sync changes the index: like a tool call that may change something, it is in the call
+    // log (as `sources/sync`), committed, before it starts, and does not start when the log
+    // cannot take it.
+    let registry = app.tools.current();
+    let params = serde_json::json!({ "source": name, "full": full });
+    let options = CallOptions { caller: "rest", ..Default::default() };
+    let mut observed = Observed::start(registry.state(), "sources/sync", &params, &options);
+    if let Err(e) = observed.must_be_logged() {
+        let e = CallError::AuditUnavailable(e.to_string().replace("tool 'sources/sync'", "the sync"));
+        let response = call_error(&e);
+        observed.finish(Err(&e));
+        return response;
+    }
     let job = match app.syncs.begin(&name) {
         Ok(job) => job,
-        Err(e) => return e.into_response(),
+        // Nothing started: nothing to log.
+        Err(refused) => {
+            observed.forget();
+            return refused.into_response();
+        }
     };
+    if let Some(commit) = observed.finish_logged(Ok(serde_json::json!({ "started": true }))) {
+        if !matches!(commit.await, Ok(true)) {
+            app.syncs.update(&name, |job| {
+                job.state = SyncJobState::Failed;
+                job.finished_at = Some(chrono::Utc::now());
+            });
+            let e = CallError::AuditUnavailable(
+                "the sync did not start: its entry could not be written to the tool-call log".to_string(),
+            );
+            return call_error(&e);
+        }
+    }
     tracing::info!(source = %name, full, "sync started through the server");
     let syncs = Arc::clone(&app.syncs);
     let source = name.clone();
@@ -135,11 +166,19 @@ pub async fn start(
             Progress::Item { seen, .. } => syncs.update(&source, |j| j.seen = seen as u64),
             _ => {}
         };
-        let ended = crate::kb::sync::sync_target(&kb, &source, options, &mut progress);
+        // A panic in a connector must not leave the job running forever (every later start
+        // would be refused as already syncing).
+        let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::kb::sync::sync_target(&kb, &source, options, &mut progress)
+        }));
         let summary = match ended {
-            Ok(mut summaries) if !summaries.is_empty() => summaries.remove(0),
-            Ok(_) => SourceSummary { error: Some("the source was not synced".to_string()), ..Default::default() },
-            Err(e) => SourceSummary { error: Some(e.to_string()), ..Default::default() },
+            Ok(Ok(mut summaries)) if !summaries.is_empty() => summaries.remove(0),
+            Ok(Ok(_)) => SourceSummary { error: Some("the source was not synced".to_string()), ..Default::default() },
+            Ok(Err(e)) => SourceSummary { error: Some(e.to_string()), ..Default::default() },
+            Err(_) => SourceSummary {
+                error: Some("the sync stopped on an internal error; the server log has the details".to_string()),
+                ..Default::default()
+            },
         };
         if let Some(error) = &summary.error {
             tracing::warn!(source = %source, "sync through the server failed: {error}");

@@ -94,7 +94,7 @@ impl<'a> Observed<'a> {
     /// Marks the call as one the log must hold before it answers, taking its place in the log's
     /// queue; refused (nothing runs) when the log cannot take it. Without a log (turned off),
     /// there is nothing to keep.
-    pub(super) fn must_be_logged(&mut self) -> Result<(), CallError> {
+    pub fn must_be_logged(&mut self) -> Result<(), CallError> {
         let Some(open) = &mut self.open else { return Ok(()) };
         if open.entry.is_none() {
             return Ok(());
@@ -145,6 +145,18 @@ impl<'a> Observed<'a> {
             };
             let _ = record(self.state, open, &result);
         }
+    }
+
+    /// Logs a request's outcome like [`Observed::finish`]; for a request marked
+    /// [`Observed::must_be_logged`] (an operator's act, such as a sync started through the
+    /// server), the [`Commit`] to await before it takes effect.
+    pub fn finish_logged(mut self, result: Result<Json, &CallError>) -> Option<Commit> {
+        let open = self.open.take()?;
+        let result = match result {
+            Ok(summary) => Ok(Output::Value(summary)),
+            Err(e) => Err(e.clone()),
+        };
+        record(self.state, open, &result)
     }
 
     /// Logs a call's outcome; for a call that must be logged, the [`Commit`] to await before

@@ -184,18 +184,35 @@ fn chat_through_ollama_names_the_tool_of_each_result() {
 
 #[test]
 fn a_failing_model_is_a_bad_gateway_in_its_own_words_without_the_key() {
-    let (addr, _) = stub(|_| {
-        (401, json!({"error": {"message": format!("Incorrect API key provided: {KEY}"), "type": "invalid_request_error"}}).to_string())
+    // The stub echoes the key: whole in a 500's message (past the 500 characters a message is
+    // cut to, so a cut before redaction would leave part of it), and in a 401's.
+    let (addr, _) = stub(|request| {
+        let auth = request.headers.get("authorization").cloned().unwrap_or_default();
+        let first = body(request)["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+        if first == "refused" {
+            return (401, json!({"error": {"message": format!("Incorrect API key provided: {auth}")}}).to_string());
+        }
+        let padding = "x".repeat(480);
+        (500, json!({"error": {"message": format!("overloaded {padding} {auth}")}}).to_string())
     });
     let s = Server::start(workspace(&chat_section("openai", addr)));
-    let (status, error) =
-        s.send(ADMIN, "POST", "/chat", Some(json!({"messages": [{"role": "user", "content": "hi"}]})));
+    let ask =
+        |text: &str| s.send(READER, "POST", "/chat", Some(json!({"messages": [{"role": "user", "content": text}]})));
+
+    let (status, error) = ask("refused");
     assert_eq!(status, 502, "{error}");
     assert_eq!(error["error"]["code"], "bad_gateway");
     let message = error["error"]["message"].as_str().unwrap();
-    assert!(message.contains("answered 401") && message.contains("Incorrect API key provided"), "{message}");
-    assert!(message.contains("check chat.api_key"), "{message}");
-    assert!(!message.contains(KEY), "{message}");
+    assert!(message.contains("refused the request (401") && message.contains("check chat.api_key"), "{message}");
+    assert!(!message.contains("sk-"), "what the service says of a refused key is not passed on: {message}");
+
+    let (status, error) = ask("busy");
+    assert_eq!(status, 502, "{error}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("answered 500 Internal Server Error: overloaded xxx"), "{message}");
+    assert!(!message.contains("sk-chat") && !message.contains("4242"), "{message}");
+    let log = s.serve.stderr.lock().unwrap().clone();
+    assert!(!log.contains("sk-chat"), "the server's log: {log}");
 }
 
 #[test]
@@ -253,6 +270,14 @@ fn a_sync_started_through_the_server_shows_its_progress_and_summary_to_the_opera
     assert_eq!(job["summary"]["added"], 1, "{job}");
     assert!(job["seen"].as_u64().unwrap() >= 7, "{job}");
     assert!(job["finished_at"].is_string(), "{job}");
+
+    // The start is in the call log, committed before the sync began.
+    let (_, calls) = s.send(ADMIN, "GET", "/calls?tool=sources/sync", None);
+    let entry = &calls["calls"][0];
+    assert_eq!(entry["tool"], "sources/sync", "{calls}");
+    assert_eq!(entry["params"], json!({"source": "filesystem:docs", "full": false}), "{calls}");
+    assert_eq!(entry["outcome"], "ok", "{calls}");
+    assert_eq!(calls["calls"].as_array().unwrap().len(), 1, "refused starts are not logged: {calls}");
 
     // The source's status has the sync's duration, and a search finds the new page.
     let (_, sources) = s.send(ADMIN, "GET", "/tools/sources", None);

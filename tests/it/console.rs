@@ -49,7 +49,6 @@ fn console_files_are_served_only_with_the_token_except_the_login_page() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let cookie = |token: &str| format!("ctx_console={}", token.bytes().map(|b| format!("{b:02x}")).collect::<String>());
     // (status, Location, Content-Type, Set-Cookie, Content-Security-Policy) of one request.
     let fetch = |method: &str, path: &str, headers: &[(&str, String)]| {
         runtime.block_on(async {
@@ -66,6 +65,16 @@ fn console_files_are_served_only_with_the_token_except_the_login_page() {
         })
     };
 
+    // The cookie a login sets (a MAC of the token, made by the server): the only way to get one.
+    let cookie = |token: &str| {
+        let (status, (_, _, set_cookie, _)) =
+            fetch("POST", "/console/login", &[("authorization", format!("Bearer {token}"))]);
+        assert_eq!(status, 204, "login with {token}");
+        set_cookie.split(';').next().unwrap().to_string()
+    };
+    let (admin, scoped) = (cookie(ADMIN), cookie(CI));
+    let wrong = format!("ctx_console={}", "ab".repeat(32));
+
     // Every file of console/, and the page itself, without a token: 401, or for the page a
     // redirect to the login page; a wrong cookie opens nothing either.
     let mut files: Vec<String> = std::fs::read_dir(repo().join("console"))
@@ -81,9 +90,9 @@ fn console_files_are_served_only_with_the_token_except_the_login_page() {
         let closed = if name == "index.html" { (303, "/console/login".to_string()) } else { (401, String::new()) };
         let (status, (location, ..)) = fetch("GET", &path, &[]);
         assert_eq!((status, location), closed, "{path} without a token");
-        let (status, (location, ..)) = fetch("GET", &path, &[("cookie", cookie("not-the-token-0123456789"))]);
+        let (status, (location, ..)) = fetch("GET", &path, &[("cookie", wrong.clone())]);
         assert_eq!((status, location), closed, "{path} with a wrong cookie");
-        let (status, (_, kind, _, csp)) = fetch("GET", &path, &[("cookie", cookie(ADMIN))]);
+        let (status, (_, kind, _, csp)) = fetch("GET", &path, &[("cookie", admin.clone())]);
         assert_eq!(status, 200, "{path} with the cookie");
         assert!(!kind.is_empty() && csp.contains("script-src 'self'"), "{path}: {kind} / {csp}");
         assert_eq!(
@@ -92,35 +101,27 @@ fn console_files_are_served_only_with_the_token_except_the_login_page() {
             "{path} with the bearer token"
         );
         // A scoped token opens the console too (it shows that token's tools only).
-        assert_eq!(fetch("GET", &path, &[("cookie", cookie(CI))]).0, 200, "{path} with a scoped token's cookie");
+        assert_eq!(fetch("GET", &path, &[("cookie", scoped.clone())]).0, 200, "{path} with a scoped token's cookie");
     }
     let (status, (location, ..)) = fetch("GET", "/console/", &[]);
     assert_eq!((status, location.as_str()), (303, "/console/login"));
     let (status, (location, ..)) = fetch("GET", "/console", &[]);
     assert_eq!((status, location.as_str()), (303, "/console/"));
-    let (status, (_, kind, ..)) = fetch("GET", "/console/", &[("cookie", cookie(ADMIN))]);
+    let (status, (_, kind, ..)) = fetch("GET", "/console/", &[("cookie", admin.clone())]);
     assert_eq!((status, kind.as_str()), (200, "text/html; charset=utf-8"));
     // A name that is not one of the files is no way around it.
     assert_eq!(fetch("GET", "/console/nothing-here.js", &[]).0, 401);
-    assert_eq!(fetch("GET", "/console/nothing-here.js", &[("cookie", cookie(ADMIN))]).0, 404);
+    assert_eq!(fetch("GET", "/console/nothing-here.js", &[("cookie", admin.clone())]).0, 404);
 
-    // The login page is the one page open to all; logging in sets the cookie for /console only.
+    // The login page is the one page open to all; a wrong token gets no cookie.
     let (status, (_, kind, ..)) = fetch("GET", "/console/login", &[]);
     assert_eq!((status, kind.as_str()), (200, "text/html; charset=utf-8"));
-    assert_eq!(fetch("POST", "/console/login", &[("authorization", "Bearer wrong-token-0123456789".into())]).0, 401);
     let (status, (_, _, set_cookie, _)) =
-        fetch("POST", "/console/login", &[("authorization", format!("Bearer {ADMIN}"))]);
-    assert_eq!(status, 204);
-    assert!(
-        set_cookie.starts_with(&cookie(ADMIN))
-            && set_cookie.contains("Path=/console")
-            && set_cookie.contains("HttpOnly"),
-        "{set_cookie}"
-    );
+        fetch("POST", "/console/login", &[("authorization", "Bearer wrong-token-0123456789".into())]);
+    assert_eq!((status, set_cookie.as_str()), (401, ""));
     // The cookie is for the console's files: it opens no API route.
-    assert_eq!(fetch("GET", "/tools/list", &[("cookie", cookie(ADMIN))]).0, 401);
+    assert_eq!(fetch("GET", "/tools/list", &[("cookie", admin)]).0, 401);
 }
-
 #[test]
 fn browser_search_filters_results_opens_a_whole_document_and_logout_closes_the_console() {
     scenario("search");
