@@ -14,6 +14,7 @@ mod common;
 mod config_code_mode;
 mod config_loading;
 mod config_upstreams;
+mod console;
 mod console_cookie;
 mod embed_providers;
 mod fault_upstream;
