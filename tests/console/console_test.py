@@ -635,6 +635,8 @@ def keyboard_narrow_dark(chromium, server):
     assert outline not in ("none", ""), outline
     page.keyboard.press("Enter")
     page.wait_for_function("location.hash === '#/tools'")
+    # The list arrives from GET /tools/list: Tab through it only once it is there.
+    page.wait_for_selector("[data-tool='echo']")
     say(f"Tab reaches the Tools link with a visible focus ring ({outline}); Enter opens it")
     # Tab on into the list, to echo, Enter; fill the form and submit it with Enter.
     for _ in range(40):
@@ -644,6 +646,7 @@ def keyboard_narrow_dark(chromium, server):
     assert page.evaluate("document.activeElement.dataset.tool") == "echo"
     page.keyboard.press("Enter")
     page.wait_for_function("location.hash === '#/tools/echo'")
+    page.wait_for_selector("article.tool[data-tool='echo'] [name='message']")
     for _ in range(10):
         page.keyboard.press("Tab")
         if page.evaluate("document.activeElement.name") == "message":
