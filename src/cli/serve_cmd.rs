@@ -118,6 +118,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
             say!("  broken {} {}: {}", problem.kind, problem.name, problem.message);
         }
         say!("  MCP (Streamable HTTP) at http://{local}/mcp");
+        say!("  console at http://{local}/console");
         let app = Arc::new(App::with_mcp(mcp, security, max_body_bytes).with_limits(limits).with_filler(filler));
         let served = server::run(listener, app, shutdown_signal()).await.context("the server failed");
         upstreams.shutdown().await;
