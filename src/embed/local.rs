@@ -70,29 +70,49 @@ const PROBES: &[&str] = &[
     "UPPER lower MiXeD kebab-case snake_case CamelCase",
 ];
 
-impl StaticModel {
-    /// The model `[embedding] path` names, cut to `dims` columns when that is set lower.
-    pub fn from_config(config: &Config) -> Result<Self, EmbedError> {
-        let spec = &config.spec.embedding;
-        let Some(path) = spec.path.as_deref() else {
-            return Err(EmbedError::Config(
-                "provider \"local\" needs `path`, the folder holding tokenizer.json and model.safetensors \
-                 (scripts/get-model installs one in ~/.local/share/ctx/models/wordllama-l2-256)"
-                    .to_string(),
-            ));
-        };
-        let dir = match path.strip_prefix("~/") {
-            Some(rest) => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(rest),
-            None => config.resolve(path),
-        };
-        let name = spec.model.as_ref().map(|m| m.to_string()).unwrap_or_else(|| {
-            dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".to_string())
-        });
-        // Messages name the path as the config does: they can reach API clients, which have no
-        // business knowing the server's folders.
-        Self::read(&dir, Path::new(path), &name, spec.dims.map(|d| d as usize))
+/// The model `[embedding] path` names: a transformer when the folder holds one (see
+/// [`super::transformer`]), else a static model.
+pub fn from_config(config: &Config) -> Result<std::sync::Arc<dyn Embedder>, EmbedError> {
+    let (dir, shown, name, dims) = model_folder(config)?;
+    if super::transformer::TransformerModel::is_in(&dir) {
+        return Ok(std::sync::Arc::new(super::transformer::TransformerModel::load(&dir, &shown, &name, dims)?));
     }
+    Ok(std::sync::Arc::new(StaticModel::read(&dir, &shown, &name, dims)?))
+}
 
+/// The model in `dir` (a transformer or a static one), named `local:<name>`: what a config
+/// naming that folder loads, for tools and benches that have no config.
+pub fn load(dir: &Path, name: &str) -> Result<std::sync::Arc<dyn Embedder>, EmbedError> {
+    if super::transformer::TransformerModel::is_in(dir) {
+        return Ok(std::sync::Arc::new(super::transformer::TransformerModel::load(dir, dir, name, None)?));
+    }
+    Ok(std::sync::Arc::new(StaticModel::read(dir, dir, name, None)?))
+}
+
+/// The model folder `[embedding] path` names (resolved, and as the config says it), the model's
+/// name and the dims asked for.
+fn model_folder(config: &Config) -> Result<(PathBuf, PathBuf, String, Option<usize>), EmbedError> {
+    let spec = &config.spec.embedding;
+    let Some(path) = spec.path.as_deref() else {
+        return Err(EmbedError::Config(
+            "provider \"local\" needs `path`, the folder holding tokenizer.json and model.safetensors \
+             (scripts/get-model installs one in ~/.local/share/ctx/models/wordllama-l2-256)"
+                .to_string(),
+        ));
+    };
+    let dir = match path.strip_prefix("~/") {
+        Some(rest) => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(rest),
+        None => config.resolve(path),
+    };
+    let name = spec.model.as_ref().map(|m| m.to_string()).unwrap_or_else(|| {
+        dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".to_string())
+    });
+    // Messages name the path as the config does: they can reach API clients, which have no
+    // business knowing the server's folders.
+    Ok((dir, PathBuf::from(path), name, spec.dims.map(|d| d as usize)))
+}
+
+impl StaticModel {
     /// Reads `dir/tokenizer.json` and `dir/model.safetensors`.
     pub fn load(dir: &Path, name: &str, dims: Option<usize>) -> Result<Self, EmbedError> {
         Self::read(dir, dir, name, dims)

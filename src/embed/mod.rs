@@ -13,8 +13,9 @@ mod local;
 mod ollama;
 mod openai;
 mod remote;
+mod transformer;
 
-pub use local::{default_model_dirs, StaticModel, DEFAULT_MODEL};
+pub use local::{default_model_dirs, load as load_local, StaticModel, DEFAULT_MODEL};
 
 /// Turns texts into L2-normalised vectors of [`Embedder::dims`] dimensions.
 pub trait Embedder: Send + Sync {
@@ -30,6 +31,11 @@ pub trait Embedder: Send + Sync {
     /// blocking thread first).
     fn remote(&self) -> bool {
         true
+    }
+    /// Whether one call already uses every core (a transformer's matrix products): then callers
+    /// do not split a batch across threads of their own.
+    fn parallel_inside(&self) -> bool {
+        false
     }
 }
 
@@ -54,7 +60,7 @@ pub fn from_config(config: &Config) -> Result<Option<Arc<dyn Embedder>>, EmbedEr
     let spec = &config.spec.embedding;
     Ok(match spec.provider {
         Provider::Disabled => None,
-        Provider::Local => Some(Arc::new(local::StaticModel::from_config(config)?)),
+        Provider::Local => Some(local::from_config(config)?),
         // Both are one remote endpoint; their modules hold what differs (paths, wire formats,
         // advice). Neither is contacted until the first `embed`.
         Provider::Ollama => Some(Arc::new(remote::Remote::from_config(spec, &ollama::SERVICE)?)),

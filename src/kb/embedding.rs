@@ -116,7 +116,7 @@ pub fn backfill(
 pub fn embed_all(embedder: &dyn Embedder, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    if embedder.remote() || threads < 2 || texts.len() < PER_THREAD * 2 {
+    if embedder.remote() || embedder.parallel_inside() || threads < 2 || texts.len() < PER_THREAD * 2 {
         return embedder.embed(&refs);
     }
     let per = texts.len().div_ceil(threads.min(texts.len() / PER_THREAD).max(1));

@@ -53,5 +53,6 @@ mod statics;
 mod stdio_first_list;
 mod stopped_runs;
 mod tools;
+mod transformer_model;
 mod two_apps;
 mod wire;
