@@ -102,10 +102,10 @@ fn run() -> Result<(), String> {
     // The candidate lists each query's search starts from, checked against Kb::search.
     let t = Instant::now();
     let retrieval = kb.config().spec.retrieval.clone();
-    let (run_k, run_w) = (retrieval.rrf_k as f64, retrieval.hybrid_weight);
+    let embedder = kb.embedder().map_err(|e| e.to_string())?.ok_or("no embedder configured")?;
+    let (run_k, run_w) = (retrieval.rrf_k as f64, ctx::kb::search::hybrid_weight(&retrieval, embedder.as_ref()));
     let per_doc = retrieval.max_chunks_per_doc as usize;
     let window = FUSION_WINDOW.max(LIMIT * per_doc);
-    let embedder = kb.embedder().map_err(|e| e.to_string())?.ok_or("no embedder configured")?;
     let texts: Vec<&str> = set.queries.iter().map(|q| q.text.as_str()).collect();
     let vectors = embedder.embed(&texts).map_err(|e| e.to_string())?;
     let filter = SearchFilter::default();

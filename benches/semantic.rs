@@ -7,8 +7,14 @@
 //! scripts/get-model                          # the default model (wordllama's, from PyPI)
 //! cargo bench --bench semantic               # 10k chunks, embedding, sync
 //! cargo bench --bench semantic -- --full     # also 1M chunks (minutes: it embeds them all)
-//! cargo bench --bench semantic -- embed | search | sync
+//! cargo bench --bench semantic -- embed | search | sync | models
 //! ```
+//!
+//! `models` compares the local models side by side: the default static one and, when
+//! `scripts/get-model minilm` installed it (`CTX_MINILM_DIR`, or `CTX_TEST_MINILM`), the
+//! all-MiniLM-L6-v2 transformer: load time, embedding throughput, and `ctx sync` of
+//! [`MODEL_FILES`] files with each, embedding inline or with `[embedding] background` (then
+//! `ctx embed` fills the vectors), with peak RSS.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -26,6 +32,8 @@ const EMBED_TARGET_PER_SEC: f64 = 10_000.0;
 const SYNC_FILES: usize = 10_000;
 const SYNC_TARGET_FILES_PER_SEC: f64 = 3_000.0;
 const QUERIES: usize = 200;
+/// Files of the `models` part's syncs: few enough for the transformer (about ten chunks a second).
+const MODEL_FILES: usize = 300;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
@@ -54,6 +62,9 @@ fn main() {
     }
     if run("sync") {
         bench_sync(&model_dir, &mut verdicts);
+    }
+    if run("models") {
+        bench_models(&model_dir, &mut verdicts);
     }
     println!("\n== summary (load average now {}) ==", load_average());
     for line in &verdicts {
@@ -291,6 +302,86 @@ fn bench_sync(model_dir: &Path, verdicts: &mut Vec<String>) {
         verdict(median >= SYNC_TARGET_FILES_PER_SEC),
         peak as f64 / 1024.0
     ));
+}
+
+/// The local models side by side (see the module comment).
+fn bench_models(static_dir: &Path, verdicts: &mut Vec<String>) {
+    let minilm = std::env::var_os("CTX_MINILM_DIR").or_else(|| std::env::var_os("CTX_TEST_MINILM")).map(PathBuf::from);
+    let mut models = vec![("wordllama-l2-256 (static)", static_dir.to_path_buf())];
+    match minilm {
+        Some(dir) => models.push(("all-minilm-l6-v2 (transformer)", dir)),
+        None => println!("\n(no all-MiniLM-L6-v2: scripts/get-model minilm, then CTX_MINILM_DIR=<its folder>)"),
+    }
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_ctx"));
+    let texts = texts(256, 0x30DE_1500);
+    println!(
+        "\n== local models: {} texts of ~120 words embedded with embed_all; ctx sync of {MODEL_FILES} markdown files ==",
+        texts.len()
+    );
+    println!(
+        "{:<32} {:>8} {:>10} {:>13} {:>10} {:>15} {:>12} {:>10}",
+        "model", "load ms", "chunks/s", "sync inline", "RSS MB", "sync background", "then embed", "RSS MB"
+    );
+    for (label, dir) in models {
+        let started = Instant::now();
+        let model = ctx::embed::load_local(&dir, "bench").expect("load the model");
+        let load = started.elapsed();
+        embed_all(model.as_ref(), &texts[..16]).expect("embed");
+        let started = Instant::now();
+        let n = embed_all(model.as_ref(), &texts).expect("embed").len();
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        drop(model);
+        let work = tempfile::tempdir().expect("temp dir");
+        write_notes(work.path(), MODEL_FILES);
+        let config = |background: bool| {
+            format!(
+                "[connectors.filesystem.docs]\nroot = \"docs\"\n\n[embedding]\nprovider = \"local\"\npath = {:?}\nbackground = {background}\n",
+                dir.display().to_string()
+            )
+        };
+        let run = |background: bool, args: &[&str]| -> (Duration, u64) {
+            std::fs::write(work.path().join("ctx.toml"), config(background)).expect("write ctx.toml");
+            timed_ctx(&bin, work.path(), args)
+        };
+        let (inline, inline_rss) = run(false, &["sync", "-q"]);
+        let _ = std::fs::remove_dir_all(work.path().join("data"));
+        let (background, _) = run(true, &["sync", "-q"]);
+        let (filled, fill_rss) = run(true, &["embed", "-q"]);
+        println!(
+            "{label:<32} {:>8.0} {rate:>10.1} {:>11.1} s {:>10.1} {:>13.2} s {:>10.1} s {:>10.1}",
+            ms(load),
+            inline.as_secs_f64(),
+            inline_rss as f64 / 1024.0,
+            background.as_secs_f64(),
+            filled.as_secs_f64(),
+            fill_rss as f64 / 1024.0
+        );
+        verdicts.push(format!(
+            "INFO {label}: {rate:.1} chunks/s; sync of {MODEL_FILES} files {:.1} s inline, {:.2} s with background (vectors after, {:.1} s)",
+            inline.as_secs_f64(),
+            background.as_secs_f64(),
+            filled.as_secs_f64()
+        ));
+    }
+}
+
+/// Runs `ctx <args>` in `dir`: its wall time and peak RSS in KiB (0 without /usr/bin/time).
+fn timed_ctx(bin: &Path, dir: &Path, args: &[&str]) -> (Duration, u64) {
+    let rss_file = dir.join("rss.txt");
+    let mut command = if Path::new("/usr/bin/time").is_file() {
+        let mut c = Command::new("/usr/bin/time");
+        c.arg("-f").arg("%M").arg("-o").arg(&rss_file).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
+    command.current_dir(dir).args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+    let started = Instant::now();
+    let out = command.output().expect("run ctx");
+    let wall = started.elapsed();
+    assert!(out.status.success(), "ctx {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let kib = std::fs::read_to_string(&rss_file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    (wall, kib)
 }
 
 fn db_bytes(path: &Path) -> u64 {

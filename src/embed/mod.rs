@@ -32,6 +32,12 @@ pub trait Embedder: Send + Sync {
     fn remote(&self) -> bool {
         true
     }
+    /// Hybrid search's semantic weight when `[retrieval] hybrid_weight` is unset: how far this
+    /// model's list is trusted against keyword search's. 0.3 was chosen for the static model
+    /// on the Debian quality set; a model not measured there gets the same.
+    fn hybrid_weight(&self) -> f64 {
+        0.3
+    }
     /// Whether one call already uses every core (a transformer's matrix products): then callers
     /// do not split a batch across threads of their own.
     fn parallel_inside(&self) -> bool {

@@ -152,4 +152,11 @@ impl Embedder for TransformerModel {
     fn parallel_inside(&self) -> bool {
         true
     }
+
+    /// Chosen on the Debian quality set with all-MiniLM-L6-v2 at rrf_k 2 (nDCG@10 0.9186 at 0.4,
+    /// 0.9179 at 0.5, 0.9115 at 0.3); the held-out man pages, only reported: 0.7191 at 0.4
+    /// against 0.7051 at 0.3 and keyword's 0.6774.
+    fn hybrid_weight(&self) -> f64 {
+        0.4
+    }
 }

@@ -106,7 +106,7 @@ pub fn search(
                 Some(wide) => format!("{strict} | {wide}"),
                 None => strict.clone(),
             };
-            let (k, weight) = (retrieval.rrf_k as f64, retrieval.hybrid_weight);
+            let (k, weight) = (retrieval.rrf_k as f64, hybrid_weight(retrieval, embedder.as_ref()));
             // Widened, like a single list, when grouping by document leaves the page short
             // (long documents fill a window of chunks) and a list has more to give.
             let mut window = FUSION_WINDOW.max(limit * per_doc);
@@ -210,7 +210,7 @@ pub fn search(
         notes: notes.clone(),
         model: embedder.as_ref().map(|e| e.name().to_string()),
         rrf_k: hybrid.then_some(retrieval.rrf_k),
-        hybrid_weight: hybrid.then_some(retrieval.hybrid_weight),
+        hybrid_weight: hybrid.then(|| embedder.as_deref().map(|e| hybrid_weight(retrieval, e))).flatten(),
     });
     Ok(SearchResponse { results, mode, explain })
 }
@@ -238,6 +238,11 @@ pub fn keyword_list(
     let mut list = all;
     list.extend(more.into_iter().filter(|c| !seen.contains(&c.chunk_id)));
     Ok((list, full))
+}
+
+/// The semantic list's weight in hybrid fusion: `[retrieval] hybrid_weight`, or the model's own.
+pub fn hybrid_weight(retrieval: &crate::types::RetrievalConfig, embedder: &dyn Embedder) -> f64 {
+    retrieval.hybrid_weight.unwrap_or_else(|| embedder.hybrid_weight())
 }
 
 /// Candidates each list gives hybrid fusion (or more, for a large page).
