@@ -180,14 +180,14 @@ pub fn sync(args: SyncArgs, globals: &Globals) -> Result<(), CliError> {
     }
     // Vectors for what has none yet: chunks synced before, or with another model.
     let mut embed_failed = None;
-    let background = kb.config().spec.embedding.background;
+    let background = kb.embeds_in_background();
     if !args.dry_run && background {
         // The vectors come later, from `ctx serve` or `ctx embed`: say how many wait.
         if let Ok(Some(embedder)) = kb.embedder() {
             let (missing, _) = crate::kb::embedding::pending(kb.store(), embedder.as_ref()).map_err(kb_error)?;
             if missing > 0 && !args.json && !globals.quiet {
                 println!(
-                    "{missing} chunk(s) wait for vectors of {} ([embedding] background): ctx serve fills them, or run ctx embed",
+                    "{missing} chunk(s) wait for vectors of {} (embedded in the background): ctx serve fills them, or run ctx embed",
                     embedder.name()
                 );
             }

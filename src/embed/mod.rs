@@ -38,6 +38,11 @@ pub trait Embedder: Send + Sync {
     fn hybrid_weight(&self) -> f64 {
         0.3
     }
+    /// Whether sync leaves this model's vectors to the background when `[embedding] background`
+    /// is unset: a model too slow to embed as fast as keyword indexing goes.
+    fn background_by_default(&self) -> bool {
+        false
+    }
     /// Whether one call already uses every core (a transformer's matrix products): then callers
     /// do not split a batch across threads of their own.
     fn parallel_inside(&self) -> bool {

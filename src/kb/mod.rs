@@ -81,6 +81,15 @@ impl Kb {
         Ok(fresh)
     }
 
+    /// Whether sync leaves vectors to the background filler: `[embedding] background`, or the
+    /// model's own default when unset (`false` without a model).
+    pub fn embeds_in_background(&self) -> bool {
+        match self.config.spec.embedding.background {
+            Some(set) => set,
+            None => self.embedder().ok().flatten().is_some_and(|e| e.background_by_default()),
+        }
+    }
+
     pub fn config(&self) -> &Arc<Config> {
         &self.config
     }

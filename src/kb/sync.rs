@@ -444,7 +444,7 @@ pub fn sync_target(
     // With `[embedding] background`, sync computes no vector: keyword search has the documents
     // at once, and `ctx serve` (or `ctx embed`) fills the vectors after.
     let (embedder, embed_setup) = match kb.embedder() {
-        Ok(_) if config.spec.embedding.background => (None, None),
+        Ok(_) if kb.embeds_in_background() => (None, None),
         Ok(e) => (e, None),
         Err(e) => (None, Some(e.to_string())),
     };

@@ -57,6 +57,10 @@ fn a_workspace_naming_the_minilm_folder_syncs_and_finds_by_meaning() {
         1,
     );
     ws.write("ctx.toml", &config);
+    // A transformer's vectors are left to the background by default: sync does not wait for them.
+    ws.write("docs/release-notes.md", "# Release notes\n\nWhat changed in each version we shipped.\n");
+    let synced = ws.ctx(&["sync"]).ok();
+    assert!(synced.contains("wait for vectors of local:all-minilm-l6-v2"), "{synced}");
     let embedded = ws.ctx(&["embed", "--json"]).json();
     assert_eq!(embedded["model"], "local:all-minilm-l6-v2", "{embedded}");
     assert_eq!(embedded["dims"], 384);
