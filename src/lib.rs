@@ -17,13 +17,14 @@
 //! Features (floors 2-8):
 //! - [`config`]: `ctx.toml` located, expanded, validated and typed (data only).
 //! - [`lua`]: the sandbox (the only place a Lua state is created) and its host APIs.
-//! - [`embed`]: embedding providers (the local static model, Ollama, OpenAI) for semantic search.
+//! - [`embed`]: embedding providers (a local static or transformer model, Ollama, OpenAI) for
+//!   semantic search.
 //! - [`approval`]: which tool calls wait for a person, and the check before they run.
 //! - [`calllog`]: the tool-call log, written in the background beside the knowledge base.
 //! - [`chat`]: the language model behind the console's chat (`[chat]`): one turn per request.
 //! - [`upstream`]: the gateway's supervised client connection to each upstream MCP server.
 //! - [`connectors`]: filesystem, git and Lua sources that feed sync.
-//! - [`kb`]: the SQLite store, chunking, sync and search.
+//! - [`kb`]: the SQLite store, chunking, sync and search, and the background filler of vectors.
 //! - [`metrics`]: counters and histograms of calls, served as Prometheus text.
 //! - [`tools`]: the tool registry (the catalog of tools and agents) and the one call pipeline
 //!   every call enters (admission, policy, observation, execution); built-ins, Lua tools,
