@@ -1,4 +1,4 @@
-//! Search-quality benchmark: nDCG@10, recall@10 and MRR of keyword, semantic and hybrid search
+//! Search-quality benchmark: nDCG@10, recall@10 and MRR@10 of keyword, semantic and hybrid search
 //! on a labelled set nobody here wrote (Debian package descriptions, built by
 //! `bench/quality/debian-set`), a sweep of the hybrid fusion's settings, a convex-combination
 //! sweep to compare against, the low-overlap queries apart, and paired bootstrap intervals.
@@ -156,7 +156,7 @@ fn run() -> Result<(), String> {
     let hybrid = eval(&|l| fuse(&l.keyword, &l.semantic, run_k, run_w).0);
 
     println!("\n== per document (a document ranks at its best chunk; one relevant document per query) ==");
-    println!("{:<48} {:>8} {:>6} {:>6}   low-overlap nDCG@10", "", "nDCG@10", "R@10", "MRR");
+    println!("{:<48} {:>8} {:>6} {:>6}   low-overlap nDCG@10", "", "nDCG@10", "R@10", "MRR@10");
     let row = |name: &str, s: &Scores| {
         println!("{name:<48} {:>8.4} {:>6.3} {:>6.4}   {:.4}", s.ndcg(), s.recall(), s.mrr(), s.subset(&low).ndcg())
     };
@@ -174,7 +174,7 @@ fn run() -> Result<(), String> {
     }
     print_grid("nDCG@10", &grid, &Scores::ndcg, run_k, run_w);
     print_grid("recall@10", &grid, &Scores::recall, run_k, run_w);
-    print_grid("MRR", &grid, &Scores::mrr, run_k, run_w);
+    print_grid("MRR@10", &grid, &Scores::mrr, run_k, run_w);
     let low_ndcg = |s: &Scores| s.subset(&low).ndcg();
     print_grid("nDCG@10 on the low-overlap queries", &grid, &low_ndcg, run_k, run_w);
     let ((best_k, best_w), best_rrf) = grid.iter().max_by(|a, b| a.1.ndcg().total_cmp(&b.1.ndcg())).expect("grid");
@@ -182,7 +182,10 @@ fn run() -> Result<(), String> {
     // Convex combination of normalised scores, for comparison (ctx does not ship it).
     println!("\n== convex combination: alpha x semantic + (1 - alpha) x keyword, scores normalised over each list's top {window} ==");
     println!("{:<6} {:>22} {:>22}", "", "min-max", "z-score");
-    println!("{:<6} {:>8} {:>6} {:>6} {:>8} {:>6} {:>6}", "alpha", "nDCG@10", "R@10", "MRR", "nDCG@10", "R@10", "MRR");
+    println!(
+        "{:<6} {:>8} {:>6} {:>6} {:>8} {:>6} {:>6}",
+        "alpha", "nDCG@10", "R@10", "MRR@10", "nDCG@10", "R@10", "MRR@10"
+    );
     let mut convex_rows = Vec::new();
     for &alpha in &ALPHAS {
         let mm = eval(&|l| convex(&l.keyword, &l.semantic, alpha, Norm::MinMax));
@@ -211,7 +214,7 @@ fn run() -> Result<(), String> {
         set.queries.len(),
         LOW_OVERLAP * 100.0
     );
-    println!("{:<48} {:>8} {:>6} {:>6}", "", "nDCG@10", "R@10", "MRR");
+    println!("{:<48} {:>8} {:>6} {:>6}", "", "nDCG@10", "R@10", "MRR@10");
     let best_rrf_name = format!("best RRF (rrf_k {best_k}, hybrid_weight {best_w})");
     for (name, s) in [
         ("keyword", &keyword),
@@ -274,10 +277,26 @@ fn run() -> Result<(), String> {
         .collect();
     println!("RRF cells within {NEAR_BEST} of the best: {}", near.join(", "));
     println!("best convex: {best_convex_name}: nDCG@10 {:.4}", best_convex.ndcg());
+    // Each metric's paired interval, on all queries and on the low-overlap ones.
+    for (what, subset) in [("all queries", None), ("low-overlap queries", Some(&low))] {
+        let (h, k) = match subset {
+            Some(keep) => (hybrid.subset(keep), keyword.subset(keep)),
+            None => (hybrid.subset(&vec![true; hybrid.ndcg.len()]), keyword.subset(&vec![true; keyword.ndcg.len()])),
+        };
+        let line: Vec<String> =
+            [("nDCG@10", &h.ndcg, &k.ndcg), ("MRR@10", &h.rr, &k.rr), ("recall@10", &h.recall, &k.recall)]
+                .iter()
+                .map(|(name, a, b)| {
+                    let (mean, lo, hi) = bootstrap(a, b);
+                    format!("{name} {mean:+.4} [{lo:+.4}, {hi:+.4}]")
+                })
+                .collect();
+        println!("{hybrid_name} - keyword, {what}: {}", line.join("; "));
+    }
     let (gain, lo, hi) = bootstrap(&hybrid.ndcg, &keyword.ndcg);
     println!(
         "{hybrid_name} vs keyword: nDCG@10 {:.4} vs {:.4}, {gain:+.4} ({:+.1}%), 95% CI [{lo:+.4}, {hi:+.4}]; \
-         recall@10 {:.3} vs {:.3}; MRR {:.4} vs {:.4}",
+         recall@10 {:.3} vs {:.3}; MRR@10 {:.4} vs {:.4}",
         hybrid.ndcg(),
         keyword.ndcg(),
         gain / keyword.ndcg() * 100.0,
@@ -308,11 +327,11 @@ fn fusion_variants(
     (k, w): (f64, f64),
 ) {
     println!("\n== fusion variants (nDCG@10 interval: paired bootstrap against keyword) ==");
-    println!("{:<62} {:>8} {:>7} {:>8}   {:<20}", "", "nDCG@10", "MRR", "low MRR", "nDCG@10 - keyword");
+    println!("{:<62} {:>8} {:>7} {:>10}   {:<20}", "", "nDCG@10", "MRR@10", "low MRR@10", "nDCG@10 - keyword");
     let row = |name: &str, s: &Scores| {
         let (mean, lo, hi) = bootstrap(&s.ndcg, &keyword.ndcg);
         println!(
-            "{name:<62} {:>8.4} {:>7.4} {:>8.4}   {mean:+.4} [{lo:+.4}, {hi:+.4}]",
+            "{name:<62} {:>8.4} {:>7.4} {:>10.4}   {mean:+.4} [{lo:+.4}, {hi:+.4}]",
             s.ndcg(),
             s.mrr(),
             s.subset(low).mrr()
@@ -491,7 +510,7 @@ fn keyword_study(set: &LabelledSet, set_dir: &Path, stemmed: &Kb, window: usize)
     println!("before: every term, else any term when no chunk has every term; filled: every term, then any term");
     println!("ranked below; any term: one BM25 list of chunks with any term; prefixes: filled, words of 4+ letters also as\n\
          prefixes (what search does). Per document, {} queries.", set.queries.len());
-    println!("{:<30} {:<9} {:<10} {:>8} {:>6} {:>6}", "form", "stemming", "ranking", "nDCG@10", "R@10", "MRR");
+    println!("{:<30} {:<9} {:<10} {:>8} {:>6} {:>6}", "form", "stemming", "ranking", "nDCG@10", "R@10", "MRR@10");
     let mut table: HashMap<(&str, &str, &str), Scores> = HashMap::new();
     for (form, template) in FORMS {
         for (stemming, kb) in [("none", &plain), ("english", stemmed)] {
@@ -678,7 +697,8 @@ impl Scores {
             let top = p.filter(|p| *p < LIMIT);
             s.ndcg.push(top.map_or(0.0, |p| 1.0 / (p as f64 + 2.0).log2()));
             s.recall.push(if top.is_some() { 1.0 } else { 0.0 });
-            s.rr.push(p.map_or(0.0, |p| 1.0 / (p as f64 + 1.0)));
+            // MRR@10: a hit past the page counts nothing, as for nDCG@10 and recall@10.
+            s.rr.push(top.map_or(0.0, |p| 1.0 / (p as f64 + 1.0)));
         }
         s
     }
