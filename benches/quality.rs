@@ -75,7 +75,7 @@ fn run() -> Result<(), String> {
     let config_file = work.path().join("ctx.toml");
     let text = format!(
         "[db]\npath = \"kb.sqlite\"\n\n[connectors.filesystem.docs]\nroot = {}\n\n\
-         [embedding]\nprovider = \"local\"\npath = {}\n{retrieval_toml}",
+         [embedding]\nprovider = \"local\"\npath = {}\nbackground = false\n{retrieval_toml}",
         toml_string(&set_dir.join("docs")),
         toml_string(&model)
     );
@@ -94,6 +94,10 @@ fn run() -> Result<(), String> {
     }
     let stats = kb.stats().map_err(|e| e.to_string())?;
     let embedded: usize = summaries.iter().map(|s| s.embedded).sum();
+    // Every chunk must have its vector, or semantic and hybrid measure keyword search.
+    if embedded != stats.chunks as usize {
+        return Err(format!("{embedded} of {} chunks were embedded; every one must be", stats.chunks));
+    }
     println!("sync: {} documents, {} chunks ({embedded} embedded) in {sync_secs:.1} s", stats.documents, stats.chunks);
     if stats.documents as usize != set.docs.len() {
         return Err(format!("{} documents were indexed, the set has {}", stats.documents, set.docs.len()));
