@@ -3,7 +3,8 @@
 //! background`, or when the provider failed) leaves such chunks keyword-searchable; this thread
 //! makes them semantically searchable too, and says how far it is (`/health`).
 //!
-//! It looks every [`IDLE`] for work (a sync of another process, `ctx sync`, counts), and at once
+//! It looks every [`IDLE`] for work (a sync of another process, `ctx sync`, counts), less often
+//! while it finds none (up to [`MAX_IDLE`]: a look counts every chunk and vector), and at once
 //! when woken ([`Filler::wake`], after a sync started through the server). A provider that fails
 //! is tried again after a growing pause, and the failure is shown meanwhile.
 
@@ -15,6 +16,8 @@ use super::Kb;
 
 /// How often an idle filler looks for chunks without vectors.
 const IDLE: Duration = Duration::from_secs(2);
+/// The longest pause between looks that found nothing to fill.
+const MAX_IDLE: Duration = Duration::from_secs(30);
 /// The pause after a failure, doubled each time up to [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_secs(5);
 const MAX_PAUSE: Duration = Duration::from_secs(300);
@@ -104,9 +107,10 @@ fn run(shared: &Shared, kb: &dyn Fn() -> Kb) {
             signal.woken = false;
         }
         match fill_once(shared, &kb()) {
-            Ok(()) => {
+            // Work done: look again soon; nothing to do: look less often.
+            Ok(filled) => {
                 failures = 0;
-                pause = IDLE;
+                pause = if filled { IDLE } else { pause.saturating_mul(2).clamp(IDLE, MAX_IDLE) };
             }
             Err(why) => {
                 tracing::warn!("background embedding: {why}; trying again in {} s", pause.as_secs());
@@ -120,14 +124,14 @@ fn run(shared: &Shared, kb: &dyn Fn() -> Kb) {
     }
 }
 
-/// One look: counts, and a backfill when some chunks lack vectors.
-fn fill_once(shared: &Shared, kb: &Kb) -> Result<(), String> {
+/// One look: counts, and a backfill when some chunks lack vectors. Says whether it filled any.
+fn fill_once(shared: &Shared, kb: &Kb) -> Result<bool, String> {
     let set = |change: &dyn Fn(&mut Progress)| change(&mut shared.progress.lock().unwrap_or_else(|e| e.into_inner()));
     let embedder = match kb.embedder() {
         Ok(Some(embedder)) => embedder,
         Ok(None) => {
             set(&|p| *p = Progress::default());
-            return Ok(());
+            return Ok(false);
         }
         Err(e) => return Err(e.to_string()),
     };
@@ -141,7 +145,7 @@ fn fill_once(shared: &Shared, kb: &Kb) -> Result<(), String> {
         p.embedded = embedded;
     });
     if embedded >= chunks {
-        return Ok(());
+        return Ok(false);
     }
     set(&|p| p.filling = true);
     let started = Instant::now();
@@ -161,5 +165,5 @@ fn fill_once(shared: &Shared, kb: &Kb) -> Result<(), String> {
         p.chunks = coverage.chunks.max(0) as u64;
         p.embedded = coverage.of(embedder.name(), embedder.dims()).max(0) as u64;
     });
-    Ok(())
+    Ok(true)
 }

@@ -34,20 +34,16 @@ pub async fn bare() -> Response {
 }
 
 /// The console's page.
-pub async fn index(State(app): State<Arc<App>>, authorized: Option<Extension<Authorized>>) -> Response {
-    file_response(&app, authorized, "index.html")
+pub async fn index(authorized: Option<Extension<Authorized>>) -> Response {
+    file_response(authorized, "index.html")
 }
 
 /// One of the console's files, by name.
-pub async fn file(
-    State(app): State<Arc<App>>,
-    authorized: Option<Extension<Authorized>>,
-    Path(name): Path<String>,
-) -> Response {
-    file_response(&app, authorized, &name)
+pub async fn file(authorized: Option<Extension<Authorized>>, Path(name): Path<String>) -> Response {
+    file_response(authorized, &name)
 }
 
-fn file_response(app: &App, authorized: Option<Extension<Authorized>>, name: &str) -> Response {
+fn file_response(authorized: Option<Extension<Authorized>>, name: &str) -> Response {
     if !authorized.is_some_and(|Extension(Authorized(yes))| yes) {
         // The guard let the request through without a token: only the page itself says where
         // to log in; a file answers 401 like any route.
@@ -60,7 +56,7 @@ fn file_response(app: &App, authorized: Option<Extension<Authorized>>, name: &st
         )
         .into_response();
     }
-    let Some(bytes) = find(app, name) else {
+    let Some(bytes) = find(name) else {
         return ApiError::new(ErrorCode::NotFound, format!("the console has no file {name:?}")).into_response();
     };
     let mut response = Response::new(Body::from(bytes));
@@ -75,7 +71,7 @@ fn file_response(app: &App, authorized: Option<Extension<Authorized>>, name: &st
 /// The file `name` of the console: from the binary, or in a debug build from `CTX_CONSOLE_DIR`
 /// when that is set (a developer edits the files without rebuilding). Only names the binary
 /// holds are served either way, so a request path never reaches the file system.
-fn find(_app: &App, name: &str) -> Option<Vec<u8>> {
+fn find(name: &str) -> Option<Vec<u8>> {
     let embedded = FILES.iter().find(|(n, _)| *n == name).map(|(_, bytes)| *bytes)?;
     #[cfg(debug_assertions)]
     if let Some(dir) = std::env::var_os("CTX_CONSOLE_DIR") {

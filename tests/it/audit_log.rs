@@ -32,6 +32,21 @@ fn serve(ws: &Workspace) -> ServeChild {
     ]))
 }
 
+/// `POST` `body` to `path` of `serve`: the status and the JSON answer (null when not JSON).
+fn post_json(
+    rt: &tokio::runtime::Runtime,
+    client: &reqwest::Client,
+    serve: &ServeChild,
+    path: &str,
+    body: Value,
+) -> (u16, Value) {
+    let url = format!("http://{}{path}", serve.addr);
+    rt.block_on(async {
+        let response = client.post(url).json(&body).send().await.unwrap();
+        (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+    })
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     let _ = rustls::crypto::ring::default_provider().install_default();
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
@@ -109,13 +124,7 @@ fn a_call_that_may_change_something_is_refused_and_not_run_when_the_log_cannot_t
     let serve = serve(&ws);
     let rt = runtime();
     let client = reqwest::Client::new();
-    let post = |path: &str, body: Value| {
-        let url = format!("http://{}{path}", serve.addr);
-        rt.block_on(async {
-            let response = client.post(url).json(&body).send().await.unwrap();
-            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
-        })
-    };
+    let post = |path: &str, body: Value| post_json(&rt, &client, &serve, path, body);
     // Wait for the upstream, without a call (the log's writer starts with the first call).
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -161,13 +170,7 @@ fn a_log_that_cannot_be_opened_at_start_refuses_calls_that_may_change_something(
     let serve = serve(&ws);
     let rt = runtime();
     let client = reqwest::Client::new();
-    let post = |path: &str, body: Value| {
-        let url = format!("http://{}{path}", serve.addr);
-        rt.block_on(async {
-            let response = client.post(url).json(&body).send().await.unwrap();
-            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
-        })
-    };
+    let post = |path: &str, body: Value| post_json(&rt, &client, &serve, path, body);
     let (status, body) = post("/tools/note", json!({"text": "x"}));
     assert_eq!((status, &body["error"]["code"]), (503, &json!("audit_unavailable")), "{body}");
     let (status, body) = post("/tools/search", json!({"query": "x"}));
