@@ -22,6 +22,8 @@
 //! - [`approval`]: which tool calls wait for a person, and the check before they run.
 //! - [`calllog`]: the tool-call log, written in the background beside the knowledge base.
 //! - [`chat`]: the language model behind the console's chat (`[chat]`): one turn per request.
+//! - [`tasks`]: calls that run on as tasks: their bookkeeping, the store that keeps them, and
+//!   each caller's cap (running one is the pipeline's).
 //! - [`upstream`]: the gateway's supervised client connection to each upstream MCP server.
 //! - [`connectors`]: filesystem, git and Lua sources that feed sync.
 //! - [`kb`]: the SQLite store, chunking, sync and search, and the background filler of vectors.
@@ -68,6 +70,7 @@ pub mod metrics;
 pub mod runtime;
 pub mod schema;
 pub mod server;
+pub mod tasks;
 pub mod tools;
 pub mod types;
 pub mod upstream;

@@ -80,6 +80,9 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
     if let Err(e) = state.log.install(&config) {
         tracing::error!("{e}");
     }
+    if let Err(e) = state.tasks.reconfigure(&config) {
+        tracing::error!("tasks: {e}");
+    }
     state.metrics.set_enabled(config.spec.server.metrics);
     let next = if config.db_path() == kb.config().db_path() {
         kb.with_config(config)

@@ -58,6 +58,10 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     if let Err(e) = state.log.install(kb.config()) {
         tracing::error!("{e}");
     }
+    // Tasks too: a store that cannot be opened costs tasks only, each refused saying why.
+    if let Err(e) = state.tasks.install(kb.config(), Arc::new(server::tasks::Renderer)) {
+        tracing::error!("tasks: {e}");
+    }
     state.metrics.set_enabled(kb.config().spec.server.metrics);
     let runtime = &globals.runtime;
     let tools = Arc::new(Tools::new(registry));

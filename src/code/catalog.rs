@@ -1010,6 +1010,7 @@ mod tests {
             hidden: false,
             upstream: server.map(|s| UpstreamOrigin { server: s.into(), tool: name.into(), raw: Map::new() }),
             approve: false,
+            long_running: false,
         }
     }
 

@@ -352,6 +352,7 @@ mod tests {
             hidden: false,
             upstream: server.map(|s| UpstreamOrigin { server: s.into(), tool: tool.into(), raw: Map::new() }),
             approve: false,
+            long_running: false,
         }
     }
 

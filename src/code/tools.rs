@@ -190,6 +190,7 @@ fn script_spec(name: &str, description: String, runner: &Runner) -> ToolSpec {
         hidden: false,
         upstream: None,
         approve: false,
+        long_running: false,
     }
 }
 
@@ -295,5 +296,6 @@ fn discovery_spec(kind: Discovery) -> ToolSpec {
         hidden: false,
         upstream: None,
         approve: false,
+        long_running: false,
     }
 }

@@ -108,6 +108,8 @@ pub struct ScriptSection {
     pub allow_env: Option<Vec<String>>,
     /// `http.*` may reach private, loopback and link-local addresses.
     pub allow_private: bool,
+    /// Tools only: calls may run long (`long_running = true`), see `ToolSpec::long_running`.
+    pub long_running: bool,
     /// Variables ctx itself uses for a secret elsewhere in the config: `env.get` never reads
     /// them, whatever `allow_env` says.
     pub reserved_env: Vec<ReservedVar>,
@@ -138,6 +140,7 @@ impl ScriptSection {
             allow_hosts: None,
             allow_env: None,
             allow_private: false,
+            long_running: false,
             reserved_env: Vec::new(),
             config: Map::new(),
         }
@@ -655,6 +658,7 @@ fn script_sections(
                 allow_hosts: non_empty(section.allow_hosts.iter().map(|s| s.to_string())),
                 allow_env: non_empty(section.allow_env.iter().map(|s| s.to_string())),
                 allow_private: section.allow_private,
+                long_running: section.long_running,
                 reserved_env: reserved_for(&format!("{}.{}.", kind.section(), name.as_str()), refs),
                 config,
             });

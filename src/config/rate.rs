@@ -41,7 +41,8 @@ impl Rate {
     }
 }
 
-/// The problems of the rates in a config's JSON form (and of `approve` where it means nothing),
+/// The problems of the rates in a config's JSON form (and of `approve` and `long_running` where
+/// they mean nothing),
 /// each with its key path: what `Config::from_text` reports with the key's line.
 pub fn config_problems(value: &Json) -> Vec<(Vec<String>, String)> {
     let mut problems = Vec::new();
@@ -63,7 +64,7 @@ pub fn config_problems(value: &Json) -> Vec<(Vec<String>, String)> {
     for (table, tools_only) in [("tools", false), ("connectors", true), ("agents", true)] {
         let sections = value.get(table).and_then(|t| t.get("script")).and_then(Json::as_object);
         for (name, section) in sections.into_iter().flatten() {
-            for key in ["rate", "burst", "approve"] {
+            for key in ["rate", "burst", "approve", "long_running"] {
                 let Some(given) = section.get(key) else { continue };
                 let at = vec![table.to_string(), "script".to_string(), name.clone(), key.to_string()];
                 if tools_only {

@@ -41,7 +41,7 @@ pub enum CallError {
     /// that tripped), and `data` its line or limit with the trace of the calls it made.
     #[error("{}", redact::text(.message))]
     ScriptFailed { code: ErrorCode, message: String, reason: String, data: Box<Json> },
-    #[error("{subject} was cancelled: the caller went away")]
+    #[error("{subject} was cancelled: its caller cancelled it or went away")]
     Cancelled { subject: String },
     /// No agent by that name.
     #[error("{0}")]
@@ -59,6 +59,9 @@ pub enum CallError {
     /// The caller made more calls of the tool than a rate limit allows.
     #[error("tool '{tool}' is over its rate limit of {rate} per caller; retry in {}", retry_in(retry_after))]
     RateLimited { tool: String, rate: String, retry_after: Duration },
+    /// The caller already has as many tasks running or waiting as `[tasks]` allows.
+    #[error("you have {limit} tasks running or waiting for approval, the most [tasks] max_running_per_caller allows; wait for one to end (GET /tasks, MCP tasks/list) or cancel one, then call again")]
+    TooManyTasks { limit: usize, retry_after: Duration },
     /// The call needs a person's approval: nothing ran, and a pending approval records it.
     #[error("{}", .0.summary())]
     ApprovalRequired(Box<super::approval::Pending>),
@@ -90,7 +93,7 @@ impl CallError {
             CallError::Cancelled { .. } => ErrorCode::Cancelled,
             CallError::Unavailable(_) => ErrorCode::Unavailable,
             CallError::NotLoaded { .. } => ErrorCode::LoadFailed,
-            CallError::RateLimited { .. } => ErrorCode::RateLimited,
+            CallError::RateLimited { .. } | CallError::TooManyTasks { .. } => ErrorCode::RateLimited,
             CallError::ApprovalRequired(_) => ErrorCode::ApprovalRequired,
             CallError::ApprovalRefused(_) => ErrorCode::ApprovalRefused,
             CallError::AuditUnavailable(_) => ErrorCode::AuditUnavailable,
@@ -102,7 +105,9 @@ impl CallError {
     /// sends it as `Retry-After`, both REST and MCP as `data.retry_after_secs`.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            CallError::RateLimited { retry_after, .. } => Some(*retry_after),
+            CallError::RateLimited { retry_after, .. } | CallError::TooManyTasks { retry_after, .. } => {
+                Some(*retry_after)
+            }
             _ => None,
         }
     }
@@ -126,7 +131,7 @@ impl CallError {
                 m.insert("approval".into(), serde_json::to_value(pending.body()).unwrap_or_default());
                 m
             }
-            CallError::RateLimited { retry_after, .. } => {
+            CallError::RateLimited { retry_after, .. } | CallError::TooManyTasks { retry_after, .. } => {
                 let mut m = Map::new();
                 m.insert("retry_after_secs".into(), json!(retry_secs(*retry_after)));
                 m

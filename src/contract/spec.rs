@@ -32,6 +32,10 @@ pub struct ToolSpec {
     /// The tool's own script asks that every call wait for approval (`approve = true` in its
     /// `tool` table); its config section can ask too, and either is enough.
     pub approve: bool,
+    /// Calls may run long: MCP clients that support tasks get a task handle (`long_running =
+    /// true` in the tool table or its section; an upstream tool whose `taskSupport` is
+    /// `optional` or `required`).
+    pub long_running: bool,
 }
 
 /// The server and original name of an upstream tool, and its listing entry unchanged.

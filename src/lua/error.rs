@@ -33,7 +33,7 @@ pub enum ScriptError {
     ResultTooLarge { what: String, size: usize, limit: usize },
     #[error("{what} returned a value that is not JSON: {message}")]
     BadResult { what: String, message: String },
-    #[error("{what} was cancelled: the caller went away")]
+    #[error("{what} was cancelled: its caller cancelled it or went away")]
     Cancelled { what: String },
     /// A code-mode script executed its whole instruction budget.
     #[error("{what} executed its limit of {limit} Lua instructions")]

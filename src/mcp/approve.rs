@@ -58,7 +58,7 @@ pub fn by_form(elicitation: &ElicitationCapability) -> bool {
 }
 
 /// The question for `pending`: one `approve` checkbox.
-fn question(pending: &Pending) -> Option<ElicitRequest> {
+pub(super) fn question(pending: &Pending) -> Option<ElicitRequest> {
     let a = &pending.approval;
     // Whole: parameters that need approval are capped (approval::MAX_PARAMS_BYTES), and a
     // person must see everything that would run, as it is: JSON leaves U+202E and the like raw,

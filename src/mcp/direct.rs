@@ -93,15 +93,26 @@ impl DirectRoute {
                     }
                     if let Some(principal) = &principal {
                         let request = Request::from_parts(parts, Body::from(bytes));
-                        return self.open_scoped_session(principal.name(), id, request).await;
+                        let opened = self.open_scoped_session(principal.name(), id, request).await;
+                        return super::tasks::declare_legacy_tasks(opened).await;
                     }
                 }
             }
         }
-        if !plain_call_headers(&parts.headers, self.max_body_bytes) {
-            return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
+        // A session's task requests (2025-11-25), which rmcp does not know: answered here.
+        if parts.headers.contains_key("mcp-session-id") {
+            if let Some(request) = super::tasks::legacy(&bytes) {
+                return self.legacy_task(&parts, principal, request).await;
+            }
         }
-        let Some(PlainCall { id, name, arguments, by_form }) = plain_call(&bytes, &parts.headers) else {
+        if !plain_call_headers(&parts.headers, self.max_body_bytes) {
+            let response = self.forward(Request::from_parts(parts, Body::from(bytes))).await;
+            return match may_open_session {
+                true => super::tasks::declare_legacy_tasks(response).await,
+                false => response,
+            };
+        }
+        let Some(PlainCall { id, name, arguments, by_form, tasks }) = plain_call(&bytes, &parts.headers) else {
             return self.forward(Request::from_parts(parts, Body::from(bytes))).await;
         };
         let may_ask = super::may_ask(self.mcp.tools().current().approvals(), principal.as_deref());
@@ -111,7 +122,7 @@ impl DirectRoute {
             true => super::approve::Asking::InputRequired,
             false => super::approve::Asking::No,
         };
-        let call = super::CallRequest { name, arguments, principal, asking, answered: None, cx: None };
+        let call = super::CallRequest { name, arguments, principal, asking, answered: None, tasks, cx: None };
         // The one implementation of `tools/call` answers, as it does for rmcp's handler: the call
         // went through the pipeline once, and handing the request to rmcp would make it again.
         let result =
@@ -124,6 +135,24 @@ impl DirectRoute {
         );
         self.answered.fetch_add(1, Ordering::Relaxed);
         json_response(StatusCode::OK, &message)
+    }
+
+    /// A 2025 session's task request, on a session that exists (rmcp answers an unknown one:
+    /// it is forwarded).
+    async fn legacy_task(
+        &mut self,
+        parts: &axum::http::request::Parts,
+        principal: Option<Arc<crate::contract::Principal>>,
+        request: super::tasks::Legacy,
+    ) -> Response<Body> {
+        use rmcp::transport::streamable_http_server::SessionManager;
+        let id = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        if !self.sessions.has_session(&id.into()).await.unwrap_or(false) {
+            let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": "Session not found"}});
+            return json_response(StatusCode::NOT_FOUND, &body);
+        }
+        let answer = super::tasks::answer(self.mcp.tools(), principal, request).await;
+        json_response(StatusCode::OK, &answer)
     }
 
     /// A scoped token's request on a session it did not open: answered as rmcp answers an
@@ -319,6 +348,8 @@ struct PlainCall {
     arguments: Map<String, Json>,
     /// Whether its client can be asked in a form ([`asks_by_form`]).
     by_form: bool,
+    /// Whether its client declared the tasks extension.
+    tasks: bool,
 }
 
 /// The call of a body that is one plain `tools/call` request agreeing with the `Mcp-Name`
@@ -352,7 +383,11 @@ fn plain_call(body: &Bytes, headers: &HeaderMap) -> Option<PlainCall> {
         return None;
     }
     let by_form = asks_by_form(&meta);
-    Some(PlainCall { id, name, arguments, by_form })
+    let tasks = meta
+        .get(META_KEYS[1])
+        .and_then(|c| c.get("extensions"))
+        .is_some_and(|e| e.get(rmcp::model::TASKS_EXTENSION_ID).is_some_and(Json::is_object));
+    Some(PlainCall { id, name, arguments, by_form, tasks })
 }
 
 /// Whether a 2026-era request's client can be asked in a form, read from `_meta`'s client

@@ -11,16 +11,18 @@ pub mod direct;
 mod notify;
 pub mod progress;
 pub mod sessions;
+mod tasks;
 mod upstream;
 
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestMethod, CompleteRequestParams, CompleteResult,
-    CustomRequest, CustomResult, ErrorCode as RpcCode, GetPromptRequestParams, GetPromptResponse, Implementation,
-    ListPromptsResult, ListResourceTemplatesRequestMethod, ListResourceTemplatesResult, ListResourcesRequestMethod,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestMethod, CompleteRequestParams,
+    CompleteResult, CustomRequest, CustomResult, ErrorCode as RpcCode, GetPromptRequestParams, GetPromptResponse,
+    GetTaskParams, GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesRequestMethod,
+    ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -215,6 +217,7 @@ impl Mcp {
             principal,
             asking,
             answered: answer.zip(request.request_state.clone()),
+            tasks: cx.client_capabilities().is_some_and(|c| c.supports_tasks()),
             cx: Some(cx),
         };
         self.tools_call(call).await
@@ -225,8 +228,11 @@ impl Mcp {
     /// through the pipeline once, its progress and cancellation, the approval question, and the
     /// answer ([`respond`]).
     pub(super) async fn tools_call(&self, request: CallRequest) -> Result<CallToolResponse, McpError> {
-        let CallRequest { name, arguments, principal, asking, answered, cx } = request;
+        let CallRequest { name, arguments, principal, asking, answered, tasks, cx } = request;
         let params = Json::Object(arguments);
+        if answered.is_none() && self.runs_as_task(&name, principal.as_deref(), tasks) {
+            return self.start_modern(name, params, principal);
+        }
         // A 2026-era retry that answers ctx's approval question.
         if let Some((answer, state)) = answered {
             let asked = match may_ask(self.inner.tools.current().approvals(), principal.as_deref()) {
@@ -345,6 +351,9 @@ pub(super) struct CallRequest {
     pub asking: approve::Asking,
     /// A 2026-era retry's answer to ctx's approval question, with the question's request state.
     pub answered: Option<(approve::Answer, String)>,
+    /// The client declared the 2026 era's tasks extension: a long-running call may answer a
+    /// task handle.
+    pub tasks: bool,
     /// rmcp's context of the request (its progress token, its peer, its cancellation), when it
     /// came through rmcp. The direct route's plain calls carry no progress token, cannot be
     /// asked with a request of the server's, and are cancelled by dropping their future.
@@ -383,6 +392,20 @@ fn respond(
     }
 }
 
+/// A finished call as MCP answers it, for a task's store: the `CallToolResult` as JSON, or the
+/// JSON-RPC error object (`true`) when the call never reached the tool.
+pub fn task_result(result: &Result<crate::tools::Output, CallError>) -> (Json, bool) {
+    let rendered = match result {
+        Err(e) if e.is_protocol_error() => Err(convert::protocol_error(e)),
+        Ok(output) => convert::output(output),
+        Err(e) => convert::error_result(e),
+    };
+    match rendered {
+        Ok(result) => (serde_json::to_value(result).unwrap_or_default(), false),
+        Err(error) => (serde_json::to_value(error).unwrap_or_default(), true),
+    }
+}
+
 /// Whom a request's calls are made for: the scoped token the HTTP request carried (the guard
 /// put it in the request's extensions, and rmcp hands the request's parts to the handler).
 /// Stdio and unscoped requests have none.
@@ -417,6 +440,7 @@ fn rmcp_body_limit(max_body_bytes: usize) -> usize {
 impl ServerHandler for Mcp {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
+            .enable_tasks()
             .enable_tools()
             .enable_tool_list_changed()
             .enable_prompts()
@@ -476,6 +500,22 @@ impl ServerHandler for Mcp {
     ) -> Result<CallToolResponse, McpError> {
         self.upstreams_settled().await;
         self.call(request, cx).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.modern_get(principal(&cx).as_deref(), &request.task_id).await.map(GetTaskResult::new)
+    }
+
+    async fn update_task(&self, request: UpdateTaskParams, cx: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.modern_update(principal(&cx), &request.task_id, &request.input_responses).await
+    }
+
+    async fn cancel_task(&self, request: CancelTaskParams, cx: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.modern_cancel(principal(&cx).as_deref(), &request.task_id).await
     }
 
     /// A `tools/call` whose params are not `{name, arguments?}` lands here (rmcp cannot parse

@@ -11,6 +11,7 @@ mod ops;
 mod respond;
 mod rest;
 mod syncs;
+pub mod tasks;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -143,6 +144,9 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(ops::deny))
         .routes(routes!(syncs::list))
         .routes(routes!(syncs::start))
+        .routes(routes!(tasks::list))
+        .routes(routes!(tasks::get, tasks::cancel))
+        .routes(routes!(tasks::result))
         .routes(routes!(chat::info, chat::turn))
         .routes(routes!(docs::openapi_json))
 }

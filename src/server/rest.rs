@@ -218,11 +218,19 @@ pub async fn sources_post(
 /// the same routes. Each loaded Lua tool also has an operation of its own, `POST /tools/<its
 /// name>`, with its parameter schema. The body may be left out when the tool has no required
 /// parameter; when sent, it is a JSON object (`null` is refused).
+///
+/// With `Prefer: respond-async` the call runs as a task: 202 with the task (`Location:
+/// /tasks/{id}`), whose result `GET /tasks/{id}/result` answers once it ended. With `Accept:
+/// text/event-stream` it also runs as a task, and the answer streams its events: `task` (the
+/// handle), `progress`, `status` (waiting for approval, or going on), then `result` (the body
+/// this route answers with 200) or `error` (the error envelope).
 // The body is optional. A typed `request_body = T` would mark it required and `Option<T>`
 // would offer `null` as a body, so the component is named by reference, which leaves
 // `requestBody.required` out (false). A test checks that every reference resolves.
 #[utoipa::path(post, path = "/tools/{name}", operation_id = "callTool", tag = "tools",
-    params(("name" = inline(ToolName), Path, description = "The tool's name, as listed by GET /tools/list.")),
+    params(("name" = inline(ToolName), Path, description = "The tool's name, as listed by GET /tools/list."),
+        ("Prefer" = Option<String>, Header, description = "respond-async: run the call as a task and answer 202 with it (Location: /tasks/{id}) at once."),
+        ("Accept" = Option<String>, Header, description = "text/event-stream: run the call as a task and stream its events (task, progress, status, then result or error) as server-sent events.")),
     request_body = ref("#/components/schemas/ToolCallRequest"),
     responses((status = 200, description = "What the tool returned: {result} for a Lua, upstream or code-mode tool, a built-in's own body for search, get and sources.", body = inline(ToolAnswer)), CallErrors))]
 pub async fn call_tool(
@@ -244,7 +252,14 @@ async fn call_with_body(
 ) -> Response {
     let approval = headers.get(APPROVAL_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
     match object_body(headers, request.into_body(), app.max_body_bytes, "the tool's parameters by name").await {
-        Ok(params) => respond(app, principal, name, Json::Object(params), approval).await,
+        Ok(params) => {
+            let (events, deferred) = (super::tasks::wants_events(headers), super::tasks::wants_async(headers));
+            if events || deferred {
+                let options = CallOptions { caller: "rest", principal, approval, ..Default::default() };
+                return super::tasks::start(app, name, Json::Object(params), options, events);
+            }
+            respond(app, principal, name, Json::Object(params), approval).await
+        }
         Err(e) => e.into_response(),
     }
 }

@@ -95,6 +95,7 @@ fn spec(kind: Kind) -> ToolSpec {
         hidden: false,
         upstream: None,
         approve: false,
+        long_running: false,
     }
 }
 

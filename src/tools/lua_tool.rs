@@ -45,7 +45,7 @@ pub struct LuaTool {
 }
 
 /// The keys a `tool` table may hold besides functions (`schemas/tool.schema.json`).
-const TOOL_KEYS: [&str; 8] = [
+const TOOL_KEYS: [&str; 9] = [
     "name",
     "description",
     "version",
@@ -54,6 +54,7 @@ const TOOL_KEYS: [&str; 8] = [
     "annotations",
     "output_schema",
     "approve",
+    "long_running",
 ];
 
 /// Keys of a `[tools.script.<name>]` section that authors put in the `tool` table by mistake.
@@ -148,6 +149,7 @@ impl LuaTool {
                 hidden: false,
                 upstream: None,
                 approve: tool.approve,
+                long_running: tool.long_running || section.long_running,
             },
             info,
             limits,

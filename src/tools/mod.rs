@@ -17,6 +17,7 @@ pub mod rate;
 mod registry;
 pub mod state;
 pub mod stuck;
+mod task_run;
 pub mod upstream_tool;
 
 use std::sync::Arc;

@@ -15,6 +15,8 @@ pub struct CallState {
     pub rates: Arc<super::rate::Buckets>,
     pub quarantine: Arc<super::stuck::Quarantine>,
     pub scripts: ScriptRuns,
+    /// Calls running as tasks, and the store of every task (installed by a server).
+    pub tasks: crate::tasks::Tasks,
     /// The key of approval questions' MACs: random, so only this application accepts an answer
     /// to a question it asked.
     pub question_key: Arc<[u8]>,
@@ -28,6 +30,7 @@ impl Default for CallState {
             rates: Default::default(),
             quarantine: Default::default(),
             scripts: Default::default(),
+            tasks: Default::default(),
             question_key: crate::approval::random_hex(32).into_bytes().into(),
         }
     }

@@ -211,6 +211,9 @@ pub fn build(
                     raw: raw.clone(),
                 }),
                 approve: false,
+                // ctx runs the upstream call inside a task of its own (see `tools::task_run`).
+                long_running: raw.get("execution").and_then(|e| e.get("taskSupport")).and_then(Json::as_str)
+                    == Some("optional"),
             };
             tools
                 .push(Arc::new(UpstreamTool { spec, upstreams: Arc::clone(upstreams), timeout: server.timeout })

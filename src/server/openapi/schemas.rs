@@ -144,6 +144,8 @@ component!(
     SourcesResponse,
     SyncJob,
     SyncJobs,
+    Task,
+    TasksList,
     ToolResult,
     ToolsList,
 );
