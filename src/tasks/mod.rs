@@ -364,7 +364,7 @@ impl Tasks {
     /// Task `id` as `owner` sees it: another caller's task is not found, exactly like one that
     /// does not exist.
     pub fn get(&self, owner: &str, id: &str) -> Result<Seen, TaskError> {
-        let Installed { store, settings, .. } = self.installed()?;
+        let Installed { store, settings, render } = self.installed()?;
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned();
         let row = match live {
             Some(task) => task.row.lock().unwrap_or_else(|p| p.into_inner()).clone(),
@@ -373,7 +373,12 @@ impl Tasks {
         if row.owner != owner {
             return Err(TaskError::NotFound(id.into()));
         }
-        let outcome = row.outcome.as_deref().and_then(|o| serde_json::from_str(o).ok());
+        let mut outcome = row.outcome.as_deref().and_then(|o| serde_json::from_str(o).ok());
+        // A task whose run was lost ended without an outcome: its result is why.
+        if outcome.is_none() && is_terminal(&row.status) {
+            let why = row.message.clone().unwrap_or_else(|| "the task's run was lost".into());
+            outcome = Some(render.render(&row.tool, &Err(CallError::Unavailable(why))));
+        }
         Ok(Seen { task: wire(&row, settings.poll_interval), outcome })
     }
 
