@@ -374,10 +374,14 @@ impl Tasks {
             return Err(TaskError::NotFound(id.into()));
         }
         let mut outcome = row.outcome.as_deref().and_then(|o| serde_json::from_str(o).ok());
-        // A task whose run was lost ended without an outcome: its result is why.
+        // A task whose run was lost ended without an outcome: its result is why, and for MCP a
+        // JSON-RPC error (the call did not complete, with or without an error of the tool's).
         if outcome.is_none() && is_terminal(&row.status) {
             let why = row.message.clone().unwrap_or_else(|| "the task's run was lost".into());
-            outcome = Some(render.render(&row.tool, &Err(CallError::Unavailable(why))));
+            let mut lost = render.render(&row.tool, &Err(CallError::Unavailable(why.clone())));
+            lost.mcp = serde_json::json!({ "code": -32603, "message": why });
+            lost.mcp_error = true;
+            outcome = Some(lost);
         }
         Ok(Seen { task: wire(&row, settings.poll_interval), outcome })
     }

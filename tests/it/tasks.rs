@@ -347,3 +347,82 @@ fn a_task_running_when_the_server_dies_reads_failed_after_the_restart() {
     let kept = server.get(ALICE, &format!("/tasks/{finished}/result"));
     assert_eq!((kept.status, &kept.body["result"]["steps"]), (200, &json!(1)), "{}", kept.body);
 }
+
+#[test]
+fn a_code_mode_script_awaits_long_calls_like_any_other_and_can_itself_run_as_a_task() {
+    let ws = workspace("");
+    let server = Server::start(&ws);
+    let script = "local a = ctx.deploy({count = 3, delay = 0.2}) local b = ctx.deploy({count = 3, delay = 0.2}) \
+                  local r = await_all({a, b}) return {a = r[1].steps, b = r[2].steps}";
+    let started = Instant::now();
+    let plain = server.send(server.request(ALICE, "POST", "/tools/execute").json(&json!({"script": script})));
+    assert_eq!((plain.status, &plain.body["result"]), (200, &json!({"a": 3, "b": 3})), "{}", plain.body);
+    // The two long calls ran side by side: well under their 1.2 s one after the other.
+    assert!(started.elapsed() < Duration::from_millis(1100), "{:?}", started.elapsed());
+    // The script itself as a task: its inner calls report to no one, and it completes.
+    let task = server.send(
+        server
+            .request(ALICE, "POST", "/tools/execute")
+            .header("prefer", "respond-async")
+            .json(&json!({"script": script})),
+    );
+    assert_eq!(task.status, 202, "{}", task.body);
+    let id = task.body["id"].as_str().unwrap();
+    assert_eq!(server.poll(ALICE, id, Duration::from_secs(10), ended)["status"], "completed");
+    let result = server.get(ALICE, &format!("/tasks/{id}/result"));
+    assert_eq!(result.body["result"], json!({"a": 3, "b": 3}), "{}", result.body);
+    assert!(result.body["trace"]["calls"].as_array().is_some_and(|c| c.len() == 2), "{}", result.body);
+}
+
+/// Runs `tests/clients/mcp_tasks.py` (the official Python SDK) for one era and check against
+/// `server`; returns its stdout. `None` when no test Python is installed.
+fn sdk(server: &Server, era: &str, args: &[&str]) -> Option<String> {
+    let python = crate::common::test_python()?;
+    let output = Command::new(python)
+        .arg(crate::common::repo().join("tests/clients/mcp_tasks.py"))
+        .args(["--url", &format!("http://{}", server.serve.addr), "--era", era])
+        .args(["--token", ALICE, "--other-token", BOB, "--admin", ADMIN, "--approver", APPROVER])
+        .args(args)
+        .output()
+        .expect("run mcp_tasks.py");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{era} {args:?}:\n{stdout}\n{stderr}\nserver log:\n{}",
+        server.serve.stderr.lock().unwrap()
+    );
+    Some(stdout.into_owned())
+}
+
+#[test]
+fn mcp_tasks_of_the_2025_session_era_report_progress_cancel_wait_for_approval_and_stay_with_their_caller() {
+    let ws = workspace("");
+    let server = Server::start(&ws);
+    for check in ["progress", "cancel", "approval", "others"] {
+        let Some(out) = sdk(&server, "2025", &[check]) else { return };
+        assert!(out.contains(&format!("ok: 2025 {check}")), "{out}");
+    }
+}
+
+#[test]
+fn mcp_tasks_of_the_2026_extension_report_progress_cancel_wait_for_approval_and_stay_with_their_caller() {
+    let ws = workspace("");
+    let server = Server::start(&ws);
+    for check in ["progress", "cancel", "approval", "others"] {
+        let Some(out) = sdk(&server, "2026", &[check]) else { return };
+        assert!(out.contains(&format!("ok: 2026 {check}")), "{out}");
+    }
+}
+
+#[test]
+fn an_mcp_task_running_when_the_server_dies_reads_failed_after_the_restart() {
+    let ws = workspace("");
+    let mut server = Server::start(&ws);
+    let Some(out) = sdk(&server, "2025", &["start"]) else { return };
+    let id = out.lines().find_map(|l| l.strip_prefix("task: ")).expect("a task id").to_string();
+    server.serve.child.kill().unwrap();
+    server.serve.child.wait().unwrap();
+    drop(server);
+    let server = Server::start(&ws);
+    sdk(&server, "2025", &["lost", &id]);
+}
