@@ -188,7 +188,7 @@ fn an_event_stream_call_sends_its_task_then_progress_then_the_result() {
             .unwrap();
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()["content-type"], "text/event-stream");
-        let mut stream = std::pin::pin!(sse_stream::SseStream::from_byte_stream(response.bytes_stream()));
+        let mut stream = std::pin::pin!(sse_stream::SseStream::from_bytes_stream(response.bytes_stream()));
         let mut events = Vec::new();
         while let Some(event) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
             let event = event.expect("a well-formed event");
