@@ -52,6 +52,7 @@ mod source_lifecycle;
 mod statics;
 mod stdio_first_list;
 mod stopped_runs;
+mod tool_packs;
 mod tools;
 mod transformer_model;
 mod two_apps;
