@@ -231,6 +231,16 @@ pub fn fetch(ws: &Workspace, shown: &str, source: Source) -> Result<Staged, Pack
             (from, origin)
         }
     };
+    if std::fs::symlink_metadata(from.join(super::MANIFEST)).is_err() {
+        return Err(PackError::Source {
+            given: shown.into(),
+            message: format!(
+                "it has no {} at its root: a pack is a folder with that manifest (for a pack inside a git \
+                 repository, add //sub/dir to the URL)",
+                super::MANIFEST
+            ),
+        });
+    }
     let manifest = Manifest::read(&from)?;
     let entries = files::walk(&from, &CAPS)?;
     let missing = manifest.missing_scripts(&entries);
