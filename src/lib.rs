@@ -24,6 +24,8 @@
 //! - [`chat`]: the language model behind the console's chat (`[chat]`): one turn per request.
 //! - [`tasks`]: calls that run on as tasks: their bookkeeping, the store that keeps them, and
 //!   each caller's cap (running one is the pipeline's).
+//! - [`packs`]: tool packs: `pack.toml` manifests, install from a folder, git or a registry into
+//!   `packs/`, `ctx.lock`, and the check at load that refuses a pack whose files changed.
 //! - [`upstream`]: the gateway's supervised client connection to each upstream MCP server.
 //! - [`connectors`]: filesystem, git and Lua sources that feed sync.
 //! - [`kb`]: the SQLite store, chunking, sync and search, and the background filler of vectors.
@@ -67,6 +69,7 @@ pub mod kb;
 pub mod lua;
 pub mod mcp;
 pub mod metrics;
+pub mod packs;
 pub mod runtime;
 pub mod schema;
 pub mod server;

@@ -66,7 +66,10 @@ pub fn watch(
 /// handle, or `None` when the config is broken (the running tools stay as they are).
 fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool)) -> Option<Kb> {
     let config = match Config::load(located) {
-        Ok(config) => Arc::new(config),
+        Ok(mut config) => {
+            crate::packs::enforce(&mut config);
+            Arc::new(config)
+        }
         Err(e) => {
             tracing::error!("config not reloaded, the running tools stay as they are: {e}");
             tools.config_refused(refused_problems(&located.path, &e));

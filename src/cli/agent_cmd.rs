@@ -29,6 +29,9 @@ pub enum AgentCommand {
         /// Print {"agents": [...], "problems": [...]} as JSON.
         #[arg(long)]
         json: bool,
+        /// List the installed packs instead (ctx.lock), each checked against its files.
+        #[arg(long)]
+        installed: bool,
     },
     /// Resolve an agent's prompt (inline or Lua) through the real path and print it.
     Test {
@@ -41,6 +44,14 @@ pub enum AgentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Install a pack (agents, tools, connectors): the same as `ctx tool install`.
+    Install(super::pack_cmd::InstallArgs),
+    /// Update an installed pack: the same as `ctx tool update`.
+    Update(super::pack_cmd::UpdateArgs),
+    /// Remove an installed pack: the same as `ctx tool remove`.
+    Remove(super::pack_cmd::RemoveArgs),
+    /// Search the configured pack registry: the same as `ctx tool search`.
+    Search(super::pack_cmd::SearchArgs),
 }
 
 const TEMPLATE: &str = include_str!("templates/agent.lua");
@@ -48,7 +59,12 @@ const TEMPLATE: &str = include_str!("templates/agent.lua");
 pub fn run(cmd: AgentCommand, globals: &Globals) -> Result<(), CliError> {
     match cmd {
         AgentCommand::Init { name, dir, force } => init(&name, dir, force, globals),
-        AgentCommand::List { json } => list(json, globals),
+        AgentCommand::List { json, installed: true } => super::pack_cmd::list_installed(json, globals),
+        AgentCommand::List { json, installed: false } => list(json, globals),
+        AgentCommand::Install(args) => super::pack_cmd::install(args, crate::config::ScriptKind::Agent, globals),
+        AgentCommand::Update(args) => super::pack_cmd::update(args, globals),
+        AgentCommand::Remove(args) => super::pack_cmd::remove(args, globals),
+        AgentCommand::Search(args) => super::pack_cmd::search(args, globals),
         AgentCommand::Test { name, args, json } => test(&name, &args, json, globals),
     }
 }

@@ -36,6 +36,24 @@ pub enum ConnectorCommand {
         #[arg(long)]
         json: bool,
     },
+    /// List the installed packs (ctx.lock), each checked against its files; `ctx sources`
+    /// lists the configured sources.
+    List {
+        /// Required: what this lists.
+        #[arg(long)]
+        installed: bool,
+        /// Print {"packs": [...]} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Install a pack (connectors, tools, agents): the same as `ctx tool install`.
+    Install(super::pack_cmd::InstallArgs),
+    /// Update an installed pack: the same as `ctx tool update`.
+    Update(super::pack_cmd::UpdateArgs),
+    /// Remove an installed pack: the same as `ctx tool remove`.
+    Remove(super::pack_cmd::RemoveArgs),
+    /// Search the configured pack registry: the same as `ctx tool search`.
+    Search(super::pack_cmd::SearchArgs),
 }
 
 const TEMPLATE: &str = include_str!("templates/connector.lua");
@@ -44,6 +62,15 @@ pub fn run(cmd: ConnectorCommand, globals: &Globals) -> Result<(), CliError> {
     match cmd {
         ConnectorCommand::Init { name, dir, force } => init(&name, dir, force, globals),
         ConnectorCommand::Test { path, source, show, json } => test(&path, source.as_deref(), show, json, globals),
+        ConnectorCommand::List { installed: true, json } => super::pack_cmd::list_installed(json, globals),
+        ConnectorCommand::List { installed: false, .. } => Err(CliError::Usage(
+            "`ctx connector list` lists installed packs: pass --installed (`ctx sources` lists the configured sources)"
+                .into(),
+        )),
+        ConnectorCommand::Install(args) => super::pack_cmd::install(args, ScriptKind::Connector, globals),
+        ConnectorCommand::Update(args) => super::pack_cmd::update(args, globals),
+        ConnectorCommand::Remove(args) => super::pack_cmd::remove(args, globals),
+        ConnectorCommand::Search(args) => super::pack_cmd::search(args, globals),
     }
 }
 
@@ -70,7 +97,8 @@ fn test(
 ) -> Result<(), CliError> {
     let (info, limits, max_bytes) = match source {
         Some(name) => {
-            let config = Config::load_for(&config::locate(globals.config.as_deref()), config::Use::Local)?;
+            let mut config = Config::load_for(&config::locate(globals.config.as_deref()), config::Use::Local)?;
+            crate::packs::enforce(&mut config);
             let section = config.scripts_of(ScriptKind::Connector).find(|s| s.name == name).ok_or_else(|| {
                 if let Some(broken) = config.broken_of(ScriptKind::Connector).find(|b| b.name == name) {
                     return CliError::Failed(anyhow::anyhow!(

@@ -12,6 +12,7 @@ mod init;
 mod kb_cmd;
 mod log_cmd;
 mod mcp_cmd;
+mod pack_cmd;
 mod pipe;
 mod running;
 mod scaffold;
@@ -66,12 +67,12 @@ pub enum Command {
     Sources(kb_cmd::SourcesArgs),
     /// Database statistics.
     Stats(kb_cmd::JsonFlag),
-    /// Scaffold and test Lua connectors.
+    /// Scaffold and test Lua connectors; install them from packs.
     #[command(subcommand)]
     Connector(connector_cmd::ConnectorCommand),
     /// Serve REST, the API docs (/docs) and tools over HTTP.
     Serve(serve_cmd::ServeArgs),
-    /// Scaffold, test and list tools.
+    /// Scaffold, test and list tools; install, update, remove and search tool packs.
     #[command(subcommand)]
     Tool(tool_cmd::ToolCommand),
     /// Scaffold, list and try agents (served as MCP prompts and at /agents).
@@ -147,7 +148,8 @@ impl Globals {
     }
 
     pub fn load_config_for(&self, purpose: config::Use) -> Result<Config, CliError> {
-        let config = Config::load_for(&config::locate(self.config.as_deref()), purpose)?;
+        let mut config = Config::load_for(&config::locate(self.config.as_deref()), purpose)?;
+        crate::packs::enforce(&mut config);
         for section in &config.broken {
             tracing::warn!("{}", section.message());
         }

@@ -31,7 +31,10 @@ pub fn run(cmd: SchemaCommand, globals: &Globals) -> Result<(), CliError> {
 fn check(globals: &Globals) -> Result<(), CliError> {
     let located = config::locate(globals.config.as_deref());
     let (config, mut problems) = match Config::load(&located) {
-        Ok(config) => (Some(config), Vec::new()),
+        Ok(mut config) => {
+            crate::packs::enforce(&mut config);
+            (Some(config), Vec::new())
+        }
         Err(err @ (ConfigError::Invalid { .. } | ConfigError::Syntax { .. })) => {
             (None, err.problems().iter().map(ToString::to_string).collect::<Vec<_>>())
         }

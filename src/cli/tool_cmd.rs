@@ -61,7 +61,21 @@ pub enum ToolCommand {
         /// Print {"tools": [...], "problems": [...]} as JSON.
         #[arg(long)]
         json: bool,
+        /// List the installed packs instead (ctx.lock), each checked against its files.
+        #[arg(long)]
+        installed: bool,
     },
+    /// Install a pack of tools, connectors and agents into packs/, pin it in ctx.lock, and
+    /// print (or with --write, append) the config sections it needs with the hosts and
+    /// variables it asks for.
+    Install(super::pack_cmd::InstallArgs),
+    /// Fetch an installed pack again; show the changes of files and of requested permissions,
+    /// and apply them with --yes.
+    Update(super::pack_cmd::UpdateArgs),
+    /// Remove an installed pack (its folder and its ctx.lock entry).
+    Remove(super::pack_cmd::RemoveArgs),
+    /// Search the configured pack registry ([packs] registry).
+    Search(super::pack_cmd::SearchArgs),
 }
 
 const TEMPLATE: &str = include_str!("templates/tool.lua");
@@ -75,7 +89,12 @@ pub fn run(cmd: ToolCommand, globals: &Globals) -> Result<(), CliError> {
         ToolCommand::Init { name, dir, force } => init(&name, dir, force, globals),
         ToolCommand::Test { path, params, source, json } => test(&path, &params, source.as_deref(), json, globals),
         ToolCommand::Call { name, params, json } => call(&name, &params, json, globals),
-        ToolCommand::List { json } => list(json, globals),
+        ToolCommand::List { json, installed: true } => super::pack_cmd::list_installed(json, globals),
+        ToolCommand::List { json, installed: false } => list(json, globals),
+        ToolCommand::Install(args) => super::pack_cmd::install(args, ScriptKind::Tool, globals),
+        ToolCommand::Update(args) => super::pack_cmd::update(args, globals),
+        ToolCommand::Remove(args) => super::pack_cmd::remove(args, globals),
+        ToolCommand::Search(args) => super::pack_cmd::search(args, globals),
     }
 }
 
@@ -364,7 +383,10 @@ pub(super) fn with_upstreams(registry: Registry, upstreams: Option<&Arc<crate::u
 /// its knowledge base); otherwise an empty knowledge base in a scratch folder.
 fn config_for_test(globals: &Globals, required: bool) -> Result<(Config, Option<PathBuf>), CliError> {
     match Config::load_for(&config::locate(globals.config.as_deref()), config::Use::Local) {
-        Ok(config) => Ok((config, None)),
+        Ok(mut config) => {
+            crate::packs::enforce(&mut config);
+            Ok((config, None))
+        }
         Err(ConfigError::NotFound { .. }) if !required => {
             let dir = std::env::temp_dir().join(format!("ctx-tool-test-{}", std::process::id()));
             std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;

@@ -53,6 +53,7 @@ mod statics;
 mod stdio_first_list;
 mod stopped_runs;
 mod tasks;
+mod tool_packs;
 mod tools;
 mod transformer_model;
 mod two_apps;

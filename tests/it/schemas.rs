@@ -48,7 +48,8 @@ fn every_checked_in_config_validates() {
                 if !matches!(name.as_str(), "target" | "node_modules" | ".git" | ".cargo") {
                     walk(&path, found);
                 }
-            } else if name.ends_with(".toml") && !matches!(name.as_str(), "Cargo.toml" | "clippy.toml" | "rustfmt.toml")
+            } else if name.ends_with(".toml")
+                && !matches!(name.as_str(), "Cargo.toml" | "clippy.toml" | "rustfmt.toml" | "pack.toml")
             {
                 found.push(path);
             }
