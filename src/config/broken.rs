@@ -46,6 +46,10 @@ pub struct BrokenSection {
     /// Its unset variables, then any other problem with its keys (a section that cannot run
     /// anyway reports everything wrong with it at once), by line.
     pub problems: Vec<ConfigProblem>,
+    /// Refused outright (a pack whose files do not match `ctx.lock`): a reload drops the
+    /// section's last good version instead of keeping it, since files it reads at run time
+    /// (`require`d modules) are the changed ones.
+    pub refused: bool,
 }
 
 impl BrokenSection {

@@ -127,6 +127,7 @@ pub(super) fn read(
         }
         if !problems.is_empty() {
             imported.broken.push(BrokenSection {
+                refused: false,
                 kind: SectionKind::Upstream,
                 table: SERVERS.to_string(),
                 name: name.clone(),

@@ -314,6 +314,7 @@ impl Config {
             let path = removed.as_ref().and_then(|s| s.get("path")).and_then(Value::as_str).map(|p| base_dir.join(p));
             section_problems.sort_by_key(by_line);
             broken_sections.push(BrokenSection {
+                refused: false,
                 kind,
                 table: format!("{first}.{second}"),
                 name,

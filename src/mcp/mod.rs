@@ -231,7 +231,7 @@ impl Mcp {
         let CallRequest { name, arguments, principal, asking, answered, tasks, cx } = request;
         let params = Json::Object(arguments);
         if answered.is_none() && self.runs_as_task(&name, principal.as_deref(), tasks) {
-            return self.start_modern(name, params, principal);
+            return self.start_modern(name, params, principal).await;
         }
         // A 2026-era retry that answers ctx's approval question.
         if let Some((answer, state)) = answered {

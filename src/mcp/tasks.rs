@@ -28,7 +28,7 @@ use serde_json::{json, Map, Value as Json};
 
 use super::{approve, Mcp};
 use crate::contract::Principal;
-use crate::tasks::{Outcome, Seen, TaskError};
+use crate::tasks::{Seen, TaskError};
 use crate::tools::{CallOptions, Tools};
 use crate::types::{Task, TaskStatus};
 
@@ -53,15 +53,6 @@ fn status_text(status: TaskStatus) -> &'static str {
 
 fn iso(at: &chrono::DateTime<chrono::Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// A call that ended with an error result (`isError`) completed, in MCP's terms: only a
-/// JSON-RPC error fails a task.
-fn mcp_status(task: &Task, outcome: Option<&Outcome>) -> TaskStatus {
-    match (task.status, outcome) {
-        (TaskStatus::Failed, Some(o)) if !o.mcp_error => TaskStatus::Completed,
-        (status, _) => status,
-    }
 }
 
 fn not_found(e: &TaskError) -> McpError {
@@ -111,10 +102,11 @@ async fn cancel(tools: &Tools, owner: &str, id: &str) -> Result<Seen, TaskError>
 // ---- 2025-11-25 -------------------------------------------------------------------------
 
 /// The task as the 2025-11-25 wire has it.
-fn legacy_task(task: &Task, outcome: Option<&Outcome>) -> Json {
+/// `status` is MCP's reading of it ([`Seen::mcp_status`]).
+fn legacy_task(task: &Task, status: TaskStatus) -> Json {
     let mut out = json!({
         "taskId": task.id,
-        "status": status_text(mcp_status(task, outcome)),
+        "status": status_text(status),
         "createdAt": iso(&task.created_at),
         "lastUpdatedAt": iso(&task.updated_at),
         "ttl": (task.expires_at - task.created_at).num_milliseconds(),
@@ -163,11 +155,11 @@ pub async fn answer(tools: &Arc<Tools>, principal: Option<Arc<Principal>>, reque
     let task_id = || params.get("taskId").and_then(Json::as_str).map(str::to_string);
     let missing = || McpError::invalid_params(format!("{method} needs params {{\"taskId\": string}}"), None);
     let result: Result<Json, McpError> = match method.as_str() {
-        "tools/call" => legacy_call(tools, principal, &params),
+        "tools/call" => legacy_call(tools, principal, &params).await,
         "tasks/get" => match task_id() {
             Some(task) => read(tools, &owner, &task)
                 .await
-                .map(|seen| legacy_task(&seen.task, seen.outcome.as_ref()))
+                .map(|seen| legacy_task(&seen.task, seen.mcp_status))
                 .map_err(|e| not_found(&e)),
             None => Err(missing()),
         },
@@ -187,14 +179,16 @@ pub async fn answer(tools: &Arc<Tools>, principal: Option<Arc<Principal>>, reque
             let state = Arc::clone(tools.current().state());
             let listed = tokio::task::spawn_blocking(move || state.tasks.list(&owner)).await;
             match listed {
-                Ok(Ok(tasks)) => Ok(json!({ "tasks": tasks.iter().map(|t| legacy_task(t, None)).collect::<Vec<_>>() })),
+                Ok(Ok(tasks)) => {
+                    Ok(json!({ "tasks": tasks.iter().map(|t| legacy_task(&t.task, t.mcp_status)).collect::<Vec<_>>() }))
+                }
                 Ok(Err(e)) => Err(not_found(&e)),
                 Err(e) => Err(McpError::internal_error(e.to_string(), None)),
             }
         }
         "tasks/cancel" => match task_id() {
             Some(task) => match cancel(tools, &owner, &task).await {
-                Ok(seen) => Ok(legacy_task(&seen.task, seen.outcome.as_ref())),
+                Ok(seen) => Ok(legacy_task(&seen.task, seen.mcp_status)),
                 Err(e @ TaskError::Ended { .. }) => {
                     Err(McpError::invalid_params(format!("cannot cancel a task in a terminal status: {e}"), None))
                 }
@@ -212,7 +206,7 @@ pub async fn answer(tools: &Arc<Tools>, principal: Option<Arc<Principal>>, reque
     }
 }
 
-fn legacy_call(
+async fn legacy_call(
     tools: &Arc<Tools>,
     principal: Option<Arc<Principal>>,
     params: &Map<String, Json>,
@@ -229,8 +223,11 @@ fn legacy_call(
         Some(_) => return Err(McpError::invalid_params("tools/call: arguments must be an object", None)),
     };
     let options = CallOptions { caller: "mcp", principal, ..Default::default() };
-    match tools.start_task(name.to_string(), arguments, options) {
-        Ok(task) => Ok(json!({ "task": legacy_task(&tools.current().state().tasks.wire_of(&task), None) })),
+    match tools.start_task(name.to_string(), arguments, options).await {
+        Ok(task) => {
+            let wire = tools.current().state().tasks.wire_of(&task);
+            Ok(json!({ "task": legacy_task(&wire, wire.status) }))
+        }
         Err(e) => Err(super::convert::protocol_error(&e)),
     }
 }
@@ -318,12 +315,11 @@ fn modern_status(status: TaskStatus) -> McpStatus {
     }
 }
 
-fn modern_task(task: &Task, outcome: Option<&Outcome>) -> McpTask {
+fn modern_task(task: &Task, status: TaskStatus) -> McpTask {
     let ttl = (task.expires_at - task.created_at).num_milliseconds().max(0) as u64;
-    let mut out =
-        McpTask::new(&task.id, modern_status(mcp_status(task, outcome)), iso(&task.created_at), iso(&task.updated_at))
-            .with_ttl_ms(ttl)
-            .with_poll_interval_ms(task.poll_interval_ms);
+    let mut out = McpTask::new(&task.id, modern_status(status), iso(&task.created_at), iso(&task.updated_at))
+        .with_ttl_ms(ttl)
+        .with_poll_interval_ms(task.poll_interval_ms);
     if let Some(message) = &task.status_message {
         out = out.with_status_message(message.clone());
     }
@@ -343,17 +339,17 @@ impl Mcp {
     }
 
     /// Starts the 2026-era task of a `tools/call`.
-    pub(super) fn start_modern(
+    pub(super) async fn start_modern(
         &self,
         name: String,
         arguments: Json,
         principal: Option<Arc<Principal>>,
     ) -> Result<CallToolResponse, McpError> {
         let options = CallOptions { caller: "mcp", principal, ..Default::default() };
-        match self.inner.tools.start_task(name, arguments, options) {
+        match self.inner.tools.start_task(name, arguments, options).await {
             Ok(task) => {
                 let wire = self.inner.tools.current().state().tasks.wire_of(&task);
-                Ok(CallToolResponse::Task(CreateTaskResult::new(modern_task(&wire, None))))
+                Ok(CallToolResponse::Task(CreateTaskResult::new(modern_task(&wire, wire.status))))
             }
             Err(e) => Err(super::convert::protocol_error(&e)),
         }
@@ -364,7 +360,7 @@ impl Mcp {
     pub(super) async fn modern_get(&self, principal: Option<&Principal>, id: &str) -> Result<DetailedTask, McpError> {
         let owner = owner(principal);
         let seen = read(&self.inner.tools, &owner, id).await.map_err(|e| not_found(&e))?;
-        let task = modern_task(&seen.task, seen.outcome.as_ref());
+        let task = modern_task(&seen.task, seen.mcp_status);
         let payload = match (&seen.outcome, seen.task.status) {
             (Some(outcome), _) if outcome.mcp_error => TaskPayload::Failed { error: object(outcome.mcp.clone()) },
             (Some(outcome), TaskStatus::Cancelled) => {

@@ -40,7 +40,8 @@ pub struct Entry {
 
 /// Every regular file under `root`, sorted by relative name, or the first thing refused: a
 /// symbolic link (wherever it points), a device, pipe or socket, a name that is not plain
-/// UTF-8, a file over the caps. `.git` (a clone's repository) is left out.
+/// UTF-8, a file over the caps. `.git` at the top (a clone's own repository) is left out; one
+/// deeper is a pack's file like any other, so nothing can hide below it.
 pub fn walk(root: &Path, caps: &Caps) -> Result<Vec<Entry>, PackError> {
     let mut out = Vec::new();
     let mut total = 0u64;
@@ -53,7 +54,7 @@ pub fn walk(root: &Path, caps: &Caps) -> Result<Vec<Entry>, PackError> {
             let Some(name) = name.to_str() else {
                 return Err(unsafe_path(&prefix, &name.to_string_lossy(), "the name is not valid UTF-8"));
             };
-            if name == ".git" {
+            if name == ".git" && depth == 0 {
                 continue;
             }
             let rel = if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") };

@@ -61,7 +61,9 @@ fn run(mut cmd: Command, what: &str) -> Result<String, PackError> {
     })?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let message = stderr.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("no message").trim().to_string();
+        // Whole: git words one message over several lines ("...\nand the repository exists.").
+        let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        let message = if lines.is_empty() { "no message".to_string() } else { lines.join(" ") };
         return Err(PackError::Git { what: what.into(), message });
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())

@@ -154,9 +154,30 @@ impl Manifest {
                 ));
             }
         }
+        for (key, about) in &self.spec.config {
+            // ctx.toml expands ${VAR} in every value: a default would read any variable of the
+            // server's environment (its own token too), while the install said "variables: none".
+            if let Some(crate::types::PackConfigKeyDefault::String(text)) = &about.default {
+                if text.contains("${") {
+                    problems.push(format!(
+                        "config.{}.default: has \"${{\", which ctx.toml would expand from the environment; a key that reads a variable says so with `env`",
+                        key.as_str()
+                    ));
+                }
+            }
+        }
         for (i, host) in self.spec.hosts.iter().enumerate() {
-            if let Err(why) = HostRule::parse(host) {
-                problems.push(format!("hosts.{i}: {why}"));
+            match HostRule::parse(host) {
+                Err(why) => problems.push(format!("hosts.{i}: {why}")),
+                // An address, a range or a local name reaches inside the network ctx runs in:
+                // that is the operator's to grant, in the section, not a pack's to ask for.
+                Ok(HostRule::Addr(_) | HostRule::Net { .. }) => problems.push(format!(
+                    "hosts.{i}: {host:?} is an IP address or range; a pack asks for public host names only (an operator adds private hosts to the section's allow_hosts)"
+                )),
+                Ok(HostRule::Name(name) | HostRule::Suffix(name)) if is_local_name(&name) => problems.push(format!(
+                    "hosts.{i}: {host:?} is a local name; a pack asks for public host names only (an operator adds private hosts to the section's allow_hosts)"
+                )),
+                Ok(_) => {}
             }
         }
         problems
@@ -176,6 +197,14 @@ impl Manifest {
         }
         problems
     }
+}
+
+/// Names that resolve inside the network ctx runs in, whatever DNS says.
+fn is_local_name(name: &str) -> bool {
+    let name = name.trim_end_matches('.');
+    ["localhost", "local", "internal", "home.arpa", "localdomain", "lan"]
+        .iter()
+        .any(|local| name == *local || name.ends_with(&format!(".{local}")))
 }
 
 #[cfg(test)]
@@ -221,5 +250,28 @@ env = "JIRA_API_TOKEN"
         assert!(name.contains("name"), "{name}");
         let unknown = err(&format!("{OK}\nextra = 1\n"));
         assert!(unknown.contains("extra"), "{unknown}");
+    }
+
+    #[test]
+    fn a_manifest_cannot_widen_the_sandbox_behind_the_install_summary() {
+        let err = |text: &str| Manifest::parse(text).unwrap_err().to_string();
+        // A default that ctx.toml would expand reads a variable the summary does not show.
+        let expanded = err(&format!("{OK}\n[config.units]\ndescription = \"u\"\ndefault = \"${{CTX_TOKEN}}\"\n"));
+        assert!(expanded.contains("config.units.default") && expanded.contains("env"), "{expanded}");
+        for host in [
+            "169.254.169.254",
+            "10.0.0.0/8",
+            "0.0.0.0/0",
+            "::1",
+            "localhost",
+            "db.internal",
+            "*.local",
+            "nas.home.arpa",
+        ] {
+            let text = OK.replace("\"*.atlassian.net\"", &format!("\"*.atlassian.net\", {host:?}"));
+            let refused = err(&text);
+            assert!(refused.contains("hosts.1") && refused.contains("public host names only"), "{host}: {refused}");
+        }
+        assert!(Manifest::parse(&OK.replace("\"*.atlassian.net\"", "\"api.github.com\", \"*.statuspage.io\"")).is_ok());
     }
 }

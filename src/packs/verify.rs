@@ -91,7 +91,17 @@ pub fn enforce(config: &mut Config) -> Vec<String> {
     }
     let lock = match Lock::read(&config.base_dir) {
         Ok(Some(lock)) => lock,
-        Ok(None) => return Vec::new(),
+        Ok(None) => {
+            refuse(
+                config,
+                &packs,
+                &format!(
+                    "{PACKS_DIR}/ holds packs installed with `ctx tool install`, pinned in {LOCK_FILE}, which is missing: \
+                     restore {LOCK_FILE}, or install the pack again (move a folder of your own out of {PACKS_DIR}/)"
+                ),
+            );
+            return vec![LOCK_FILE.to_string()];
+        }
         Err(e) => {
             refuse(config, &packs, &format!("{e}"));
             return vec![LOCK_FILE.to_string()];
@@ -116,6 +126,25 @@ pub fn enforce(config: &mut Config) -> Vec<String> {
         refuse(config, &folder, &message);
         refused.push(name.to_string());
     }
+    // A folder under packs/ that the lock does not name was not installed (or was renamed):
+    // nothing pins its files.
+    let pinned: Vec<PathBuf> = lock.packs.iter().map(|e| base.join(e.folder.as_str())).collect();
+    let unpinned: std::collections::BTreeSet<PathBuf> = config
+        .scripts
+        .iter()
+        .map(|s| normalize(&s.path))
+        .filter(|p| p.starts_with(&packs) && !pinned.iter().any(|f| p.starts_with(f)))
+        .filter_map(|p| p.strip_prefix(&packs).ok().and_then(|r| r.components().next()).map(|c| packs.join(c)))
+        .collect();
+    for folder in unpinned {
+        let shown = folder.strip_prefix(&base).unwrap_or(&folder).display().to_string();
+        let message = format!(
+            "{shown} is not a pack {LOCK_FILE} pins (it was not installed with `ctx tool install`, or was renamed): \
+             install it with `ctx tool install`, or move a folder of your own out of {PACKS_DIR}/"
+        );
+        refuse(config, &folder, &message);
+        refused.push(shown);
+    }
     refused
 }
 
@@ -137,6 +166,7 @@ fn refuse(config: &mut Config, folder: &Path, message: &str) {
             typed.retain(|name, _| name.as_str() != section.name);
         }
         config.broken.push(BrokenSection {
+            refused: true,
             kind: SectionKind::Script(section.kind),
             problems: vec![ConfigProblem {
                 key: format!("{table}.{}.path", section.name),

@@ -256,7 +256,7 @@ async fn call_with_body(
             let (events, deferred) = (super::tasks::wants_events(headers), super::tasks::wants_async(headers));
             if events || deferred {
                 let options = CallOptions { caller: "rest", principal, approval, ..Default::default() };
-                return super::tasks::start(app, name, Json::Object(params), options, events);
+                return super::tasks::start(app, name, Json::Object(params), options, events).await;
             }
             respond(app, principal, name, Json::Object(params), approval).await
         }

@@ -59,12 +59,19 @@ pub fn wants_async(headers: &HeaderMap) -> bool {
     })
 }
 
-/// Whether the request asks for its call's progress as server-sent events.
+/// Whether the request asks for its call's progress as server-sent events: `Accept` names
+/// `text/event-stream` and not JSON (MCP clients send both to every endpoint, and a plain JSON
+/// answer suits them).
 pub fn wants_events(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.split(';').next().is_some_and(|t| t.trim() == "text/event-stream")))
+    let accepted: Vec<String> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
+        .collect();
+    let json = accepted.iter().any(|t| t == "application/json" || t.ends_with("+json") || t == "*/*");
+    accepted.iter().any(|t| t == "text/event-stream") && !json
 }
 
 fn task_error(e: TaskError) -> Response {
@@ -100,9 +107,9 @@ fn retry_after(headers: &mut HeaderMap, poll_ms: u64) {
 }
 
 /// Starts the call as a task: 202 (`Prefer: respond-async`), or the event stream.
-pub fn start(app: &App, name: &str, params: Json, options: crate::tools::CallOptions, events: bool) -> Response {
+pub async fn start(app: &App, name: &str, params: Json, options: crate::tools::CallOptions, events: bool) -> Response {
     let owner = options.principal.as_ref().map(|p| p.name().to_string()).unwrap_or_default();
-    match app.tools.start_task(name.to_string(), params, options) {
+    match app.tools.start_task(name.to_string(), params, options).await {
         Ok(task) => {
             let wire = app.tools.current().state().tasks.wire_of(&task);
             match events {
@@ -209,7 +216,10 @@ pub async fn list(State(app): State<Arc<App>>, caller: Option<Extension<guard::C
     let tools = Arc::clone(&app.tools);
     let listed = tokio::task::spawn_blocking(move || tools.current().state().tasks.list(&owner)).await;
     match listed {
-        Ok(Ok(tasks)) => json_response(StatusCode::OK, &serde_json::to_value(TasksList { tasks }).unwrap_or_default()),
+        Ok(Ok(seen)) => {
+            let tasks = seen.into_iter().map(|s| s.task).collect();
+            json_response(StatusCode::OK, &serde_json::to_value(TasksList { tasks }).unwrap_or_default())
+        }
         Ok(Err(e)) => task_error(e),
         Err(_) => task_error(TaskError::Store("the task failed".into())),
     }
@@ -262,7 +272,7 @@ pub async fn result(
             let status = StatusCode::from_u16(outcome.rest_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             json_response(status, &outcome.rest_body)
         }
-        Ok(Seen { task, outcome: None }) => {
+        Ok(Seen { task, outcome: None, .. }) => {
             let mut response = json_response(StatusCode::ACCEPTED, &task_body(&task));
             retry_after(response.headers_mut(), task.poll_interval_ms);
             response

@@ -48,6 +48,7 @@ pub struct Settings {
     pub ttl: Duration,
     pub max_running_per_caller: usize,
     pub max_result_bytes: usize,
+    pub max_kept_per_caller: usize,
     pub poll_interval: Duration,
 }
 
@@ -59,6 +60,7 @@ impl Settings {
             ttl: Duration::from_secs(spec.ttl_secs.max(60) as u64),
             max_running_per_caller: spec.max_running_per_caller.max(1) as usize,
             max_result_bytes: spec.max_result_bytes.max(1024) as usize,
+            max_kept_per_caller: spec.max_kept_per_caller.max(1) as usize,
             poll_interval: Duration::from_millis(spec.poll_interval_ms.max(100) as u64),
         }
     }
@@ -101,6 +103,8 @@ pub struct Live {
     /// Set by a cancel: the run's end reads `cancelled`, whatever it returned.
     cancel_asked: std::sync::atomic::AtomicBool,
     last_write: Mutex<std::time::Instant>,
+    /// Held while its row is written: one write at a time per task.
+    writing: Mutex<()>,
     /// The approval its call waits on, while it waits: an MCP client answering the task's
     /// question (`tasks/update`) decides it with its token.
     pending: Mutex<Option<crate::contract::approval::Pending>>,
@@ -113,6 +117,9 @@ pub struct Live {
 pub struct Seen {
     pub task: Task,
     pub outcome: Option<Outcome>,
+    /// The status as MCP reads it: a call that ended with an error result of the tool's own
+    /// `completed`, where REST says `failed`.
+    pub mcp_status: TaskStatus,
 }
 
 /// Why a task operation failed.
@@ -144,6 +151,11 @@ fn status_of(text: &str) -> TaskStatus {
         "cancelled" => TaskStatus::Cancelled,
         _ => TaskStatus::Failed,
     }
+}
+
+/// The status as MCP reads it (see [`Seen::mcp_status`]); a run that was lost failed.
+fn mcp_status_of(row: &Row) -> TaskStatus {
+    status_of(row.mcp_status.as_deref().unwrap_or(&row.status))
 }
 
 /// Whether a stored status is an end.
@@ -224,6 +236,10 @@ impl Tasks {
             });
         }
         let now = now_ms();
+        // Expired tasks go as new ones come, and the owner's oldest ended ones past its share:
+        // the file holds at most a TTL's worth, and one caller cannot fill it.
+        let _ = store.purge(now);
+        let _ = store.keep(owner, settings.max_kept_per_caller.saturating_sub(1));
         let row = Row {
             id: new_id(),
             owner: owner.to_string(),
@@ -234,13 +250,12 @@ impl Tasks {
             progress: None,
             approval: None,
             outcome: None,
+            mcp_status: None,
             created_ms: now,
             updated_ms: now,
             expires_ms: now + settings.ttl.as_millis() as i64,
             run: self.run.clone(),
         };
-        // Expired tasks go as new ones come: the file holds at most a TTL's worth.
-        let _ = store.purge(now);
         store.insert(&row).map_err(|e| CallError::Unavailable(format!("the task store failed: {e}")))?;
         let task = Arc::new(Live {
             id: row.id.clone(),
@@ -251,6 +266,7 @@ impl Tasks {
             cancel_asked: Default::default(),
             pending: Mutex::new(None),
             last_write: Mutex::new(std::time::Instant::now()),
+            writing: Mutex::new(()),
             changed: tokio::sync::watch::channel(0).0,
         });
         live.insert(task.id.clone(), Arc::clone(&task));
@@ -263,21 +279,32 @@ impl Tasks {
         wire(&task.row.lock().unwrap_or_else(|p| p.into_inner()), poll)
     }
 
-    fn changed(&self, task: &Live, write: bool) {
+    /// Tells the task's watchers, and (`write`) writes its row to the store: on a blocking
+    /// thread when called on the runtime (the store is one SQLite connection), and always the
+    /// row as it is when the write runs, so writes that land out of order still leave the last.
+    fn changed(&self, task: &Arc<Live>, write: bool) {
         if write {
+            *task.last_write.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
             if let Ok(Installed { store, .. }) = self.installed() {
-                let row = task.row.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                if let Err(e) = store.update(&row) {
-                    tracing::warn!(task = %task.id, "cannot write the task's status: {e}");
+                let task = Arc::clone(task);
+                let write = move || {
+                    let _one = task.writing.lock().unwrap_or_else(|p| p.into_inner());
+                    let row = task.row.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    if let Err(e) = store.update(&row) {
+                        tracing::warn!(task = %task.id, "cannot write the task's status: {e}");
+                    }
+                };
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => drop(runtime.spawn_blocking(write)),
+                    Err(_) => write(),
                 }
             }
-            *task.last_write.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
         }
         task.changed.send_modify(|n| *n += 1);
     }
 
     /// A progress report of the task's call.
-    pub fn progress(&self, task: &Live, progress: &Progress) {
+    pub fn progress(&self, task: &Arc<Live>, progress: &Progress) {
         {
             let mut row = task.row.lock().unwrap_or_else(|p| p.into_inner());
             let report = TaskProgress { done: progress.done, total: progress.total, message: progress.message.clone() };
@@ -292,7 +319,7 @@ impl Tasks {
     }
 
     /// The task's call waits for a person to decide `pending` (`None`: it goes on).
-    pub fn waiting(&self, task: &Live, pending: Option<&crate::contract::approval::Pending>, message: String) {
+    pub fn waiting(&self, task: &Arc<Live>, pending: Option<&crate::contract::approval::Pending>, message: String) {
         *task.pending.lock().unwrap_or_else(|p| p.into_inner()) = pending.cloned();
         let approval = pending.map(|p| (p.approval.id.as_str(), message));
         {
@@ -317,7 +344,7 @@ impl Tasks {
     /// The task's call ended with `result`: its outcome is rendered for every door, kept (a
     /// result over `[tasks] max_result_bytes` fails the task instead), and the task leaves
     /// this process's list.
-    pub fn finish(&self, task: &Live, result: Result<Output, CallError>) {
+    pub fn finish(&self, task: &Arc<Live>, result: Result<Output, CallError>) {
         let cancelled = task.cancel_asked.load(std::sync::atomic::Ordering::Acquire);
         let (status, message, outcome) = match self.installed() {
             Ok(Installed { settings, render, .. }) => {
@@ -345,7 +372,12 @@ impl Tasks {
                     (false, true) => "failed",
                     (false, false) => "completed",
                 };
-                (status, message, Some(text))
+                // MCP's reading: an error result of the tool's own completed the call.
+                let mcp = match (status, outcome.mcp_error) {
+                    ("failed", false) => "completed",
+                    (status, _) => status,
+                };
+                (status, message, Some((text, mcp, settings.ttl)))
             }
             Err(e) => ("failed", Some(e.to_string()), None),
         };
@@ -354,10 +386,24 @@ impl Tasks {
             row.status = status.into();
             row.message = message.or(row.message.take().filter(|_| status == "completed"));
             row.approval = None;
-            row.outcome = outcome;
             row.updated_ms = now_ms();
+            if let Some((text, mcp, ttl)) = outcome {
+                row.outcome = Some(text);
+                row.mcp_status = Some(mcp.to_string());
+                // A run longer than the TTL still leaves its result to be read.
+                row.expires_ms = row.expires_ms.max(row.updated_ms + ttl.as_millis() as i64);
+            }
         }
-        self.changed(task, true);
+        // Written before the task leaves the list of live ones: a reader that no longer finds
+        // it live finds its end in the store.
+        if let Ok(Installed { store, .. }) = self.installed() {
+            let _one = task.writing.lock().unwrap_or_else(|p| p.into_inner());
+            let row = task.row.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Err(e) = store.update(&row) {
+                tracing::warn!(task = %task.id, "cannot write the task's end: {e}");
+            }
+        }
+        task.changed.send_modify(|n| *n += 1);
         self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.id);
     }
 
@@ -383,19 +429,24 @@ impl Tasks {
             lost.mcp_error = true;
             outcome = Some(lost);
         }
-        Ok(Seen { task: wire(&row, settings.poll_interval), outcome })
+        let mcp_status = mcp_status_of(&row);
+        Ok(Seen { task: wire(&row, settings.poll_interval), outcome, mcp_status })
     }
 
     /// `owner`'s tasks, newest first.
-    pub fn list(&self, owner: &str) -> Result<Vec<Task>, TaskError> {
+    /// `owner`'s tasks, newest first, without their outcomes.
+    pub fn list(&self, owner: &str) -> Result<Vec<Seen>, TaskError> {
         let Installed { store, settings, .. } = self.installed()?;
         let rows = store.list(owner, now_ms(), LIST_LIMIT).map_err(TaskError::Store)?;
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         Ok(rows
             .into_iter()
-            .map(|row| match live.get(&row.id) {
-                Some(task) => wire(&task.row.lock().unwrap_or_else(|p| p.into_inner()), settings.poll_interval),
-                None => wire(&row, settings.poll_interval),
+            .map(|row| {
+                let row = match live.get(&row.id) {
+                    Some(task) => task.row.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                    None => row,
+                };
+                Seen { task: wire(&row, settings.poll_interval), outcome: None, mcp_status: mcp_status_of(&row) }
             })
             .collect())
     }

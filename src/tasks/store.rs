@@ -18,6 +18,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     progress    TEXT,
     approval    TEXT,
     outcome     TEXT,
+    mcp_status  TEXT,
     created_ms  INTEGER NOT NULL,
     updated_ms  INTEGER NOT NULL,
     expires_ms  INTEGER NOT NULL,
@@ -49,6 +50,8 @@ pub struct Row {
     pub approval: Option<String>,
     /// The outcome, as JSON (see `super::Outcome`), once the task ended.
     pub outcome: Option<String>,
+    /// The status as MCP reads it, once the task ended (see `super::Seen::mcp_status`).
+    pub mcp_status: Option<String>,
     pub created_ms: i64,
     pub updated_ms: i64,
     pub expires_ms: i64,
@@ -56,7 +59,9 @@ pub struct Row {
     pub run: String,
 }
 
-const SELECT: &str = "SELECT id, owner, tool, via, status, message, progress, approval, outcome, created_ms, updated_ms, expires_ms, run FROM tasks";
+const SELECT: &str = "SELECT id, owner, tool, via, status, message, progress, approval, outcome, mcp_status, created_ms, updated_ms, expires_ms, run FROM tasks";
+/// The same columns without the outcome (up to `[tasks] max_result_bytes` each): what a list reads.
+const SELECT_BRIEF: &str = "SELECT id, owner, tool, via, status, message, progress, approval, NULL, mcp_status, created_ms, updated_ms, expires_ms, run FROM tasks";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     Ok(Row {
@@ -69,10 +74,11 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         progress: r.get(6)?,
         approval: r.get(7)?,
         outcome: r.get(8)?,
-        created_ms: r.get(9)?,
-        updated_ms: r.get(10)?,
-        expires_ms: r.get(11)?,
-        run: r.get(12)?,
+        mcp_status: r.get(9)?,
+        created_ms: r.get(10)?,
+        updated_ms: r.get(11)?,
+        expires_ms: r.get(12)?,
+        run: r.get(13)?,
     })
 }
 
@@ -128,8 +134,18 @@ impl Store {
     pub fn update(&self, task: &Row) -> Result<(), String> {
         self.with(|conn| {
             conn.execute(
-                "UPDATE tasks SET status = ?2, message = ?3, progress = ?4, approval = ?5, outcome = ?6, updated_ms = ?7 WHERE id = ?1",
-                params![task.id, task.status, task.message, task.progress, task.approval, task.outcome, task.updated_ms],
+                "UPDATE tasks SET status = ?2, message = ?3, progress = ?4, approval = ?5, outcome = ?6, mcp_status = ?7, updated_ms = ?8, expires_ms = ?9 WHERE id = ?1",
+                params![
+                    task.id,
+                    task.status,
+                    task.message,
+                    task.progress,
+                    task.approval,
+                    task.outcome,
+                    task.mcp_status,
+                    task.updated_ms,
+                    task.expires_ms
+                ],
             )?;
             Ok(())
         })
@@ -145,7 +161,8 @@ impl Store {
     /// `owner`'s tasks that have not expired, newest first.
     pub fn list(&self, owner: &str, now_ms: i64, limit: usize) -> Result<Vec<Row>, String> {
         self.with(|conn| {
-            let sql = format!("{SELECT} WHERE owner = ?1 AND expires_ms > ?2 ORDER BY created_ms DESC, id LIMIT ?3");
+            let sql =
+                format!("{SELECT_BRIEF} WHERE owner = ?1 AND expires_ms > ?2 ORDER BY created_ms DESC, id LIMIT ?3");
             let mut statement = conn.prepare(&sql)?;
             let rows = statement.query_map(params![owner, now_ms, limit as i64], row)?;
             rows.collect()
@@ -164,9 +181,27 @@ impl Store {
         })
     }
 
-    /// Drops the tasks past their expiry.
+    /// Drops the ended tasks past their expiry (a task still running keeps its row: its end
+    /// is written there).
     pub fn purge(&self, now_ms: i64) -> Result<usize, String> {
-        self.with(|conn| conn.execute("DELETE FROM tasks WHERE expires_ms <= ?1", [now_ms]))
+        self.with(|conn| {
+            conn.execute(
+                "DELETE FROM tasks WHERE expires_ms <= ?1 AND status IN ('completed', 'failed', 'cancelled')",
+                [now_ms],
+            )
+        })
+    }
+
+    /// Keeps `owner`'s `newest` tasks and every one still open; drops the rest (its oldest
+    /// ended ones). Returns how many went.
+    pub fn keep(&self, owner: &str, newest: usize) -> Result<usize, String> {
+        self.with(|conn| {
+            conn.execute(
+                "DELETE FROM tasks WHERE owner = ?1 AND status IN ('completed', 'failed', 'cancelled')
+                 AND id NOT IN (SELECT id FROM tasks WHERE owner = ?1 ORDER BY created_ms DESC, id LIMIT ?2)",
+                params![owner, newest as i64],
+            )
+        })
     }
 }
 
@@ -196,6 +231,7 @@ mod tests {
             progress: None,
             approval: None,
             outcome: None,
+            mcp_status: None,
             created_ms,
             updated_ms: created_ms,
             expires_ms: created_ms + 1000,

@@ -388,7 +388,7 @@ pub fn load_lua(sections: &[&ScriptSection], broken: &[&BrokenSection], previous
     let mut taken: HashMap<String, (String, String)> = HashMap::new();
     for section in broken {
         problems.push(broken_problem(LoadProblemKind::Tool, section));
-        if let Some(old) = previous.and_then(|p| p.by_section(&section.name)) {
+        if let Some(old) = previous.filter(|_| !section.refused).and_then(|p| p.by_section(&section.name)) {
             let path = old.spec().script.clone().unwrap_or_default();
             taken.insert(old.spec().name.clone(), (section.name.clone(), path));
             lua.push(old);

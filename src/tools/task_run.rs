@@ -20,19 +20,33 @@ const APPROVAL_POLL: Duration = Duration::from_millis(250);
 
 impl Tools {
     /// Starts `name` with `args` as a task of `options.principal` and returns it at once. The
-    /// caller's own progress sink, if any, still gets every report. `None` when the tool is not
-    /// one the caller may call: that call is made as usual (the pipeline refuses and logs it)
-    /// rather than as a task that fails.
-    pub fn start_task(
+    /// caller's own progress sink, if any, still gets every report. A tool the caller may not
+    /// call (unknown, or outside its scope) makes no task: that call is made as usual, so the
+    /// pipeline refuses and logs it, and its error is the answer.
+    pub async fn start_task(
         self: &Arc<Self>,
         name: String,
         args: Json,
         mut options: CallOptions,
     ) -> Result<Arc<Live>, CallError> {
         let registry = self.current();
+        let callable = registry.spec(&name).is_some() && super::principal::allows(options.principal.as_deref(), &name);
+        if !callable {
+            return match self.call(name.clone(), args, options).await {
+                Err(e) => Err(e),
+                // Registered between the look and the call: it ran, and a task is no longer needed.
+                Ok(_) => Err(CallError::Unavailable(format!(
+                    "tool '{name}' was loaded while this task was being created; call it again"
+                ))),
+            };
+        }
         let state = Arc::clone(registry.state());
         let owner = options.principal.as_ref().map(|p| p.name().to_string()).unwrap_or_default();
-        let task = state.tasks.create(&owner, &name, options.caller, options.cancel.clone())?;
+        // The store is one SQLite connection: off the async workers.
+        let (creating, tool, via, cancel) = (Arc::clone(&state), name.clone(), options.caller, options.cancel.clone());
+        let task = tokio::task::spawn_blocking(move || creating.tasks.create(&owner, &tool, via, cancel))
+            .await
+            .map_err(|e| CallError::Internal(format!("creating a task: {e}")))??;
         let outer = options.progress.take();
         let reporting = (Arc::clone(&state), Arc::clone(&task));
         options.progress = Some(Arc::new(move |p: Progress| {
@@ -58,7 +72,8 @@ impl Tools {
                 result = call => result,
                 _ = running.cancel.cancelled() => Err(CallError::cancelled(&name)),
             };
-            state.tasks.finish(&running, result);
+            // Rendering and writing a result of up to [tasks] max_result_bytes: off the workers.
+            let _ = tokio::task::spawn_blocking(move || state.tasks.finish(&running, result)).await;
         });
         Ok(task)
     }

@@ -11,7 +11,7 @@ CHECK is one of:
     approval   a call that needs approval waits in input_required; approved through REST, it completes
     others     a task of --token is unknown to --other-token
     start      starts a long deploy as a task and prints `task: ID` (the caller then kills the server)
-    lost       TASK_ID (started before a restart) reads failed, with the reason
+    lost       TASK_ID (started before a restart) reads failed, with the reason (both eras)
 
 2025-11-25: a session (streamable_http_client + ClientSession); `tools/call` with `params.task`
 goes through the session's dispatcher (the SDK's typed surface leaves 2025 tasks out), then
@@ -306,6 +306,10 @@ async def modern(args: Args) -> None:
         elif args.check == "others":
             result = await client.call_tool("deploy", {"count": 2, "delay": 0.2})
             require(state.get("others") and not result.is_error, f"{result}")
+        elif args.check == "lost":
+            got = (await client.session.send_request(GetTask(params={"taskId": args.task_id}), Raw)).model_dump()
+            require(got["status"] == "failed", f"the lost task is {got['status']}")
+            require("ctx stopped while this task ran" in got["error"]["message"], f"{got}")
         else:
             raise CheckFailed(f"the 2026 era has no check {args.check}")
 

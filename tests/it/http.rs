@@ -340,6 +340,7 @@ fn the_bearer_token_guards_every_route_but_health_and_the_documentation() {
             let request = || match method.as_str() {
                 "get" => s.client.get(url(&concrete)),
                 "post" => s.client.post(url(&concrete)).json(&json!({})),
+                "delete" => s.client.delete(url(&concrete)),
                 other => panic!("{what}: a method this test does not send ({other})"),
             };
             let (status, body, _) = s.send(request());

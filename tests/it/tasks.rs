@@ -55,6 +55,7 @@ approver_token = "{APPROVER}"
 
 [tasks]
 max_running_per_caller = 2
+max_kept_per_caller = 4
 max_result_bytes = 4096
 poll_interval_ms = 200
 
@@ -308,6 +309,9 @@ fn a_caller_past_its_running_tasks_cap_gets_429_and_a_too_large_result_fails_its
     assert!(third.headers.contains_key("retry-after"));
     // The cap is per caller.
     assert_eq!(server.start_task(BOB, "deploy", json!({"count": 1, "delay": 0})).status, 202);
+    // A tool the caller cannot call makes no task: the plain call's answer.
+    let unknown = server.start_task(BOB, "nonexistent", json!({}));
+    assert_eq!((unknown.status, unknown.body["error"]["code"].as_str()), (404, Some("not_found")), "{}", unknown.body);
     for reply in [first, second] {
         let id = reply.body["id"].as_str().unwrap();
         server.send(server.request(ALICE, "DELETE", &format!("/tasks/{id}")));
@@ -321,6 +325,14 @@ fn a_caller_past_its_running_tasks_cap_gets_429_and_a_too_large_result_fails_its
     assert!(done["status_message"].as_str().unwrap().contains("max_result_bytes"), "{done}");
     let result = server.get(ALICE, &format!("/tasks/{id}/result"));
     assert_eq!(result.body["error"]["code"], "result_too_large", "{}", result.body);
+    // The store keeps [tasks] max_kept_per_caller of a caller's tasks: the oldest ended go.
+    for _ in 0..3 {
+        let quick = server.start_task(ALICE, "deploy", json!({"count": 1, "delay": 0}));
+        server.poll(ALICE, quick.body["id"].as_str().unwrap(), Duration::from_secs(10), ended);
+    }
+    let kept = server.get(ALICE, "/tasks").body;
+    assert_eq!(kept["tasks"].as_array().unwrap().len(), 4, "{kept}");
+    assert_eq!(server.get(ALICE, &format!("/tasks/{id}")).status, 200, "the 4th newest is kept");
 }
 
 #[test]
@@ -425,4 +437,5 @@ fn an_mcp_task_running_when_the_server_dies_reads_failed_after_the_restart() {
     drop(server);
     let server = Server::start(&ws);
     sdk(&server, "2025", &["lost", &id]);
+    sdk(&server, "2026", &["lost", &id]);
 }

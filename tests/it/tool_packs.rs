@@ -364,6 +364,26 @@ fn a_changed_pack_file_refuses_that_packs_sections_with_the_file_named_and_the_r
     let called = ctx_env(&ws, &["tool", "call", "note", "--param", "text=a", "--json"], &vars).json();
     assert_eq!(called["result"]["note"], "note: a");
     assert!(!ws.path().join("packs/notes/tools/extra.lua").exists());
+
+    // A .git folder deeper in the pack hides nothing: its files count like any other.
+    ws.write("packs/notes/tools/.git/note.lua", "return 1");
+    let check = ctx_env(&ws, &["schema", "check"], &vars);
+    assert!(check.stderr().contains("tools/.git/note.lua added (not in ctx.lock)"), "{}", check.stderr());
+    std::fs::remove_dir_all(ws.path().join("packs/notes/tools/.git")).unwrap();
+
+    // The check does not fail open: a copy of the pack under another folder, which the lock
+    // does not name, is refused; so is every pack when ctx.lock is gone.
+    copy_dir(&ws.path().join("packs/notes"), &ws.path().join("packs/copied"));
+    let config = std::fs::read_to_string(ws.path().join("ctx.toml")).unwrap();
+    ws.write("ctx.toml", &format!("{config}\n[tools.script.copied]\npath = \"packs/copied/tools/note.lua\"\n"));
+    let check = ctx_env(&ws, &["schema", "check"], &vars);
+    assert!(check.stderr().contains("packs/copied is not a pack ctx.lock pins"), "{}", check.stderr());
+    ctx_env(&ws, &["tool", "call", "note", "--param", "text=a", "--json"], &vars).json();
+    std::fs::rename(ws.path().join("ctx.lock"), ws.path().join("ctx.lock.away")).unwrap();
+    let refused = ctx_env(&ws, &["tool", "call", "note", "--param", "text=a"], &vars);
+    assert_eq!(refused.code(), 1, "{}", refused.stdout());
+    assert!(refused.stderr().contains("ctx.lock, which is missing"), "{}", refused.stderr());
+    ctx_env(&ws, &["tool", "call", "plain", "--json"], &vars).json();
 }
 
 #[test]
