@@ -151,7 +151,7 @@ impl DirectRoute {
             let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": "Session not found"}});
             return json_response(StatusCode::NOT_FOUND, &body);
         }
-        let answer = super::tasks::answer(self.mcp.tools(), principal, request).await;
+        let answer = super::tasks::answer(&self.mcp, id, principal, request).await;
         json_response(StatusCode::OK, &answer)
     }
 

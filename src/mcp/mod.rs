@@ -691,7 +691,10 @@ impl ServerHandler for Mcp {
 
     /// Session-era clients (2025-11-25) get `list_changed` on their session's stream.
     async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {
-        self.inner.session_peers.add(cx.peer, &self.inner.changed);
+        let parts = cx.extensions.get::<axum::http::request::Parts>();
+        let session =
+            parts.and_then(|p| p.headers.get("mcp-session-id")).and_then(|v| v.to_str().ok()).map(String::from);
+        self.inner.session_peers.add(session, cx.peer, &self.inner.changed);
     }
 
     /// Stateless-era clients (2026-07-28) subscribe with `subscriptions/listen`.

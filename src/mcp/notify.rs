@@ -15,9 +15,10 @@ const SWEEP: Duration = Duration::from_secs(30);
 /// A client that does not read its stream cannot hold up the notices to the others.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The open sessions that want `list_changed`.
+/// The open sessions that want `list_changed`, and each by its session id (for the task
+/// status notices of the 2025 era, see `super::tasks`).
 pub struct SessionPeers {
-    peers: Mutex<Vec<Peer<RoleServer>>>,
+    peers: Mutex<Vec<(Option<String>, Peer<RoleServer>)>>,
     notifier: Once,
 }
 
@@ -28,13 +29,19 @@ impl Default for SessionPeers {
 }
 
 impl SessionPeers {
-    /// Adds a session that just finished its handshake; starts the notifier on first use
-    /// (inside the runtime, where rmcp calls `on_initialized`).
-    pub fn add(self: &Arc<Self>, peer: Peer<RoleServer>, changed: &broadcast::Sender<Changed>) {
+    /// Adds a session that just finished its handshake (`session`: its `Mcp-Session-Id`, over
+    /// HTTP); starts the notifier on first use (inside the runtime, where rmcp calls
+    /// `on_initialized`).
+    pub fn add(
+        self: &Arc<Self>,
+        session: Option<String>,
+        peer: Peer<RoleServer>,
+        changed: &broadcast::Sender<Changed>,
+    ) {
         {
             let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-            peers.retain(|p| !p.is_transport_closed());
-            peers.push(peer);
+            peers.retain(|(_, p)| !p.is_transport_closed());
+            peers.push((session, peer));
         }
         self.notifier.call_once(|| {
             tokio::spawn(notifier(Arc::downgrade(self), changed.subscribe()));
@@ -44,8 +51,14 @@ impl SessionPeers {
     /// The sessions still open; closed ones are dropped from the list.
     fn live(&self) -> Vec<Peer<RoleServer>> {
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        peers.retain(|p| !p.is_transport_closed());
-        peers.clone()
+        peers.retain(|(_, p)| !p.is_transport_closed());
+        peers.iter().map(|(_, p)| p.clone()).collect()
+    }
+
+    /// The open session `id`.
+    pub fn session(&self, id: &str) -> Option<Peer<RoleServer>> {
+        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        peers.iter().find(|(s, p)| s.as_deref() == Some(id) && !p.is_transport_closed()).map(|(_, p)| p.clone())
     }
 }
 

@@ -149,13 +149,20 @@ pub fn legacy(body: &[u8]) -> Option<Legacy> {
 }
 
 /// The JSON-RPC response to a session's task request.
-pub async fn answer(tools: &Arc<Tools>, principal: Option<Arc<Principal>>, request: Legacy) -> Json {
+pub async fn answer(mcp: &Mcp, session: &str, principal: Option<Arc<Principal>>, request: Legacy) -> Json {
+    let tools = &mcp.inner.tools;
     let Legacy { id, method, params } = request;
     let owner = owner(principal.as_deref());
     let task_id = || params.get("taskId").and_then(Json::as_str).map(str::to_string);
     let missing = || McpError::invalid_params(format!("{method} needs params {{\"taskId\": string}}"), None);
     let result: Result<Json, McpError> = match method.as_str() {
-        "tools/call" => legacy_call(tools, principal, &params).await,
+        "tools/call" => {
+            let started = legacy_call(tools, principal, &params).await;
+            if let Some(task) = started.as_ref().ok().and_then(|r| r.pointer("/task/taskId")).and_then(Json::as_str) {
+                tell_status(mcp, session, owner.clone(), task.to_string());
+            }
+            started
+        }
         "tasks/get" => match task_id() {
             Some(task) => read(tools, &owner, &task)
                 .await
@@ -230,6 +237,41 @@ async fn legacy_call(
         }
         Err(e) => Err(super::convert::protocol_error(&e)),
     }
+}
+
+/// Sends `notifications/tasks/status` to session `session` at each change of the task's
+/// status, until it ends (2025-11-25 makes them optional; clients that poll lose nothing).
+fn tell_status(mcp: &Mcp, session: &str, owner: String, id: String) {
+    let Some(peer) = mcp.inner.session_peers.session(session) else { return };
+    let tools = Arc::clone(&mcp.inner.tools);
+    tokio::spawn(async move {
+        let mut told = None;
+        loop {
+            let watch = tools.current().state().tasks.watch(&owner, &id);
+            let Ok(seen) = read(&tools, &owner, &id).await else { return };
+            if told != Some(seen.mcp_status) {
+                told = Some(seen.mcp_status);
+                let params = legacy_task(&seen.task, seen.mcp_status);
+                let notice = rmcp::model::CustomNotification::new("notifications/tasks/status", Some(params));
+                let send = peer.send_notification(rmcp::model::ServerNotification::CustomNotification(notice));
+                // A client that does not read its stream holds up no one.
+                if !matches!(tokio::time::timeout(Duration::from_secs(5), send).await, Ok(Ok(()))) {
+                    return;
+                }
+            }
+            if seen.outcome.is_some() || crate::tasks::is_terminal(status_text(seen.task.status)) {
+                return;
+            }
+            match watch {
+                Some(mut w) => {
+                    if w.changed().await.is_err() {
+                        continue;
+                    }
+                }
+                None => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    });
 }
 
 /// The call's result, tied to its task.

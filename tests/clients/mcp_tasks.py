@@ -35,7 +35,7 @@ import httpx2
 import mcp
 import mcp_types as t
 from mcp import ClientSession
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
@@ -137,9 +137,19 @@ async def legacy_get(session: ClientSession, task_id: str) -> t.GetTaskResult:
     return await session.send_request(t.GetTaskRequest(params=t.GetTaskRequestParams(task_id=task_id)), t.GetTaskResult)
 
 
+# The statuses `notifications/tasks/status` told this session, by task id.
+TOLD: dict[str, list[str]] = {}
+
+
+async def on_status(params: Raw) -> None:
+    told = params.model_dump()
+    TOLD.setdefault(told.get("taskId", ""), []).append(told.get("status", ""))
+
+
 async def legacy(args: Args) -> None:
+    bindings = [NotificationBinding(method="notifications/tasks/status", params_type=Raw, handler=on_status)]
     async with streamable_http_client(f"{args.url}/mcp", http_client=http(args.token)) as (read, write):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(read, write, notification_bindings=bindings) as session:
             init = await session.initialize()
             require(init.protocol_version == "2025-11-25", f"negotiated {init.protocol_version}")
             caps = init.capabilities.model_dump(exclude_none=True)
@@ -170,6 +180,11 @@ async def legacy_check(args: Args, session: ClientSession) -> None:
         require(related.get("taskId") == task.task_id, f"the result names no task: {result.meta}")
         listed = await session.send_request(t.ListTasksRequest(), t.ListTasksResult)
         require(any(x.task_id == task.task_id for x in listed.tasks), "tasks/list leaves the task out")
+        # The optional status notices came on the session's stream too, the end last.
+        with anyio.fail_after(5):
+            while "completed" not in TOLD.get(task.task_id, []):
+                await anyio.sleep(0.05)
+        require(TOLD[task.task_id][0] == "working", f"notices: {TOLD}")
     elif args.check == "cancel":
         task = await legacy_start(session, "deploy", {"count": 100, "delay": 0.1})
         with anyio.fail_after(10):
