@@ -55,4 +55,5 @@ mod stopped_runs;
 mod tools;
 mod transformer_model;
 mod two_apps;
+mod upstream_tasks;
 mod wire;
