@@ -3,7 +3,8 @@
 //!
 //! The entry's `inputSchema`, `outputSchema`, title, description and annotations pass through
 //! unchanged; the parameters are checked against the upstream's own schema on the one call
-//! path, like any tool's.
+//! path, like any tool's. A tool whose listing says `execution.taskSupport = "required"` is
+//! called as an MCP task on its server (`upstream::task`), and is `long_running` here.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -72,16 +73,27 @@ impl AsyncTool for UpstreamTool {
         let upstreams = Arc::clone(&self.upstreams);
         let origin = self.spec.upstream.as_ref().expect("an upstream tool has its origin");
         let (server, tool, name) = (origin.server.clone(), origin.tool.clone(), self.spec.name.clone());
+        let as_task = task_support(&origin.raw) == Some("required");
         let timeout = self.timeout;
         Box::pin(async move {
             let arguments = match params {
                 Json::Object(map) => map,
                 _ => Map::new(),
             };
-            match upstreams.call_tool(&server, &tool, arguments, progress).await {
-                Ok(result) if task_only(&result) => Err(CallError::BadRequest(format!(
-                    "tool '{name}' runs only as an MCP task (upstream server '{server}' requires task augmentation for it); ctx does not run tasks yet: call the server directly, or leave the tool out with `exclude` in [mcp.servers.{server}]"
-                ))),
+            let result = if as_task {
+                upstreams.call_tool_as_task(&server, &tool, arguments, progress).await
+            } else {
+                match upstreams.call_tool(&server, &tool, arguments.clone(), progress.clone()).await {
+                    // Its listing did not say (rmcp drops `execution`, and a plain-JSON listing
+                    // over HTTP is not sniffed): the refusal does, so the call is made again as
+                    // a task, which is what the server asks for.
+                    Ok(result) if task_only(&result) => {
+                        upstreams.call_tool_as_task(&server, &tool, arguments, progress).await
+                    }
+                    other => other,
+                }
+            };
+            match result {
                 Ok(result) => Ok(Output::Upstream(rewrite_uris(&server, result))),
                 Err(e) => Err(CallError::from_upstream(&name, timeout, e)),
             }
@@ -89,9 +101,16 @@ impl AsyncTool for UpstreamTool {
     }
 }
 
+/// The `execution.taskSupport` of an upstream tool's listing entry (`forbidden`, `optional`,
+/// `required`), when it has one.
+fn task_support(raw: &Map<String, Json>) -> Option<&str> {
+    raw.get("execution").and_then(|e| e.get("taskSupport")).and_then(Json::as_str)
+}
+
 /// Whether an upstream's answer is its refusal of a plain call to a tool that runs only as a
-/// task. rmcp's listing drops a tool's `execution`, so such a tool is listed like any other; its
-/// answer (`-32601 … requires task augmentation`, as an error result) is what tells.
+/// task. When ctx did not see the listing's `execution` (see `upstream::sniff`), such a tool is
+/// listed like any other; its answer (`-32601 … requires task augmentation`, as an error
+/// result) is what tells.
 fn task_only(result: &Map<String, Json>) -> bool {
     result.get("isError") == Some(&Json::Bool(true))
         && result
@@ -173,18 +192,6 @@ pub fn build(
                 });
                 continue;
             }
-            // A tool that runs only as a task answers every plain call with -32601: ctx runs no
-            // tasks yet, so the tool could never succeed for any caller.
-            if raw.get("execution").and_then(|e| e.get("taskSupport")).and_then(Json::as_str) == Some("required") {
-                warnings.push(LoadProblem {
-                    kind: LoadProblemKind::Upstream,
-                    name: server.name.clone(),
-                    message: format!(
-                        "{here} runs only as an MCP task (execution.taskSupport = \"required\"), which ctx does not run yet; it is left out"
-                    ),
-                });
-                continue;
-            }
             let (params, warning) = parameters(raw);
             if let Some(message) = warning {
                 warnings.push(LoadProblem {
@@ -211,9 +218,9 @@ pub fn build(
                     raw: raw.clone(),
                 }),
                 approve: false,
-                // ctx runs the upstream call inside a task of its own (see `tools::task_run`).
-                long_running: raw.get("execution").and_then(|e| e.get("taskSupport")).and_then(Json::as_str)
-                    == Some("optional"),
+                // Calls may run long: an MCP client that supports tasks gets a ctx task handle
+                // (see `tools::task_run`). A `required` tool runs as a task upstream too.
+                long_running: matches!(task_support(raw), Some("optional" | "required")),
             };
             tools
                 .push(Arc::new(UpstreamTool { spec, upstreams: Arc::clone(upstreams), timeout: server.timeout })

@@ -530,6 +530,18 @@ pub async fn request(
     limit: Duration,
     progress: Option<(&Arc<ProgressRouter>, ProgressSink)>,
 ) -> Result<Map<String, Json>, Failure> {
+    request_routed(peer, request, limit, progress).await.map(|(result, _)| result)
+}
+
+/// [`request`], and the route of its progress, still open: an upstream task goes on reporting
+/// progress with the token of the `tools/call` that created it (MCP 2025-11-25), after that
+/// call answered. Progress stops being routed when the returned [`Route`] is dropped.
+pub async fn request_routed(
+    peer: &Peer<RoleClient>,
+    request: ClientRequest,
+    limit: Duration,
+    progress: Option<(&Arc<ProgressRouter>, ProgressSink)>,
+) -> Result<(Map<String, Json>, Option<Route>), Failure> {
     let handle = peer
         .send_request_with_option(request, PeerRequestOptions::no_options())
         .await
@@ -538,7 +550,9 @@ pub async fn request(
         peer: peer.clone(),
         id: Some(handle.id.clone()),
         reason: "abandoned by ctx's caller",
-        route: progress.as_ref().map(|(router, _)| (Arc::clone(router), handle.progress_token.clone())),
+        route: progress
+            .as_ref()
+            .map(|(router, _)| Route { router: Arc::clone(router), token: handle.progress_token.clone() }),
     };
     if let Some((router, sink)) = progress {
         router.register(handle.progress_token.clone(), sink);
@@ -551,9 +565,10 @@ pub async fn request(
         Ok(answer) => answer,
     };
     guard.id = None;
+    let route = guard.route.take();
     match answer {
         Ok(Ok(result)) => match serde_json::to_value(&result) {
-            Ok(Json::Object(map)) => Ok(map),
+            Ok(Json::Object(map)) => Ok((map, route)),
             Ok(other) => Err(Failure::Disconnected(format!("the upstream answered with a non-object result: {other}"))),
             Err(e) => Err(Failure::Disconnected(format!("the upstream's result does not serialize: {e}"))),
         },
@@ -565,27 +580,38 @@ pub async fn request(
     }
 }
 
+/// One request's progress route: while it lives, the upstream's progress notifications with
+/// its token reach the request's sink.
+pub struct Route {
+    router: Arc<ProgressRouter>,
+    token: ProgressToken,
+}
+
+impl Drop for Route {
+    fn drop(&mut self) {
+        let dropped = self.router.unregister(&self.token);
+        if dropped > 0 {
+            tracing::debug!(
+                "{dropped} progress notifications of one upstream call dropped (over {} a second)",
+                flood::LIMITS.per_call
+            );
+        }
+    }
+}
+
 /// Sends `notifications/cancelled` for a request nobody waits for any more (rmcp 3.9 does
 /// this only in its typed helpers, not for `send_request_with_option`), and unroutes its
-/// progress.
+/// progress (unless the caller took the route).
 struct Abandon {
     peer: Peer<RoleClient>,
     id: Option<RequestId>,
     reason: &'static str,
-    route: Option<(Arc<ProgressRouter>, ProgressToken)>,
+    route: Option<Route>,
 }
 
 impl Drop for Abandon {
     fn drop(&mut self) {
-        if let Some((router, token)) = self.route.take() {
-            let dropped = router.unregister(&token);
-            if dropped > 0 {
-                tracing::debug!(
-                    "{dropped} progress notifications of one upstream call dropped (over {} a second)",
-                    flood::LIMITS.per_call
-                );
-            }
-        }
+        drop(self.route.take());
         let Some(id) = self.id.take() else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let (peer, reason) = (self.peer.clone(), self.reason);

@@ -18,6 +18,8 @@
 //! - [`stderr`]: a child's stderr into ctx's log, bounded.
 //! - [`frame`]: a child's stdout, bounded per message.
 //! - [`flood`]: rates of what a server sends unasked; a server that floods is cut off.
+//! - [`task`]: a tool called as an MCP task on its server, polled to its end, cancelled when
+//!   abandoned; its id shown namespaced (`<server>:<task id>`).
 
 pub mod catalog;
 pub mod client;
@@ -29,6 +31,7 @@ pub mod process;
 pub mod sniff;
 pub mod stderr;
 pub mod supervisor;
+pub mod task;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -150,6 +153,10 @@ pub enum UpstreamError {
     /// The connection broke during the request.
     #[error("upstream MCP server '{server}' disconnected during the request: {message}")]
     Disconnected { server: String, message: String },
+    /// The upstream's task for a call ended without a result, or waits for what ctx cannot
+    /// give (see [`task`]). `task` is namespaced: `<server>:<upstream task id>`.
+    #[error("upstream MCP server '{server}': its task {task} {message}")]
+    Task { server: String, task: String, message: String },
     /// The answer was over what ctx reads from an upstream ([`frame::MAX_MESSAGE`]); dropped.
     #[error("upstream MCP server '{server}' answered with more than {} MiB, the most ctx reads from an upstream; the answer was dropped. Ask for less (a narrower query, a page)", limit >> 20)]
     TooLarge { server: String, limit: usize },
@@ -450,21 +457,7 @@ impl Upstreams {
         let started = Instant::now();
         let result = client::request(&peer, request, limit, progress.map(|sink| (&shared.progress, sink))).await;
         shared.record_call(started.elapsed());
-        result.map_err(|failure| match failure {
-            Failure::Timeout => UpstreamError::Timeout { server: server.to_string(), limit },
-            Failure::Rpc { data: Some(data), .. } if data["reason"] == frame::TOO_LARGE_MARK => {
-                UpstreamError::TooLarge { server: server.to_string(), limit: frame::MAX_MESSAGE }
-            }
-            // Messages reach every caller: no value of the section's env, headers or URL in them.
-            Failure::Rpc { code, message, data } => {
-                UpstreamError::Rpc { server: server.to_string(), code, message: shared.sanitise(&message), data }
-            }
-            Failure::Disconnected(message) => {
-                // When ctx ended the connection under the call, its reason says more.
-                let message = cut.and_then(|c| c.reason()).unwrap_or(message);
-                UpstreamError::Disconnected { server: server.to_string(), message: shared.sanitise(&message) }
-            }
-        })
+        result.map_err(|failure| upstream_error(server, limit, &shared, cut.as_ref(), failure))
     }
 
     /// `tools/call` on `server`'s tool `tool` (its upstream name) over the shared connection.
@@ -479,6 +472,23 @@ impl Upstreams {
     ) -> Result<Map<String, Json>, UpstreamError> {
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         self.send(server, ClientRequest::CallToolRequest(Request::new(params)), progress).await
+    }
+
+    /// `tools/call` of `server`'s tool `tool` as an MCP task on the server (for tools whose
+    /// listing says `execution.taskSupport = "required"`): created, polled and its result
+    /// fetched over the shared connection, all within the section's timeout (see [`task`]). The
+    /// task's status changes reach `progress` as `upstream task <server>:<id> <status>: ...`;
+    /// dropping the future sends `tasks/cancel`.
+    pub async fn call_tool_as_task(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Json>,
+        progress: Option<ProgressSink>,
+    ) -> Result<Map<String, Json>, UpstreamError> {
+        let (shared, peer, cut) = self.ready_peer(server)?;
+        let conn = task::Conn { server: server.to_string(), shared, peer, cut };
+        task::call(conn, tool, arguments, progress).await
     }
 
     /// `resources/read` of `uri` (the upstream's own URI) on `server`: the `ReadResourceResult` JSON.
@@ -527,6 +537,32 @@ impl Drop for Upstreams {
     }
 }
 
+/// What a failed request to `server` means, said without any secret of its section; `limit`
+/// is the deadline it had.
+fn upstream_error(
+    server: &str,
+    limit: Duration,
+    shared: &Shared,
+    cut: Option<&client::Cut>,
+    failure: Failure,
+) -> UpstreamError {
+    match failure {
+        Failure::Timeout => UpstreamError::Timeout { server: server.to_string(), limit },
+        Failure::Rpc { data: Some(data), .. } if data["reason"] == frame::TOO_LARGE_MARK => {
+            UpstreamError::TooLarge { server: server.to_string(), limit: frame::MAX_MESSAGE }
+        }
+        // Messages reach every caller: no value of the section's env, headers or URL in them.
+        Failure::Rpc { code, message, data } => {
+            UpstreamError::Rpc { server: server.to_string(), code, message: shared.sanitise(&message), data }
+        }
+        Failure::Disconnected(message) => {
+            // When ctx ended the connection under the call, its reason says more.
+            let message = cut.and_then(|c| c.reason()).unwrap_or(message);
+            UpstreamError::Disconnected { server: server.to_string(), message: shared.sanitise(&message) }
+        }
+    }
+}
+
 /// Waits until the server is ready or has failed an attempt, or `deadline`; whether it did.
 async fn settle(shared: &Shared, deadline: tokio::time::Instant) -> bool {
     let mut changed = shared.changed.subscribe();
@@ -567,7 +603,7 @@ impl crate::contract::CallError {
             e @ (U::UnknownServer(_) | U::Down { .. } | U::Disconnected { .. }) => {
                 Self::Unavailable(format!("tool '{tool}': {e}"))
             }
-            e @ U::Rpc { .. } => {
+            e @ (U::Rpc { .. } | U::Task { .. }) => {
                 Self::ToolFailed { message: format!("tool '{tool}': {e}"), tool_code: None, data: None }
             }
         }

@@ -1,12 +1,13 @@
 //! What rmcp's types drop from an upstream's tool list and ctx needs: each tool's `execution`
 //! (`taskSupport`, MCP 2025-11-25). rmcp 3.9's `Tool` has no such field, so a tool that runs
-//! only as a task would be listed like any other, and every call of it would fail. The raw
+//! only as a task would be called plainly, and every call of it would be refused. The raw
 //! answers to `tools/list` are read here as they arrive (stdio lines in [`super::frame`],
-//! event-stream answers over HTTP in [`super::http`]), and the listing puts `execution` back.
+//! event-stream answers over HTTP in [`super::http`]), and the listing puts `execution` back, so
+//! such a tool is called as a task ([`super::task`]).
 //!
 //! An HTTP server that answers `tools/list` with plain JSON instead of an event stream is not
-//! seen here (rmcp parses that body itself); its task-only tools still say what they are when
-//! called (`tools::upstream_tool`).
+//! seen here (rmcp parses that body itself); its task-only tools say what they are when called
+//! plainly, and the call is made again as a task (`tools::upstream_tool`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -200,11 +200,14 @@ fn a_restarted_http_upstream_is_marked_down_then_reconnected_and_relisted() {
         ctx.until_state("ready").await;
         let (status, body) = ctx.call("evhttp__get-sum", json!({"a": 1, "b": 2})).await;
         assert_eq!((status, sum_of(&body)), (200, "The sum of 1 and 2 is 3."), "{body}");
-        // Its tool that runs only as a task (read from the event stream's raw tool list) is not
-        // offered: no plain call of it could succeed.
+        // Its tool that runs only as a task (read from the event stream's raw tool list) is
+        // offered, and called as a task over the same Streamable HTTP session.
         let url = format!("http://{}/tools/list", ctx.serve.addr);
         let listed = ctx.client.get(url).send().await.unwrap().text().await.unwrap();
-        assert!(listed.contains("evhttp__get-sum") && !listed.contains("evhttp__simulate-research-query"), "{listed}");
+        assert!(listed.contains("evhttp__get-sum") && listed.contains("evhttp__simulate-research-query"), "{listed}");
+        let (status, body) = ctx.call("evhttp__simulate-research-query", json!({"topic": "over http"})).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(sum_of(&body).starts_with("# Research Report: over http"), "{body}");
 
         // The upstream goes away: ctx notices without a call (its event stream breaks), and
         // health and the metric say so.

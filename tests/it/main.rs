@@ -57,4 +57,5 @@ mod tool_packs;
 mod tools;
 mod transformer_model;
 mod two_apps;
+mod upstream_tasks;
 mod wire;

@@ -51,7 +51,7 @@ fn names<'a>(items: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
 }
 
 /// `[mcp.servers.<name>]` running `words` (a command line from `scripts/test-env`) and `args`.
-fn stdio_section(name: &str, words: &[String], args: &[&str]) -> String {
+pub(crate) fn stdio_section(name: &str, words: &[String], args: &[&str]) -> String {
     let args: Vec<String> =
         words[1..].iter().map(String::as_str).chain(args.iter().copied()).map(|a| format!("{a:?}")).collect();
     format!("[mcp.servers.{name}]\ncommand = {:?}\nargs = [{}]\n", words[0], args.join(", "))
@@ -66,7 +66,7 @@ fn listed(served: &Served) -> Vec<String> {
 
 /// ctx serves the everything server's tools under its prefix, over REST (validated against the
 /// upstream's own input schemas, structured content passed through) and over MCP; the tool that
-/// runs only as a task is left out.
+/// runs only as a task is offered too, and a plain MCP call of it gets the task's result.
 #[test]
 fn everything_over_stdio_through_ctx() {
     let Some(everything) = test_command("CTX_TEST_EVERYTHING") else { return };
@@ -78,8 +78,8 @@ fn everything_over_stdio_through_ctx() {
     for want in EVERYTHING_TOOLS {
         assert!(tools.contains(&format!("everything__{want}")), "everything__{want} missing from {tools:?}");
     }
-    // The tool it registers after `initialized` runs only as a task: left out, ctx runs no tasks.
-    assert!(!tools.contains(&"everything__simulate-research-query".to_string()), "{tools:?}");
+    // The tool it registers after `initialized` runs only as a task: ctx runs it as one.
+    assert!(tools.contains(&"everything__simulate-research-query".to_string()), "{tools:?}");
 
     let (status, body) = served.post("/tools/everything__echo", json!({"message": "hello through ctx"}));
     assert_eq!((status, body), (200, json!({"result": "Echo: hello through ctx"})));
@@ -104,6 +104,17 @@ fn everything_over_stdio_through_ctx() {
         mcp.request("tools/call", json!({"name": "everything__echo", "arguments": {"message": "over mcp"}}));
     assert_eq!(reply["result"]["isError"], false, "{reply}");
     assert_eq!(reply["result"]["content"][0]["text"], "Echo: over mcp", "{reply}");
+    let tool = mcp.wait_tool("everything__simulate-research-query");
+    assert_eq!(tool["inputSchema"]["required"], json!(["topic"]), "{tool}");
+    let (reply, _) = mcp.request(
+        "tools/call",
+        json!({"name": "everything__simulate-research-query", "arguments": {"topic": "over mcp"}}),
+    );
+    assert_eq!(reply["result"]["isError"], false, "{reply}");
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.starts_with("# Research Report: over mcp"), "{reply}");
+    // The upstream's own task stays upstream: its related-task metadata is not passed on.
+    assert!(reply["result"]["_meta"].get("io.modelcontextprotocol/related-task").is_none(), "{reply}");
 }
 
 /// mcp-server-time (PyPI) behind ctx: its two tools, a real answer, and its own failure passed
