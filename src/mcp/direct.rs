@@ -68,7 +68,7 @@ impl DirectRoute {
             ref other => return method_not_allowed(other),
         }
         // rmcp reads the whole body too: reading it here first costs no more memory.
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let bytes = match read_body(body, self.max_body_bytes).await {
             Ok(bytes) => bytes,
             Err(BodyError::TooLarge) => return too_large(self.max_body_bytes),
@@ -98,6 +98,10 @@ impl DirectRoute {
                     }
                 }
             }
+        }
+        // The tasks a 2026-era listen asks about: rmcp's filter has no `taskIds`.
+        if let Some(ids) = super::tasks::listened_tasks(&bytes) {
+            parts.extensions.insert(ids);
         }
         // A session's task requests (2025-11-25), which rmcp does not know: answered here.
         if parts.headers.contains_key("mcp-session-id") {

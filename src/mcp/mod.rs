@@ -703,6 +703,25 @@ impl ServerHandler for Mcp {
     }
 
     async fn listen(&self, cx: SubscriptionContext) -> Result<(), McpError> {
+        let parts = cx.request_context().extensions.get::<axum::http::request::Parts>();
+        let tasks = parts.and_then(|p| p.extensions.get::<tasks::ListenedTasks>()).map(|t| t.0.clone());
+        let Some(tasks) = tasks else { return self.listen_lists(&cx).await };
+        // Both until the client ends the subscription; the tasks' notices stop once all ended.
+        let told = async {
+            self.tell_listened(&cx, tasks).await;
+            cx.cancelled().await;
+            Ok(())
+        };
+        tokio::select! {
+            result = self.listen_lists(&cx) => result,
+            result = told => result,
+        }
+    }
+}
+
+impl Mcp {
+    /// `list_changed` notices on a `subscriptions/listen` stream, as its filter asks.
+    async fn listen_lists(&self, cx: &SubscriptionContext) -> Result<(), McpError> {
         let accepted = cx.accepted();
         let (want_tools, want_prompts, want_resources) = (
             accepted.tools_list_changed == Some(true),

@@ -26,7 +26,7 @@ use rmcp::model::{
 use rmcp::ErrorData as McpError;
 use serde_json::{json, Map, Value as Json};
 
-use super::{approve, Mcp};
+use super::{approve, principal, Mcp};
 use crate::contract::Principal;
 use crate::tasks::{Seen, TaskError};
 use crate::tools::{CallOptions, Tools};
@@ -347,6 +347,35 @@ fn with_tasks(message: &str) -> Option<String> {
 
 // ---- 2026-07-28 -------------------------------------------------------------------------
 
+/// The most task ids one `subscriptions/listen` may name, and the longest id kept.
+const MAX_LISTENED: usize = 64;
+const MAX_ID_BYTES: usize = 128;
+
+/// The tasks a `subscriptions/listen` asks to hear about (`notifications.taskIds`), which the
+/// direct route reads from the raw request: rmcp 3.9's filter drops the key.
+#[derive(Clone, Debug)]
+pub struct ListenedTasks(pub Vec<String>);
+
+/// The `taskIds` of a body that is a `subscriptions/listen` request, if it names any.
+pub fn listened_tasks(body: &[u8]) -> Option<ListenedTasks> {
+    if !body.windows(9).any(|w| w == b"\"taskIds\"") {
+        return None;
+    }
+    let message: Json = serde_json::from_slice(body).ok()?;
+    if message.get("method").and_then(Json::as_str) != Some("subscriptions/listen") {
+        return None;
+    }
+    let ids = message.pointer("/params/notifications/taskIds")?.as_array()?;
+    let ids: Vec<String> = ids
+        .iter()
+        .filter_map(Json::as_str)
+        .filter(|id| id.len() <= MAX_ID_BYTES)
+        .take(MAX_LISTENED)
+        .map(String::from)
+        .collect();
+    (!ids.is_empty()).then_some(ListenedTasks(ids))
+}
+
 fn modern_status(status: TaskStatus) -> McpStatus {
     match status {
         TaskStatus::Working => McpStatus::Working,
@@ -432,6 +461,56 @@ impl Mcp {
             }
         }
         requests
+    }
+
+    /// `notifications/tasks` on a `subscriptions/listen` stream that named the caller's tasks
+    /// (`taskIds`): the task at each change of its status, until each has ended. Another
+    /// caller's task, or one that does not exist, is skipped silently. Returns when all ended.
+    pub(super) async fn tell_listened(&self, cx: &rmcp::service::SubscriptionContext, ids: Vec<String>) {
+        let request = cx.request_context();
+        let principal = principal(request);
+        let owner = owner(principal.as_deref());
+        let mut told: std::collections::HashMap<String, TaskStatus> = Default::default();
+        let mut open = ids;
+        while !open.is_empty() {
+            let state = Arc::clone(self.inner.tools.current().state());
+            let mut watches: Vec<_> = open.iter().filter_map(|id| state.tasks.watch(&owner, id)).collect();
+            let mut still = Vec::new();
+            for id in std::mem::take(&mut open) {
+                let Ok(seen) = read(&self.inner.tools, &owner, &id).await else { continue };
+                if told.get(&id) != Some(&seen.mcp_status) {
+                    told.insert(id.clone(), seen.mcp_status);
+                    let Ok(detailed) = self.modern_get(principal.as_deref(), &id).await else { continue };
+                    let params = rmcp::model::TaskStatusNotificationParams::new(detailed);
+                    let mut notice = rmcp::model::ServerNotification::CustomNotification(
+                        rmcp::model::CustomNotification::new("notifications/tasks", serde_json::to_value(params).ok()),
+                    );
+                    rmcp::model::GetMeta::get_meta_mut(&mut notice).set_subscription_id(request.id.clone());
+                    let send = request.peer.send_notification(notice);
+                    if !matches!(tokio::time::timeout(Duration::from_secs(5), send).await, Ok(Ok(()))) {
+                        return;
+                    }
+                }
+                if seen.outcome.is_none() {
+                    still.push(id);
+                }
+            }
+            open = still;
+            if open.is_empty() {
+                return;
+            }
+            // The next change of any of them, or a look every second (a watch ends with its task).
+            let changed = async {
+                match watches.first_mut() {
+                    Some(w) => {
+                        let _ = w.changed().await;
+                    }
+                    None => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(1), changed).await;
+            watches.clear();
+        }
     }
 
     /// `tasks/update` (2026): the client's answer to the task's approval question.

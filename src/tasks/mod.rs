@@ -158,6 +158,16 @@ fn mcp_status_of(row: &Row) -> TaskStatus {
     status_of(row.mcp_status.as_deref().unwrap_or(&row.status))
 }
 
+/// The longest progress message a task keeps.
+const MAX_MESSAGE_CHARS: usize = 1024;
+
+/// A progress message as a task keeps it: control characters (newlines, escapes) as spaces,
+/// at most [`MAX_MESSAGE_CHARS`].
+fn one_line(text: &str) -> String {
+    let clean: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).take(MAX_MESSAGE_CHARS).collect();
+    clean.trim().to_string()
+}
+
 /// Whether a stored status is an end.
 pub fn is_terminal(status: &str) -> bool {
     matches!(status, "completed" | "failed" | "cancelled")
@@ -307,10 +317,12 @@ impl Tasks {
     pub fn progress(&self, task: &Arc<Live>, progress: &Progress) {
         {
             let mut row = task.row.lock().unwrap_or_else(|p| p.into_inner());
-            let report = TaskProgress { done: progress.done, total: progress.total, message: progress.message.clone() };
+            // Every status answer and notice carries it: one plain line, capped.
+            let message = progress.message.as_deref().map(one_line);
+            let report = TaskProgress { done: progress.done, total: progress.total, message: message.clone() };
             row.progress = serde_json::to_string(&report).ok();
-            if let Some(message) = &progress.message {
-                row.message = Some(message.clone());
+            if let Some(message) = message {
+                row.message = Some(message);
             }
             row.updated_ms = now_ms();
         }

@@ -253,10 +253,30 @@ mod tests {
         assert_eq!((a.status.as_str(), a.message.as_deref()), ("failed", Some("lost")));
         assert_eq!(store.get("b", 50).unwrap().unwrap().status, "working");
         assert_eq!(store.get("c", 50).unwrap().unwrap().status, "completed");
-        // Past its expiry a task is not answered, and a purge drops it.
+        // Past its expiry a task is not answered, and a purge drops it once it ended: a task
+        // still running keeps its row, where its end is written.
         assert_eq!(store.get("a", 1010).unwrap(), None);
-        assert_eq!(store.purge(1025).unwrap(), 2);
-        assert!(store.get("c", 0).unwrap().is_some());
+        assert_eq!(store.purge(1025).unwrap(), 1);
+        assert!(store.get("b", 0).unwrap().is_some() && store.get("c", 0).unwrap().is_some());
+        assert_eq!(store.purge(1035).unwrap(), 1);
+        assert!(store.get("c", 0).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_caller_keeps_its_newest_tasks_and_every_open_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().join("tasks.sqlite"));
+        for (i, status) in ["completed", "working", "failed", "completed", "completed"].iter().enumerate() {
+            let mut t = task(&format!("t{i}"), "alice", "r", i as i64);
+            t.status = status.to_string();
+            store.insert(&t).unwrap();
+        }
+        store.insert(&task("other", "bob", "r", 0)).unwrap();
+        // The two newest stay; of the older ones only the open one does.
+        assert_eq!(store.keep("alice", 2).unwrap(), 2);
+        let ids: Vec<String> = store.list("alice", 0, 10).unwrap().into_iter().map(|t| t.id).collect();
+        assert_eq!(ids, ["t4", "t3", "t1"]);
+        assert_eq!(store.list("bob", 0, 10).unwrap().len(), 1);
     }
 
     #[test]

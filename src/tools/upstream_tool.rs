@@ -74,6 +74,8 @@ impl AsyncTool for UpstreamTool {
         let origin = self.spec.upstream.as_ref().expect("an upstream tool has its origin");
         let (server, tool, name) = (origin.server.clone(), origin.tool.clone(), self.spec.name.clone());
         let as_task = task_support(&origin.raw) == Some("required");
+        // Only a listing that said nothing about tasks leaves the refusal to tell.
+        let may_retry = task_support(&origin.raw).is_none();
         let timeout = self.timeout;
         Box::pin(async move {
             let arguments = match params {
@@ -87,7 +89,7 @@ impl AsyncTool for UpstreamTool {
                     // Its listing did not say (rmcp drops `execution`, and a plain-JSON listing
                     // over HTTP is not sniffed): the refusal does, so the call is made again as
                     // a task, which is what the server asks for.
-                    Ok(result) if task_only(&result) => {
+                    Ok(result) if may_retry && task_only(&result, &tool) => {
                         upstreams.call_tool_as_task(&server, &tool, arguments, progress).await
                     }
                     other => other,
@@ -109,17 +111,17 @@ fn task_support(raw: &Map<String, Json>) -> Option<&str> {
 
 /// Whether an upstream's answer is its refusal of a plain call to a tool that runs only as a
 /// task. When ctx did not see the listing's `execution` (see `upstream::sniff`), such a tool is
-/// listed like any other; its answer (`-32601 … requires task augmentation`, as an error
-/// result) is what tells.
-fn task_only(result: &Map<String, Json>) -> bool {
+/// listed like any other; its answer is what tells: an error result whose one text block is
+/// `MCP error -32601: …` naming the tool and task augmentation. Anything looser would let a
+/// tool that ran and echoed such words run a second time.
+fn task_only(result: &Map<String, Json>, tool: &str) -> bool {
+    let blocks = result.get("content").and_then(Json::as_array).map(Vec::as_slice).unwrap_or_default();
+    let [block] = blocks else { return false };
+    let text = block.get("text").and_then(Json::as_str).unwrap_or_default();
     result.get("isError") == Some(&Json::Bool(true))
-        && result
-            .get("content")
-            .and_then(Json::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c.get("text").and_then(Json::as_str))
-            .any(|t| t.contains("-32601") && t.contains("task augmentation"))
+        && text.starts_with("MCP error -32601")
+        && text.contains(tool)
+        && text.contains("task augmentation")
 }
 
 /// `<server>__<tool>`, made valid for the LLM APIs: every other character becomes `_`, and a
@@ -296,11 +298,17 @@ mod tests {
     fn a_refusal_of_a_plain_call_to_a_task_only_tool_is_recognised() {
         let refusal = serde_json::json!({"isError": true, "content": [{"type": "text",
             "text": "MCP error -32601: Tool simulate-research-query requires task augmentation (taskSupport: 'required')"}]});
-        assert!(super::task_only(refusal.as_object().unwrap()));
+        let tool = "simulate-research-query";
+        assert!(super::task_only(refusal.as_object().unwrap(), tool));
+        assert!(!super::task_only(refusal.as_object().unwrap(), "another-tool"), "it names the tool called");
         let other = serde_json::json!({"isError": true, "content": [{"type": "text", "text": "MCP error -32601: no such method"}]});
-        assert!(!super::task_only(other.as_object().unwrap()));
+        assert!(!super::task_only(other.as_object().unwrap(), tool));
         let fine = serde_json::json!({"content": [{"type": "text", "text": "requires task augmentation -32601"}]});
-        assert!(!super::task_only(fine.as_object().unwrap()));
+        assert!(!super::task_only(fine.as_object().unwrap(), tool));
+        // A tool that ran and echoed such words is not a refusal: it must not run again.
+        let echoed = serde_json::json!({"isError": true, "content": [{"type": "text",
+            "text": "command failed: output was 'MCP error -32601: simulate-research-query requires task augmentation'"}]});
+        assert!(!super::task_only(echoed.as_object().unwrap(), tool));
     }
 
     use super::*;

@@ -70,14 +70,28 @@ pub fn created(answer: Map<String, Json>) -> Created {
     Created::Result(answer)
 }
 
-/// A task's fields, in either era's spelling; `None` without a task id and status.
+/// The longest task id and status message kept from an upstream: both go into every status
+/// of the ctx task, its store and its answers.
+const MAX_ID_BYTES: usize = 256;
+const MAX_MESSAGE_CHARS: usize = 1024;
+
+/// An upstream's text as one plain line: control characters (newlines, ANSI escapes) would
+/// forge log lines or hide the `upstream task` prefix of the status a client shows.
+fn plain(text: &str, chars: usize) -> String {
+    let clean: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    head(clean.trim(), chars)
+}
+
+/// A task's fields, in either era's spelling; `None` without a task id and status, or with an
+/// id no task of ctx's would keep (over 256 bytes, or with control characters).
 pub fn seen(task: &Map<String, Json>) -> Option<Seen> {
     let text = |key: &str| task.get(key).and_then(Json::as_str).map(str::to_string);
     let poll = ["pollInterval", "pollIntervalMs"].iter().find_map(|k| task.get(*k).and_then(Json::as_u64));
+    let id = text("taskId").filter(|id| id.len() <= MAX_ID_BYTES && !id.chars().any(char::is_control))?;
     Some(Seen {
-        id: text("taskId")?,
-        status: text("status")?,
-        message: text("statusMessage").filter(|m| !m.is_empty()),
+        id,
+        status: plain(&text("status")?, 32),
+        message: text("statusMessage").map(|m| plain(&m, MAX_MESSAGE_CHARS)).filter(|m| !m.is_empty()),
         poll: poll.map(Duration::from_millis),
         result: task.get("result").and_then(Json::as_object).cloned(),
         error: task.get("error").and_then(Json::as_object).cloned(),
@@ -195,11 +209,11 @@ async fn drive(
             .await
             .map_err(|f| conn.error(limit, f))?;
     let mut seen = match created(answer) {
-        Created::Result(result) => return Ok(result),
+        Created::Result(result) => return Ok(unrelated(result)),
         Created::Task(seen) => seen,
     };
     let mut pending = CancelOnDrop::new(conn, &seen.id);
-    tracing::info!(server = %conn.server, tool, task = %pending.name, "upstream tool runs as an upstream task");
+    tracing::info!(server = %conn.server, tool, task = ?pending.name, "upstream tool runs as an upstream task");
     report(describe(&conn.server, &seen));
     let mut interval = seen.poll.unwrap_or(POLL_DEFAULT);
     loop {
@@ -267,10 +281,16 @@ async fn drive(
     }
 }
 
-/// A `tasks/get` answer's task; a server may leave out the id it was asked for.
+/// A `tasks/get` answer's task; a server may leave out the id it was asked for, but not name
+/// another (ctx would follow a task it did not start, perhaps another caller's).
 fn seen_answer(answer: &Map<String, Json>, id: &str) -> Option<Seen> {
+    match answer.get("taskId") {
+        Some(Json::String(named)) if named != id => return None,
+        Some(Json::String(_)) => return seen(answer),
+        _ => {}
+    }
     let mut answer = answer.clone();
-    answer.entry("taskId").or_insert_with(|| Json::String(id.to_string()));
+    answer.insert("taskId".into(), Json::String(id.to_string()));
     seen(&answer)
 }
 
@@ -318,10 +338,10 @@ impl Drop for CancelOnDrop {
                 // MCP 2025-11-25 answers with the task: its status says whether it stopped.
                 Ok(answer) => {
                     let status = answer.get("status").and_then(Json::as_str).unwrap_or("unknown").to_string();
-                    tracing::info!(task = %name, status, "upstream task cancelled: ctx's call was abandoned before it ended");
+                    tracing::info!(task = ?name, status, "upstream task cancelled: ctx's call was abandoned before it ended");
                 }
                 Err(e) => tracing::warn!(
-                    task = %name,
+                    task = ?name,
                     "could not cancel the upstream task of an abandoned call ({e:?}); it runs on upstream until it ends or its ttl passes"
                 ),
             }

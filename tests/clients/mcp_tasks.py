@@ -72,6 +72,14 @@ class CancelTask(t.Request[Any, Literal["tasks/cancel"]]):
     name_param: ClassVar[str | None] = "taskId"
 
 
+class ListenTasks(t.Request[Any, Literal["subscriptions/listen"]]):
+    """`subscriptions/listen` naming tasks (the extension's `taskIds`), which the SDK's own
+    `listen()` has no argument for."""
+
+    method: Literal["subscriptions/listen"] = "subscriptions/listen"
+    params: dict
+
+
 class TaskHandle(t.Result):
     """The `resultType: "task"` answer to a tools/call."""
 
@@ -250,15 +258,43 @@ class TasksExtension(ClientExtension):
 
     identifier = "io.modelcontextprotocol/tasks"
 
-    def __init__(self, on_poll: Any) -> None:
+    def __init__(self, on_poll: Any, listen: bool = False) -> None:
         self.on_poll = on_poll
+        self.listen = listen
         self.handles: list[TaskHandle] = []
+        # The statuses `notifications/tasks` told, by task id.
+        self.told: dict[str, list[str]] = {}
 
     def claims(self) -> list[ResultClaim[Any]]:
         return [ResultClaim(result_type="task", model=TaskHandle, resolve=self.resolve)]
 
+    def notifications(self) -> list[NotificationBinding[Any]]:
+        return [NotificationBinding(method="notifications/tasks", params_type=Raw, handler=self.on_notice)]
+
+    async def on_notice(self, params: Raw) -> None:
+        told = params.model_dump()
+        self.told.setdefault(told.get("taskId", ""), []).append(told.get("status", ""))
+
     async def resolve(self, handle: TaskHandle, cx: ClaimContext) -> t.CallToolResult:
         self.handles.append(handle)
+        if not self.listen:
+            return await self.poll(handle, cx)
+        # Also listen for the task's notices while polling, as a client that wants them does.
+        async with anyio.create_task_group() as group:
+
+            async def listen() -> None:
+                request = ListenTasks(params={"notifications": {"taskIds": [handle.task_id]}})
+                await cx.session.send_request(request, Raw)
+
+            group.start_soon(listen)
+            result = await self.poll(handle, cx)
+            with anyio.fail_after(5):
+                while "completed" not in self.told.get(handle.task_id, []):
+                    await anyio.sleep(0.05)
+            group.cancel_scope.cancel()
+        return result
+
+    async def poll(self, handle: TaskHandle, cx: ClaimContext) -> t.CallToolResult:
         with anyio.fail_after(RUN_TIMEOUT):
             while True:
                 got = (await cx.session.send_request(GetTask(params={"taskId": handle.task_id}), Raw)).model_dump()
@@ -295,7 +331,7 @@ async def modern(args: Args) -> None:
                 except MCPError as e:
                     require(e.code == -32602 and "no task" in str(e), f"another token: {e.code} {e}")
 
-    extension = TasksExtension(on_poll)
+    extension = TasksExtension(on_poll, listen=args.check == "progress")
     transport = streamable_http_client(f"{args.url}/mcp", http_client=http(args.token))
     async with mcp.Client(transport, mode="auto", extensions=[extension]) as client:
         version = client.session._negotiated_version  # noqa: SLF001
@@ -307,6 +343,9 @@ async def modern(args: Args) -> None:
             messages = {g.get("statusMessage") for g in seen if g["status"] == "working"}
             require(len([m for m in messages if m and m.startswith("step ")]) >= 3, f"progress seen: {messages}")
             require(seen[-1]["status"] == "completed", f"{seen[-1]}")
+            # The notices of a listen that named the task: working first, completed last.
+            told = extension.told.get(extension.handles[0].task_id, [])
+            require(told and told[0] == "working" and told[-1] == "completed", f"notifications/tasks: {told}")
         elif args.check == "cancel":
             result = await client.call_tool("deploy", {"count": 100, "delay": 0.1})
             require("cancelled" in state, "no cancel was sent")
