@@ -610,7 +610,9 @@ fn one_token_cannot_take_every_code_mode_place() {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             runtime.block_on(async {
                 let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-                let body = json!({"script": "sleep(3) return 'done'"});
+                // Long enough that all eight overlap even when a loaded machine starts them
+                // seconds apart (3 s failed once under the full suite).
+                let body = json!({"script": "sleep(8) return 'done'"});
                 let response = client.post(url).bearer_auth(token).json(&body).send().await.unwrap();
                 (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
             })
