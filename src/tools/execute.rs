@@ -119,7 +119,7 @@ async fn run_tool(
     // A tool that waits on another process runs as a future right here: no thread, and
     // dropping this future (the client went away or cancelled) cancels it upstream too.
     if let Some(async_tool) = tool.as_async() {
-        return async_tool.call(params, options.progress.clone()).await;
+        return async_tool.call(params, options.progress.clone(), options.in_task).await;
     }
     if let Some(result) = inline(registry, &*tool, &name, &params, options, id) {
         return result;

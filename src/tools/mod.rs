@@ -77,6 +77,7 @@ impl CallEnv<'_> {
             parent: Some(self.call_id),
             approval: None,
             ask: None,
+            in_task: false,
         }
     }
 }
@@ -115,7 +116,8 @@ pub type CallFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<
 /// A tool whose calls are futures (see [`Tool::as_async`]). Dropping the future cancels the
 /// call. [`Tool::run`] of such a tool blocks on it.
 pub trait AsyncTool: Send + Sync {
-    fn call(&self, params: Json, progress: Option<ProgressSink>) -> CallFuture;
+    /// `in_task`: the call runs as a ctx task, so the tool may run it as a task of its own.
+    fn call(&self, params: Json, progress: Option<ProgressSink>, in_task: bool) -> CallFuture;
 }
 
 pub type ToolRef = Arc<dyn Tool>;

@@ -43,6 +43,9 @@ pub struct CallOptions {
     pub approval: Option<String>,
     /// How to put a pending approval to a person while the call waits, when the caller can.
     pub ask: Option<Arc<dyn pipeline::Ask>>,
+    /// The call runs as a task (see `task_run`): an upstream tool that may run as a task on its
+    /// server (`taskSupport: optional`) runs as one there too.
+    pub in_task: bool,
 }
 
 /// Every tool of one config, in listing order: built-ins first, then Lua tools by name.

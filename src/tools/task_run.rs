@@ -47,6 +47,7 @@ impl Tools {
         let task = tokio::task::spawn_blocking(move || creating.tasks.create(&owner, &tool, via, cancel))
             .await
             .map_err(|e| CallError::Internal(format!("creating a task: {e}")))??;
+        options.in_task = true;
         let outer = options.progress.take();
         let reporting = (Arc::clone(&state), Arc::clone(&task));
         options.progress = Some(Arc::new(move |p: Progress| {

@@ -50,7 +50,8 @@ impl Tool for UpstreamTool {
         // `context.call` and is stopped): dropping the future cancels it upstream.
         let cancel = env.cancel.clone();
         let name = self.spec.name.clone();
-        let call = self.call(params, env.progress.clone());
+        // A blocking caller (the CLI, `context.call`) is never a task.
+        let call = self.call(params, env.progress.clone(), false);
         handle.block_on(async move {
             tokio::select! {
                 result = call => result,
@@ -69,11 +70,17 @@ impl Tool for UpstreamTool {
 }
 
 impl AsyncTool for UpstreamTool {
-    fn call(&self, params: Json, progress: Option<ProgressSink>) -> CallFuture {
+    fn call(&self, params: Json, progress: Option<ProgressSink>, in_task: bool) -> CallFuture {
         let upstreams = Arc::clone(&self.upstreams);
         let origin = self.spec.upstream.as_ref().expect("an upstream tool has its origin");
         let (server, tool, name) = (origin.server.clone(), origin.tool.clone(), self.spec.name.clone());
-        let as_task = task_support(&origin.raw) == Some("required");
+        // A tool that runs only as a task always does; one that may, when ctx's call is a task
+        // itself (its caller is not held up, and the upstream's own status shows in ctx's).
+        let as_task = match task_support(&origin.raw) {
+            Some("required") => true,
+            Some("optional") => in_task,
+            _ => false,
+        };
         // Only a listing that said nothing about tasks leaves the refusal to tell.
         let may_retry = task_support(&origin.raw).is_none();
         let timeout = self.timeout;

@@ -136,7 +136,9 @@ impl Conn {
         super::upstream_error(&self.server, limit, &self.shared, self.cut.as_ref(), failure)
     }
 
+    /// The message reaches every caller, as an RPC error's does: without the section's secrets.
     fn task_error(&self, seen: &Seen, message: String) -> UpstreamError {
+        let message = self.shared.sanitise(&message);
         UpstreamError::Task { server: self.server.clone(), task: format!("{}:{}", self.server, seen.id), message }
     }
 }

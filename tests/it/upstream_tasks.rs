@@ -192,3 +192,16 @@ fn an_upstream_task_in_the_2026_shape_completes_with_its_inline_result() {
     let (status, body) = served.post("/tools/tasks__inline", json!({}));
     assert_eq!((status, body), (200, json!({"result": "inline done"})));
 }
+
+#[test]
+fn a_tool_that_may_run_as_a_task_runs_as_one_upstream_only_when_the_ctx_call_is_a_task() {
+    let (served, _) = task_server();
+    let (status, body) = served.post("/tools/tasks__either", json!({}));
+    assert_eq!((status, body), (200, json!({"result": "plain either"})));
+    let task = start_task(&served, "tasks__either", json!({}));
+    let id = task["id"].as_str().unwrap();
+    let (done, messages) = poll(&served, id, |t| t["status"] == "completed");
+    assert!(messages.iter().any(|m| m.starts_with("upstream task tasks:either-")), "{messages:?} {done}");
+    let (status, result) = served.get(&format!("/tasks/{id}/result"));
+    assert_eq!((status, result), (200, json!({"result": "task either"})));
+}

@@ -4,10 +4,12 @@ Raw JSON-RPC lines, standard library only, so it pins the wire shapes it answers
 
     python3 task_server.py LOG     (LOG: one line per tasks/cancel received, `cancel <taskId>`)
 
-Tools (all `execution.taskSupport = "required"`):
+Tools (`execution.taskSupport = "required"` unless said):
   asks    the task goes `input_required` (MCP 2025-11-25 shapes) and stays there
   fails   the task fails; `tasks/result` answers the JSON-RPC error -32000 "the work broke"
   inline  2026-07-28 shapes: `resultType: "task"`, then `tasks/get` with the result inline
+  either  `optional`: a plain call answers "plain either" at once; as a task it completes and
+          `tasks/result` answers "task either"
 """
 
 import json
@@ -30,9 +32,9 @@ def task(task_id, status, message=None):
     return body
 
 
-def tool(name):
+def tool(name, support="required"):
     return {"name": name, "description": name, "inputSchema": {"type": "object"},
-            "execution": {"taskSupport": "required"}}
+            "execution": {"taskSupport": support}}
 
 
 def answer(method, params):
@@ -41,9 +43,11 @@ def answer(method, params):
                 "capabilities": {"tools": {}, "tasks": {"list": {}, "cancel": {},
                                                         "requests": {"tools": {"call": {}}}}}}
     if method == "tools/list":
-        return {"tools": [tool("asks"), tool("fails"), tool("inline")]}
+        return {"tools": [tool("asks"), tool("fails"), tool("inline"), tool("either", "optional")]}
     if method == "tools/call":
         name = params["name"]
+        if name == "either" and "task" not in params:
+            return {"content": [{"type": "text", "text": "plain either"}]}
         task_id = "%s-%d" % (name, len(tasks) + 1)
         tasks[task_id] = name
         if name == "inline":
@@ -60,10 +64,14 @@ def answer(method, params):
             return task(task_id, "input_required", "Which topic did you mean?")
         if name == "fails":
             return task(task_id, "failed", "the work broke")
+        if name == "either":
+            return task(task_id, "completed", "either is done")
         return {"resultType": "complete", "taskId": task_id, "status": "completed",
                 "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z",
                 "ttlMs": 60000, "result": {"content": [{"type": "text", "text": "inline done"}]}}
     if method == "tasks/result":
+        if tasks.get(params["taskId"]) == "either":
+            return {"content": [{"type": "text", "text": "task either"}]}
         raise RuntimeError("the work broke")
     if method == "tasks/cancel":
         with open(LOG, "a") as log:
