@@ -32,8 +32,6 @@ use crate::tasks::{Seen, TaskError};
 use crate::tools::{CallOptions, Tools};
 use crate::types::{Task, TaskStatus};
 
-/// How long `tasks/cancel` waits for the run to stop, so its answer shows `cancelled`.
-const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// The `_meta` key that ties a message to its task (2025-11-25).
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
@@ -91,11 +89,7 @@ async fn read(tools: &Tools, owner: &str, id: &str) -> Result<Seen, TaskError> {
 
 async fn cancel(tools: &Tools, owner: &str, id: &str) -> Result<Seen, TaskError> {
     let state = Arc::clone(tools.current().state());
-    state.tasks.cancel(owner, id)?;
-    let stopping = std::time::Instant::now();
-    while state.tasks.is_live(id) && stopping.elapsed() < CANCEL_WAIT {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    state.tasks.cancel(owner, id).await?;
     read(tools, owner, id).await
 }
 

@@ -22,9 +22,6 @@ use crate::tasks::{Outcome, Render, Seen, TaskError};
 use crate::tools::{CallError, Output};
 use crate::types::{ErrorCode, Task, TasksList};
 
-/// How long `DELETE /tasks/{id}` waits for the run to stop, so its answer shows `cancelled`.
-const CANCEL_WAIT: Duration = Duration::from_secs(5);
-
 /// A task's outcome as REST (`POST /tools/{name}`'s status and body) and MCP (`tools/call`'s
 /// result or error) answer it.
 pub struct Renderer;
@@ -295,12 +292,8 @@ pub async fn cancel(
 ) -> Response {
     let owner = owner(&caller);
     let state = Arc::clone(app.tools.current().state());
-    if let Err(e) = state.tasks.cancel(&owner, &id) {
+    if let Err(e) = state.tasks.cancel(&owner, &id).await {
         return task_error(e);
-    }
-    let stopping = std::time::Instant::now();
-    while state.tasks.is_live(&id) && stopping.elapsed() < CANCEL_WAIT {
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     match seen(&app, owner, id).await {
         Ok(seen) => json_response(StatusCode::OK, &task_body(&seen.task)),

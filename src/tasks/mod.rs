@@ -20,7 +20,11 @@ use crate::types::{Task, TaskProgress, TaskStatus};
 pub use store::{Row, Store};
 
 /// Tasks a caller may list at once.
-pub const LIST_LIMIT: usize = 100;
+const LIST_LIMIT: usize = 100;
+
+/// How long a cancel waits for the run to stop (a Lua run stops at its next instruction, an
+/// upstream call when dropped): past it, the answer shows the task still working.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
 /// How often a running task's progress is written to the store at most: readers of this
 /// process see every report at once, from memory.
@@ -469,8 +473,19 @@ impl Tasks {
         live.get(id).filter(|t| t.owner == owner).map(|t| t.changed.subscribe())
     }
 
-    /// Asks `owner`'s running task `id` to stop: its run is cancelled and it ends `cancelled`.
-    pub fn cancel(&self, owner: &str, id: &str) -> Result<(), TaskError> {
+    /// Asks `owner`'s running task `id` to stop (its run is cancelled and it ends
+    /// `cancelled`), and waits up to [`CANCEL_WAIT`] for the run to stop, so that what the
+    /// caller reads next shows it.
+    pub async fn cancel(&self, owner: &str, id: &str) -> Result<(), TaskError> {
+        self.ask_cancel(owner, id)?;
+        let stopping = std::time::Instant::now();
+        while self.is_live(id) && stopping.elapsed() < CANCEL_WAIT {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    fn ask_cancel(&self, owner: &str, id: &str) -> Result<(), TaskError> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned();
         match live {
             Some(task) if task.owner == owner => {
@@ -488,11 +503,6 @@ impl Tasks {
         }
     }
 
-    /// Whether a cancel was asked for `task`.
-    pub fn cancel_asked(task: &Live) -> bool {
-        task.cancel_asked.load(std::sync::atomic::Ordering::Acquire)
-    }
-
     /// The approval `owner`'s task `id` waits on, if it waits.
     pub fn pending(&self, owner: &str, id: &str) -> Option<crate::contract::approval::Pending> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()?;
@@ -501,12 +511,7 @@ impl Tasks {
     }
 
     /// Whether task `id` still runs in this process.
-    pub fn is_live(&self, id: &str) -> bool {
+    fn is_live(&self, id: &str) -> bool {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id)
-    }
-
-    /// Tasks running in this process now.
-    pub fn running(&self) -> usize {
-        self.live.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
