@@ -13,6 +13,8 @@
 //! - [`runtime`]: the process's one async runtime, which the CLI builds and sync code waits on.
 //! - [`contract`]: the types every feature shares (tool spec, call error, output, parameters,
 //!   principal, limits, cancel and progress, redaction) and small helpers.
+//! - [`db`]: the shared PostgreSQL database of replicas (`[db] url`): URL, TLS, pool, whether it
+//!   answers, and versioned migrations on both backends.
 //!
 //! Features (floors 2-8):
 //! - [`config`]: `ctx.toml` located, expanded, validated and typed (data only).
@@ -64,6 +66,7 @@ pub mod code;
 pub mod config;
 pub mod connectors;
 pub mod contract;
+pub mod db;
 pub mod embed;
 pub mod kb;
 pub mod lua;

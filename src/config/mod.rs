@@ -239,7 +239,9 @@ impl Config {
         if purpose == Use::Local {
             drop_unset_tokens(&mut value, &mut expansion);
         }
-        let secrets = secrets_of(&expansion, &value);
+        database_from_env(&mut value, env);
+        let mut secrets = secrets_of(&expansion, &value);
+        database_secret(&value, env, &mut secrets);
         redact::register(&secrets);
         let file_shown = shown.display().to_string();
         // Every problem with the path of its key: a problem inside a section that an unset
@@ -266,6 +268,7 @@ impl Config {
             found.push((problem.path.clone(), ConfigProblem { key: problem.dotted(), line, message: problem.message }));
         }
         found.extend(host_rule_problems(&value, text));
+        found.extend(database_problems(&value, text));
         for (path, message) in rate::config_problems(&value) {
             let problem = ConfigProblem { line: toml_source::line_of(text, &path), message, key: path.join(".") };
             found.push((path, problem));
@@ -580,6 +583,43 @@ fn hide_value(message: &str, value: &str, label: &str) -> String {
 
 /// `allow_hosts` entries that look like a CIDR range and are not one, in script sections and
 /// in `[code_mode]`.
+/// `CTX_DATABASE_URL` wins over `[db] url`: one config file serves a laptop (SQLite) and a
+/// deployment (the variable set on each replica).
+fn database_from_env(value: &mut Value, env: &dyn Fn(&str) -> Option<String>) {
+    let Some(url) = env(crate::db::URL_ENV).filter(|u| !u.trim().is_empty()) else { return };
+    let Some(root) = value.as_object_mut() else { return };
+    let db = root.entry("db").or_insert_with(|| Value::Object(Default::default()));
+    if let Some(db) = db.as_object_mut() {
+        db.insert("url".into(), Value::String(url));
+    }
+}
+
+/// The database password, from the URL or `PGPASSWORD`: hidden in every log and error like the
+/// config's other secrets.
+fn database_secret(value: &Value, env: &dyn Fn(&str) -> Option<String>, secrets: &mut redact::Redactor) {
+    if let Some(url) = value.pointer("/db/url").and_then(Value::as_str) {
+        let password = env("PGPASSWORD");
+        if let Ok(parsed) = crate::db::DbUrl::parse(url, password.as_deref()) {
+            if let Some(password) = parsed.password() {
+                secrets.add(&password, "the database password");
+            }
+        }
+    }
+}
+
+/// `[db] url` must be a PostgreSQL URL ctx can use; the problem says what to write.
+fn database_problems(value: &Value, text: &str) -> Vec<(Vec<String>, ConfigProblem)> {
+    let Some(url) = value.pointer("/db/url").and_then(Value::as_str) else { return Vec::new() };
+    match crate::db::DbUrl::parse(url, None) {
+        Ok(_) => Vec::new(),
+        Err(message) => {
+            let path = vec!["db".to_string(), "url".to_string()];
+            let line = toml_source::line_of(text, &path);
+            vec![(path, ConfigProblem { key: "db.url".into(), line, message })]
+        }
+    }
+}
+
 fn host_rule_problems(value: &Value, text: &str) -> Vec<(Vec<String>, ConfigProblem)> {
     let mut sections: Vec<(Vec<String>, &Value)> = Vec::new();
     for kind in [ScriptKind::Connector, ScriptKind::Tool, ScriptKind::Agent] {

@@ -1,0 +1,38 @@
+//! The shared database. `[db] url` (or `CTX_DATABASE_URL`) names a PostgreSQL server that every
+//! replica's state lives in: approvals, the call log, tasks, rate-limit buckets and the knowledge
+//! base. Without it each store keeps its SQLite file beside the knowledge base, as on a laptop.
+//!
+//! This module knows the connection (URL, TLS, pool, timeouts, whether the server answers) and
+//! the migrations' bookkeeping; each store owns its tables and SQL.
+
+mod error;
+pub mod migrate;
+mod pg;
+#[doc(hidden)]
+pub mod testing;
+mod tls;
+pub mod url;
+
+use std::time::Duration;
+
+pub use error::{detail, DbError};
+pub use pg::{block, Pg, Server, Settings, MIN_VERSION_NUM};
+pub use url::{DbUrl, SslMode};
+
+/// The variable that overrides `[db] url`, so one config serves a laptop and a deployment.
+pub const URL_ENV: &str = "CTX_DATABASE_URL";
+
+/// `[db]` read into connection settings: `None` when no URL is set (SQLite). `password` is
+/// libpq's `PGPASSWORD`, used when the URL carries none.
+pub fn settings(spec: &crate::types::DbConfig, password: Option<&str>) -> Result<Option<Settings>, DbError> {
+    let Some(url) = spec.url.as_deref().filter(|u| !u.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let url = DbUrl::parse(url, password).map_err(DbError::Url)?;
+    Ok(Some(Settings {
+        url,
+        pool_size: spec.pool_size.max(1) as usize,
+        connect_timeout: Duration::from_millis(spec.connect_timeout_ms.max(100) as u64),
+        statement_timeout: Duration::from_millis(spec.statement_timeout_ms.max(100) as u64),
+    }))
+}

@@ -1,0 +1,242 @@
+//! The pool of connections to PostgreSQL, whether the database answers now (for `/health`), and
+//! the bridge by which the stores' synchronous methods (SQLite made them so) wait on it.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime};
+
+use super::error::DbError;
+use super::url::DbUrl;
+
+/// The oldest PostgreSQL ctx runs on, as `server_version_num`.
+pub const MIN_VERSION_NUM: i32 = 140_000;
+
+/// How ctx connects: `[db]`'s settings with its URL read.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub url: DbUrl,
+    pub pool_size: usize,
+    pub connect_timeout: Duration,
+    pub statement_timeout: Duration,
+}
+
+/// A pool of connections to one database; cheap to clone.
+#[derive(Clone)]
+pub struct Pg(Arc<Inner>);
+
+struct Inner {
+    pool: Pool,
+    settings: Settings,
+    /// Whether the last use of the database failed for want of it.
+    down: AtomicBool,
+    last_error: Mutex<Option<String>>,
+}
+
+/// What the server said of itself on [`Pg::check`].
+#[derive(Clone, Debug)]
+pub struct Server {
+    pub version: String,
+    pub version_num: i32,
+    pub user: String,
+    pub database: String,
+}
+
+impl Pg {
+    /// A pool for `settings`; no connection is made until the first use.
+    pub fn new(settings: Settings) -> Result<Pg, DbError> {
+        let tls = super::tls::connector(&settings.url).map_err(DbError::Tls)?;
+        let mut config = settings.url.config.clone();
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(settings.connect_timeout);
+        }
+        // Every statement is bounded on the server too: a stuck query cannot hold a pooled
+        // connection (and so a caller) for ever.
+        let timeout = format!("-c statement_timeout={}", settings.statement_timeout.as_millis());
+        let options = match config.get_options() {
+            Some(given) => format!("{given} {timeout}"),
+            None => timeout,
+        };
+        config.options(&options);
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(30));
+        let manager = Manager::from_config(config, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let wait = Some(settings.connect_timeout);
+        let pool = Pool::builder(manager)
+            .max_size(settings.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(wait)
+            .create_timeout(wait)
+            .recycle_timeout(wait)
+            .build()
+            .map_err(|e| DbError::Url(e.to_string()))?;
+        Ok(Pg(Arc::new(Inner { pool, settings, down: AtomicBool::new(false), last_error: Mutex::new(None) })))
+    }
+
+    pub fn url(&self) -> &DbUrl {
+        &self.0.settings.url
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.0.settings
+    }
+
+    /// `None` while the database answers; else why it did not, the last time it was used.
+    pub fn unavailable(&self) -> Option<String> {
+        match self.0.down.load(Ordering::Acquire) {
+            true => self.0.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            false => None,
+        }
+    }
+
+    /// A connection from the pool (a new one when none is idle).
+    pub async fn client(&self) -> Result<Object, DbError> {
+        let got = self.0.pool.get().await;
+        let client = match got {
+            Ok(client) => client,
+            Err(PoolError::Backend(e)) => return Err(self.saw(DbError::from_driver(&e, self.url()))),
+            Err(PoolError::Timeout(_)) => {
+                return Err(self.saw(DbError::Unavailable(format!(
+                    "no connection to {} within {} ms",
+                    self.url().address(),
+                    self.0.settings.connect_timeout.as_millis()
+                ))))
+            }
+            Err(other) => return Err(self.saw(DbError::Unavailable(other.to_string()))),
+        };
+        Ok(client)
+    }
+
+    /// Runs `work` on a pooled connection; a driver error comes back classified, and marks the
+    /// database down when it is one of reaching it.
+    pub async fn with<T, F, Fut>(&self, work: F) -> Result<T, DbError>
+    where
+        F: FnOnce(Object) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let client = self.client().await?;
+        match work(client).await {
+            Ok(value) => {
+                self.saw_up();
+                Ok(value)
+            }
+            Err(e) => Err(self.saw(DbError::from_driver(&e, self.url()))),
+        }
+    }
+
+    /// [`Pg::with`] for synchronous code: waits on the process's runtime. Off the async workers
+    /// (the blocking pool, a thread of ctx's own) it simply blocks; on a worker of a
+    /// multi-threaded runtime it tells tokio first, so the other tasks move to another thread.
+    pub fn run<T, F, Fut>(&self, work: F) -> Result<T, DbError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Object) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>> + Send,
+    {
+        let pg = self.clone();
+        block(async move { pg.with(work).await })
+    }
+
+    /// Connects and reads what the server is, refusing one older than PostgreSQL 14.
+    pub async fn check(&self) -> Result<Server, DbError> {
+        let row = self
+            .with(|client| async move {
+                client
+                    .query_one(
+                        "SELECT current_setting('server_version'), current_setting('server_version_num')::int4, \
+                         current_user::text, current_database()::text",
+                        &[],
+                    )
+                    .await
+            })
+            .await?;
+        let server = Server { version: row.get(0), version_num: row.get(1), user: row.get(2), database: row.get(3) };
+        if server.version_num < MIN_VERSION_NUM {
+            return Err(DbError::TooOld { address: self.url().address(), found: server.version.clone() });
+        }
+        Ok(server)
+    }
+
+    fn saw(&self, error: DbError) -> DbError {
+        if error.is_unavailable() {
+            *self.0.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
+            if !self.0.down.swap(true, Ordering::AcqRel) {
+                tracing::warn!(database = %self.url(), "the database is unavailable: {error}");
+            }
+        }
+        error
+    }
+
+    fn saw_up(&self) {
+        if self.0.down.swap(false, Ordering::AcqRel) {
+            tracing::info!(database = %self.url(), "the database answers again");
+        }
+    }
+}
+
+/// Waits for `future` from synchronous code (see [`Pg::run`]).
+pub fn block<T: Send + 'static>(
+    future: impl Future<Output = Result<T, DbError>> + Send + 'static,
+) -> Result<T, DbError> {
+    let wait =
+        || crate::runtime::wait(future).unwrap_or_else(|| Err(DbError::Unavailable("ctx is shutting down".into())));
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_test_database_connects_as_its_own_role_on_postgresql_14_or_newer() {
+        let Some(db) = crate::db::testing::database() else { return };
+        let pg = db.pg();
+        let server = block({
+            let pg = pg.clone();
+            async move { pg.check().await }
+        })
+        .expect("the check passes");
+        assert!(server.version_num >= MIN_VERSION_NUM, "{server:?}");
+        assert_eq!(server.user, db.name);
+        assert_eq!(server.database, db.name);
+        // TLS is on: the throwaway server offers it and `prefer` takes it.
+        let ssl: bool = pg
+            .run(|c| async move { c.query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[]).await })
+            .unwrap()
+            .get(0);
+        assert!(ssl, "the connection is encrypted");
+        assert!(pg.unavailable().is_none());
+    }
+
+    #[test]
+    fn a_wrong_password_is_an_auth_error_that_names_the_user_and_not_the_password() {
+        let Some(db) = crate::db::testing::database() else { return };
+        let wrong = db.url.replacen(&format!("{}:", db.name), &format!("{}:not-the-password-", db.name), 1);
+        let pg = crate::db::testing::pool(DbUrl::parse(&wrong, None).unwrap());
+        let error = block(async move { pg.check().await }).unwrap_err();
+        let text = error.to_string();
+        assert!(matches!(error, DbError::Auth { .. }), "{text}");
+        assert!(text.contains(&db.name) && text.contains("password"), "{text}");
+        assert!(!text.contains("not-the-password"), "{text}");
+    }
+
+    #[test]
+    fn a_server_that_is_not_there_is_unreachable_and_the_pool_says_so() {
+        // A port nothing listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = DbUrl::parse(&format!("postgres://ctx:pw@127.0.0.1:{port}/ctx?sslmode=disable"), None).unwrap();
+        let pg = crate::db::testing::pool(url);
+        let probe = pg.clone();
+        let error = block(async move { probe.check().await }).unwrap_err();
+        assert!(error.is_unavailable(), "{error}");
+        assert!(error.to_string().contains(&format!("127.0.0.1:{port}")), "{error}");
+        assert!(pg.unavailable().is_some(), "the pool remembers the database is down");
+    }
+}
