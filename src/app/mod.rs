@@ -2,6 +2,7 @@
 //! code mode's tools ([`build`]), the check of a config's scripts ([`check`]), and hot reload
 //! ([`reload`]). It sits above every feature, so `tools` need not know `agents` or `code`.
 
+pub mod database;
 pub mod reload;
 
 use std::sync::Arc;
@@ -20,7 +21,15 @@ use crate::types::{LoadProblem, LoadProblemKind};
 /// (hot reload), and the new snapshot shares its calls' state (call log, metrics, rate buckets,
 /// quarantine); without, it is the first snapshot of a new application, with a state of its own.
 pub fn build(kb: Kb, previous: Option<&Registry>) -> Registry {
-    let state = previous.map(|p| Arc::clone(p.state())).unwrap_or_default();
+    let state = match previous {
+        Some(previous) => Arc::clone(previous.state()),
+        None => Arc::new(tools::CallState::on(kb.shared().cloned()).unwrap_or_else(|e| {
+            // The database was opened and migrated a moment ago; should it fail now, this
+            // replica still runs, and only answers to its own approval questions.
+            tracing::error!("the shared approval question key: {e}");
+            tools::CallState { db: kb.shared().cloned(), ..Default::default() }
+        })),
+    };
     let config = Arc::clone(kb.config());
     let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();
     let broken: Vec<&BrokenSection> = config.broken_of(ScriptKind::Tool).collect();

@@ -62,7 +62,11 @@ fn globs(patterns: impl IntoIterator<Item = String>) -> GlobSet {
 impl Policy {
     /// `question_key` signs the questions this application asks clients (see
     /// [`Policy::question_state`]).
-    pub fn from_config(config: &Config, question_key: std::sync::Arc<[u8]>) -> Policy {
+    pub fn from_config(
+        config: &Config,
+        question_key: std::sync::Arc<[u8]>,
+        shared: Option<&crate::db::Shared>,
+    ) -> Policy {
         let spec = &config.spec.approval;
         let sections = config
             .spec
@@ -99,7 +103,7 @@ impl Policy {
             wait_in_scripts: spec.in_scripts == crate::types::ApprovalConfigInScripts::Wait,
             ask_clients: spec.ask_clients,
             approver_token: spec.approver_token.as_ref().map(|t| t.to_string()),
-            store: Store::new(store_path(config)),
+            store: store_for(config, shared),
             question_key,
         }
     }
@@ -292,7 +296,15 @@ impl Policy {
     }
 }
 
-/// Where the approvals of `config` are kept.
+/// The approvals of `config`: the shared database's when there is one, else the file's.
+pub fn store_for(config: &Config, shared: Option<&crate::db::Shared>) -> Store {
+    match shared {
+        Some(shared) => Store::shared(shared.pg.clone()),
+        None => Store::new(store_path(config)),
+    }
+}
+
+/// Where the approvals of `config` are kept without a shared database.
 pub fn store_path(config: &Config) -> PathBuf {
     config.db_path().with_file_name("approvals.sqlite")
 }
@@ -352,7 +364,7 @@ mod tests {
         assert_ne!(canonical(&json!({"a": 1})), canonical(&json!({"a": 2})));
     }
 
-    fn policy(dir: &std::path::Path) -> Policy {
+    fn policy(store: Store) -> Policy {
         Policy {
             globs: globs(["deploy".to_string()]),
             destructive: false,
@@ -363,7 +375,7 @@ mod tests {
             wait_in_scripts: true,
             ask_clients: false,
             approver_token: None,
-            store: Store::new(dir.join("approvals.sqlite")),
+            store,
             question_key: random_hex(32).into_bytes().into(),
         }
     }
@@ -377,36 +389,38 @@ mod tests {
 
     #[test]
     fn the_same_call_asked_twice_shares_one_approval_and_both_tokens_work_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let policy = policy(dir.path());
-        let params = json!({"env": "prod"});
-        // Two identical calls (two inner calls of scripts waiting for the decision) ask.
-        let first = pending(policy.check("deploy", &params, "ci", "code", None));
-        let second = pending(policy.check("deploy", &params, "ci", "code", None));
-        assert_eq!(first.approval.id, second.approval.id, "one approval for one call");
-        assert_ne!(first.token, second.token);
-        // Still pending: each token says so.
-        pending(policy.check("deploy", &params, "ci", "code", Some(&first.token)));
-        assert!(policy.store.decide(&first.approval.id, true, "a person", None).unwrap().is_ok());
-        // The earlier token was not replaced: it runs the call, once.
-        let id = policy.check("deploy", &params, "ci", "code", Some(&first.token)).unwrap();
-        policy.consume("deploy", &id).unwrap();
-        let again = policy.check("deploy", &params, "ci", "code", Some(&second.token)).unwrap_err();
-        assert!(again.to_string().contains("was used already"), "{again}");
+        store::each_backend(|store, _| {
+            let policy = policy(store);
+            let params = json!({"env": "prod"});
+            // Two identical calls (two inner calls of scripts waiting for the decision) ask.
+            let first = pending(policy.check("deploy", &params, "ci", "code", None));
+            let second = pending(policy.check("deploy", &params, "ci", "code", None));
+            assert_eq!(first.approval.id, second.approval.id, "one approval for one call");
+            assert_ne!(first.token, second.token);
+            // Still pending: each token says so.
+            pending(policy.check("deploy", &params, "ci", "code", Some(&first.token)));
+            assert!(policy.store.decide(&first.approval.id, true, "a person", None).unwrap().is_ok());
+            // The earlier token was not replaced: it runs the call, once.
+            let id = policy.check("deploy", &params, "ci", "code", Some(&first.token)).unwrap();
+            policy.consume("deploy", &id).unwrap();
+            let again = policy.check("deploy", &params, "ci", "code", Some(&second.token)).unwrap_err();
+            assert!(again.to_string().contains("was used already"), "{again}");
+        });
     }
 
     #[test]
     fn a_call_asked_again_and_again_keeps_only_its_newest_tokens() {
-        let dir = tempfile::tempdir().unwrap();
-        let policy = policy(dir.path());
-        let params = json!({"env": "prod"});
-        let tokens: Vec<String> = (0..=store::TOKENS_PER_APPROVAL)
-            .map(|_| pending(policy.check("deploy", &params, "ci", "rest", None)).token)
-            .collect();
-        let oldest = policy.check("deploy", &params, "ci", "rest", Some(&tokens[0])).unwrap_err();
-        assert!(oldest.to_string().contains("is not known"), "{oldest}");
-        pending(policy.check("deploy", &params, "ci", "rest", Some(&tokens[1])));
-        pending(policy.check("deploy", &params, "ci", "rest", Some(tokens.last().unwrap())));
+        store::each_backend(|store, _| {
+            let policy = policy(store);
+            let params = json!({"env": "prod"});
+            let tokens: Vec<String> = (0..=store::TOKENS_PER_APPROVAL)
+                .map(|_| pending(policy.check("deploy", &params, "ci", "rest", None)).token)
+                .collect();
+            let oldest = policy.check("deploy", &params, "ci", "rest", Some(&tokens[0])).unwrap_err();
+            assert!(oldest.to_string().contains("is not known"), "{oldest}");
+            pending(policy.check("deploy", &params, "ci", "rest", Some(&tokens[1])));
+            pending(policy.check("deploy", &params, "ci", "rest", Some(tokens.last().unwrap())));
+        });
     }
 
     #[test]

@@ -3,11 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context;
 use serde_json::{json, Map, Value as Json};
 
 use super::{CliError, Globals};
-use crate::kb::Kb;
 use crate::tools::{CallOptions, Registry};
 use crate::types::AgentSource;
 
@@ -82,7 +80,7 @@ fn init(name: &str, dir: Option<PathBuf>, force: bool, globals: &Globals) -> Res
 
 fn registry(globals: &Globals) -> Result<Registry, CliError> {
     let config = globals.load_config()?;
-    let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    let kb = crate::app::database::open_kb(Arc::new(config), crate::app::database::Role::Command)?;
     Ok(crate::app::build(kb, None))
 }
 

@@ -1,7 +1,7 @@
 //! `ctx approvals`: list the calls waiting for a person, and approve or deny them.
 
 use super::{CliError, Globals};
-use crate::approval::{store_path, Store};
+use crate::approval::{store_for, Store};
 use crate::lua::api::log::one_line;
 use crate::types::{Approval, ApprovalsList};
 
@@ -39,11 +39,13 @@ pub enum ApprovalsCommand {
 
 pub fn run(command: ApprovalsCommand, globals: &Globals) -> Result<(), CliError> {
     let config = globals.load_config()?;
-    let store = Store::new(store_path(&config));
+    let shared = crate::app::database::open(&config, crate::app::database::Role::Command)
+        .map_err(|e| CliError::Failed(anyhow::anyhow!(e)))?;
+    let store = store_for(&config, shared.as_ref());
     let failed = |e: String| CliError::Failed(anyhow::anyhow!("the approvals store: {e}"));
     match command {
         ApprovalsCommand::List { all, json } => {
-            let rows = if store.path().exists() { store.list(all, 1000).map_err(failed)? } else { Vec::new() };
+            let rows = if store.exists() { store.list(all, 1000).map_err(failed)? } else { Vec::new() };
             let approvals: Vec<Approval> = rows.iter().map(|r| r.approval()).collect();
             if json {
                 println!("{}", serde_json::to_string(&ApprovalsList { approvals }).unwrap_or_default());

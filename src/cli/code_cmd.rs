@@ -12,7 +12,6 @@ use serde_json::{json, Value as Json};
 use super::running::Running;
 use super::tool_cmd::{call_failed, upstreams_of, with_upstreams};
 use super::{CliError, Globals};
-use crate::kb::Kb;
 use crate::tools::{CallOptions, Output};
 
 #[derive(clap::Args, Debug)]
@@ -86,7 +85,7 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
     // Only the servers the script names: starting every configured one costs seconds.
     let named = named_servers(&config, &script);
     let upstreams = (!named.is_empty()).then(|| super::mcp_cmd::connect(&globals.runtime, &named));
-    let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    let kb = crate::app::database::open_kb(Arc::new(config), crate::app::database::Role::Command)?;
     let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
     if let Err(e) = registry.state().log.install(registry.kb().config()) {
         tracing::warn!("{e}");
@@ -210,7 +209,7 @@ pub fn catalog(args: CatalogArgs, globals: &Globals) -> Result<(), CliError> {
         return Ok(());
     }
     let upstreams = upstreams_of(&config, &globals.runtime);
-    let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    let kb = crate::app::database::open_kb(Arc::new(config), crate::app::database::Role::Command)?;
     let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
     let text = crate::code::catalog_prompt(&registry, args.scripted.as_deref(), None).map_err(CliError::Usage);
     if let Some(upstreams) = &upstreams {

@@ -105,7 +105,9 @@ pub struct JsonFlag {
 
 pub(super) fn open(globals: &Globals) -> Result<Kb, CliError> {
     let config = globals.load_config()?;
-    Kb::open(Arc::new(config)).map_err(kb_error)
+    let shared = crate::app::database::open(&config, crate::app::database::Role::Command)
+        .map_err(|e| CliError::Failed(anyhow::anyhow!(e)))?;
+    Kb::open_shared(Arc::new(config), shared).map_err(kb_error)
 }
 
 /// Input problems are usage errors (exit 2); the rest are runtime failures (exit 1).

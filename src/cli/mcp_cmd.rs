@@ -4,13 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::{json, Value as Json};
 
 use super::{CliError, Globals};
 use crate::config::upstream::UpstreamSection;
 use crate::config::Config;
-use crate::kb::Kb;
 use crate::tools::CallOptions;
 use crate::types::UpstreamHealth;
 use crate::upstream::{EventSink, Status, Upstreams};
@@ -184,7 +182,7 @@ fn report(
     }
     // The registry every server uses, so names, filters, validation and results are exactly
     // what clients get.
-    let kb = Kb::open(Arc::new(config.clone())).context("cannot open the knowledge base")?;
+    let kb = crate::app::database::open_kb(Arc::new(config.clone()), crate::app::database::Role::Server)?;
     let registry = Arc::new(crate::app::build(kb, None).with_upstreams(upstreams));
     let ours: Vec<_> =
         registry.all_specs().filter(|s| s.upstream.as_ref().is_some_and(|o| o.server == section.name)).collect();

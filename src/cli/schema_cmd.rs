@@ -41,6 +41,7 @@ fn check(globals: &Globals) -> Result<(), CliError> {
         Err(other) => return Err(other.into()),
     };
     let mut warnings = Vec::new();
+    let mut database = None;
     if let Some(config) = &config {
         // Sections an unset variable disables: the rest of ctx runs without them, but the
         // config is not what its author meant, so they fail the check.
@@ -74,6 +75,11 @@ fn check(globals: &Globals) -> Result<(), CliError> {
             warnings.push(format!("{}.{}: {}", section(warning), warning.name, warning.message));
         }
         warnings.extend(checked.scripted.iter().cloned());
+        // The shared database: reachable, new enough, and ours to migrate (nothing written).
+        match crate::app::database::check(config) {
+            Ok(found) => database = found,
+            Err(problem) => problems.push(format!("db.url: {problem}")),
+        }
     }
     for warning in &warnings {
         eprintln!("warning: {warning}");
@@ -91,6 +97,9 @@ fn check(globals: &Globals) -> Result<(), CliError> {
             spec.agents.inline.len() + spec.agents.script.len(),
             config.upstreams.len(),
         );
+        if let Some(database) = database {
+            println!("{database}");
+        }
         return Ok(());
     }
     eprintln!("error: {shown} has {} problem(s):", problems.len());

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use super::{CliError, Globals};
-use crate::kb::Kb;
 use crate::mcp::Mcp;
 use crate::server::{self, App};
 use crate::tools::Tools;
@@ -49,7 +48,7 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     let limits = server::Limits::from_config(&config.spec.server);
     let sections = config.upstreams.clone();
     let stdio_wait = std::time::Duration::from_secs_f64(config.spec.mcp.stdio_wait);
-    let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    let kb = crate::app::database::open_kb(Arc::new(config), crate::app::database::Role::Server)?;
     let marker_dir = super::running::marker_dir(kb.config());
     let registry = crate::app::build(kb.clone(), None);
     // The application's state comes with its first registry; a reload hands it on.

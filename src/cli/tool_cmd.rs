@@ -9,7 +9,6 @@ use serde_json::{json, Value as Json};
 
 use super::{CliError, Globals};
 use crate::config::{self, BrokenSection, Config, ConfigError, ScriptKind, ScriptSection};
-use crate::kb::Kb;
 use crate::tools::{CallError, CallOptions, Output, Registry, ToolSpec};
 use crate::types::{ErrorCode, LoadProblem, LoadProblemKind};
 
@@ -191,7 +190,7 @@ fn run_test(
             None => ScriptSection::from_path(ScriptKind::Tool, path),
         },
     };
-    let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    let kb = crate::app::database::open_kb(Arc::new(config), crate::app::database::Role::Command)?;
     let registry = match crate::app::with_script(kb, &section) {
         Ok(r) => Arc::new(r),
         Err(message) => return Err(load_failed(&section.name, &shown, using.as_deref(), message, json)),
@@ -326,7 +325,7 @@ fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
     let pairs = param_pairs(raw)?;
     let config = globals.load_config()?;
     let upstreams = upstreams_of(&config, &globals.runtime);
-    let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    let kb = crate::app::database::open_kb(Arc::new(config), crate::app::database::Role::Command)?;
     let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
     if let Err(e) = registry.state().log.install(registry.kb().config()) {
         tracing::warn!("{e}");
@@ -402,7 +401,7 @@ fn config_for_test(globals: &Globals, required: bool) -> Result<(Config, Option<
 fn list(json: bool, globals: &Globals) -> Result<(), CliError> {
     let config = globals.load_config()?;
     let upstreams = upstreams_of(&config, &globals.runtime);
-    let kb = Kb::open(Arc::new(config)).context("cannot open the knowledge base")?;
+    let kb = crate::app::database::open_kb(Arc::new(config), crate::app::database::Role::Command)?;
     let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
     // A server that did not connect has no tools to list: say so rather than leave it out.
     let mut problems = registry.problems().to_vec();

@@ -10,7 +10,7 @@ use super::url::DbUrl;
 pub enum DbError {
     #[error("[db] url: {0}")]
     Url(String),
-    #[error("[db] url: {0}")]
+    #[error("{0}")]
     Tls(String),
     #[error("PostgreSQL at {address} cannot be reached ({detail}); check that it runs and that [db] url (or CTX_DATABASE_URL) names the right host and port")]
     Unreachable { address: String, detail: String },
@@ -72,8 +72,14 @@ impl DbError {
             }
             Some(_) => DbError::Query(detail),
             None if error.is_closed() => DbError::Unavailable(detail),
+            // The server answered, but its certificate was not the one `sslmode` asks for.
+            None if detail.contains("TLS") || detail.contains("certificate") => DbError::Tls(format!(
+                "the TLS connection to {} failed ({detail}); with sslmode={}, set sslrootcert to the PEM file of the CA that signed the server's certificate, or use sslmode=require to encrypt without checking it",
+                url.address(),
+                url.ssl_mode.as_str()
+            )),
             // No SQLSTATE and not closed: the connection could not be made (refused, timed
-            // out, TLS) or broke while in use.
+            // out) or broke while in use.
             None => DbError::Unreachable { address: url.address(), detail },
         }
     }

@@ -36,3 +36,29 @@ pub fn settings(spec: &crate::types::DbConfig, password: Option<&str>) -> Result
         statement_timeout: Duration::from_millis(spec.statement_timeout_ms.max(100) as u64),
     }))
 }
+
+/// A replica's handle on the shared database: the pool, and the name this process goes by in
+/// it (each call-log entry names the replica that served it; each task the one that runs it).
+#[derive(Clone)]
+pub struct Shared {
+    pub pg: Pg,
+    pub replica: std::sync::Arc<str>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Shared({} as {})", self.pg.url(), self.replica)
+    }
+}
+
+/// This machine's host name, for a replica's default name.
+pub fn host_name() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into the buffer it is given.
+    let ok = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0;
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    match ok {
+        true if end > 0 => String::from_utf8_lossy(&buffer[..end]).into_owned(),
+        _ => "localhost".into(),
+    }
+}

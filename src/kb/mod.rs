@@ -48,6 +48,8 @@ pub struct Kb {
     /// milliseconds and tens of megabytes to load; keyword search never pays for it). A
     /// failure is not kept: a model installed later is picked up by the next search.
     embedder: Arc<Mutex<Option<Arc<dyn Embedder>>>>,
+    /// The database replicas share (`[db] url`), opened and migrated by `app::open`.
+    shared: Option<crate::db::Shared>,
 }
 
 impl Kb {
@@ -58,7 +60,20 @@ impl Kb {
             crate::types::RetrievalConfigStemming::None => store::Stemming::None,
         };
         let store = SqliteStore::open(&config.db_path(), stemming)?;
-        Ok(Kb { config, store: Arc::new(store), embedder: Arc::default() })
+        Ok(Kb { config, store: Arc::new(store), embedder: Arc::default(), shared: None })
+    }
+
+    /// [`Kb::open`] for a replica of a shared database: the state the other features keep
+    /// goes there (see `app::open`).
+    pub fn open_shared(config: Arc<Config>, shared: Option<crate::db::Shared>) -> Result<Kb, KbError> {
+        let mut kb = Kb::open(config)?;
+        kb.shared = shared;
+        Ok(kb)
+    }
+
+    /// The shared database, when `[db] url` names one.
+    pub fn shared(&self) -> Option<&crate::db::Shared> {
+        self.shared.as_ref()
     }
 
     /// The same store under a reloaded config (hot reload keeps the open pool, and the
@@ -66,7 +81,7 @@ impl Kb {
     pub fn with_config(&self, config: Arc<Config>) -> Kb {
         let same = config.spec.embedding == self.config.spec.embedding && config.base_dir == self.config.base_dir;
         let embedder = if same { Arc::clone(&self.embedder) } else { Arc::default() };
-        Kb { config, store: Arc::clone(&self.store), embedder }
+        Kb { config, store: Arc::clone(&self.store), embedder, shared: self.shared.clone() }
     }
 
     /// The configured embedder: `Ok(None)` when `[embedding]` is disabled, an error saying

@@ -153,7 +153,8 @@ impl Registry {
             tool.map(|t| t.spec().name.clone())
         };
         let rates = Arc::new(super::rate::Rules::from_config(config, &tool_of_section, &state.rates));
-        let approvals = Arc::new(crate::approval::Policy::from_config(config, Arc::clone(&state.question_key)));
+        let approvals =
+            Arc::new(crate::approval::Policy::from_config(config, Arc::clone(&state.question_key), state.db.as_ref()));
         let policies: Vec<Arc<dyn super::policy::Policy>> = vec![approvals.clone(), rates];
         Registry {
             tools,

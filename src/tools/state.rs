@@ -18,8 +18,10 @@ pub struct CallState {
     /// Calls running as tasks, and the store of every task (installed by a server).
     pub tasks: crate::tasks::Tasks,
     /// The key of approval questions' MACs: random, so only this application accepts an answer
-    /// to a question it asked.
+    /// to a question it asked; on a shared database, one for every replica.
     pub question_key: Arc<[u8]>,
+    /// The database replicas share, when `[db] url` names one.
+    pub db: Option<crate::db::Shared>,
 }
 
 impl Default for CallState {
@@ -32,7 +34,25 @@ impl Default for CallState {
             scripts: Default::default(),
             tasks: Default::default(),
             question_key: crate::approval::random_hex(32).into_bytes().into(),
+            db: None,
         }
+    }
+}
+
+impl CallState {
+    /// The state of an application on `db`: its approval questions' key is the database's, so a
+    /// question asked through one replica is answered through any.
+    pub fn on(db: Option<crate::db::Shared>) -> Result<CallState, String> {
+        let mut state = CallState::default();
+        if let Some(shared) = &db {
+            let store = crate::approval::Store::shared(shared.pg.clone());
+            let fresh = crate::approval::random_hex(32);
+            if let Some(key) = store.shared_question_key(&fresh)? {
+                state.question_key = key.into_bytes().into();
+            }
+        }
+        state.db = db;
+        Ok(state)
     }
 }
 

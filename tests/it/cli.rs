@@ -180,9 +180,13 @@ fn every_commented_example_in_the_init_config_is_valid_uncommented() {
     let home = dir.path().join("home");
     std::fs::create_dir_all(home.join(".cursor")).unwrap();
     std::fs::write(home.join(".cursor/mcp.json"), r#"{"mcpServers": {}}"#).unwrap();
+    // `[db] url`'s example names a server that is not here: the check connects to the tests'
+    // database instead (CTX_DATABASE_URL wins over the file).
+    let Some(db) = ctx::db::testing::database() else { return };
     let output = std::process::Command::new(crate::common::BIN)
         .args(["--config", "ctx.toml", "schema", "check"])
         .current_dir(&ws)
+        .env("CTX_DATABASE_URL", &db.url)
         .env("HOME", &home)
         .env("CTX_TOKEN", "admin-token-0123456789abcdef")
         .env("CTX_CI_TOKEN", "ci-token-0123456789abcdef")
@@ -195,4 +199,5 @@ fn every_commented_example_in_the_init_config_is_valid_uncommented() {
         .unwrap();
     let check = crate::common::Run(output);
     assert!(check.ok().starts_with("ok: ctx.toml is valid"), "{}\n{config}", check.stderr());
+    assert!(check.ok().contains("database: PostgreSQL"), "{}", check.ok());
 }
