@@ -12,7 +12,7 @@ use crate::kb::Kb;
 
 /// Every store that keeps its state in the shared database, in the order they migrate.
 pub fn components() -> Vec<&'static Component> {
-    vec![&crate::approval::store::PG]
+    vec![&crate::approval::store::PG, &crate::tools::rate::PG]
 }
 
 /// Who is opening the database: a server names itself by its port, a command by its process.
@@ -41,8 +41,11 @@ pub fn open(config: &Config, role: Role) -> Result<Option<Shared>, DbError> {
         (Some(name), _) => name.to_string(),
         (None, Role::Server) => {
             let bind = config.spec.server.bind.to_string();
-            let port = bind.rsplit_once(':').map_or(bind.as_str(), |(_, port)| port).to_string();
-            format!("{}:{port}", db::host_name())
+            match bind.rsplit_once(':').map(|(_, port)| port) {
+                // A port the kernel picks is no name: two such replicas of one host would share it.
+                Some(port) if port != "0" => format!("{}:{port}", db::host_name()),
+                _ => format!("{}:pid-{}", db::host_name(), std::process::id()),
+            }
         }
         (None, Role::Command) => format!("{}:cli-{}", db::host_name(), std::process::id()),
     };

@@ -159,6 +159,24 @@ impl Pg {
         Ok(server)
     }
 
+    /// Asks the database whether it answers, within `within`: `Err` with why not. Marks it
+    /// down or up as it finds it, so a replica that was idle while it was away knows too.
+    pub async fn probe(&self, within: Duration) -> Result<(), String> {
+        let asked = self.with(|client| async move { client.simple_query("SELECT 1").await.map(drop) });
+        match tokio::time::timeout(within, asked).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => {
+                let late = DbError::Unavailable(format!(
+                    "no answer from {} within {} ms",
+                    self.url().address(),
+                    within.as_millis()
+                ));
+                Err(self.saw(late).to_string())
+            }
+        }
+    }
+
     fn saw(&self, error: DbError) -> DbError {
         if error.is_unavailable() {
             *self.0.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());

@@ -46,7 +46,13 @@ pub fn pool(url: DbUrl) -> Pg {
 
 /// A fresh database owned by a fresh role, or `None` when the tests have no server.
 pub fn database() -> Option<TestDb> {
+    let admin_url = std::env::var(ADMIN_ENV).ok();
     let admin = admin()?;
+    Some(database_on(admin, &admin_url.expect("admin() checked it")))
+}
+
+/// A fresh database and role on the server `admin` (a superuser's pool at `admin_url`).
+pub fn database_on(admin: Pg, admin_url: &str) -> TestDb {
     let name = format!("ctx_t_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let password = uuid::Uuid::new_v4().simple().to_string();
     let sql = format!("CREATE ROLE {name} LOGIN PASSWORD '{password}'");
@@ -59,10 +65,9 @@ pub fn database() -> Option<TestDb> {
             c.batch_execute(&b).await
         })
         .expect("the test's role and database are made");
-    let admin_url = std::env::var(ADMIN_ENV).expect("checked above");
     let address = admin_url.rsplit_once('@').map(|(_, rest)| rest.split('/').next().unwrap_or("")).unwrap_or("");
     let url = format!("postgres://{name}:{password}@{address}/{name}");
-    Some(TestDb { url, name, admin })
+    TestDb { url, name, admin }
 }
 
 impl TestDb {

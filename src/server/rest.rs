@@ -59,7 +59,9 @@ pub async fn health(
         let message = format!("edit refused, still running the last good config: {}", refused.problems.join("; "));
         problems.push(LoadProblem { kind: LoadProblemKind::Config, name: file, message });
     }
-    let status = if problems.is_empty() { HealthStatus::Ok } else { HealthStatus::Degraded };
+    let database = database_health(registry.state().db.as_ref()).await;
+    let database_down = database.status == crate::types::DatabaseHealthStatus::Unavailable;
+    let status = if problems.is_empty() && !database_down { HealthStatus::Ok } else { HealthStatus::Degraded };
     let problem_count = problems.len() as u64;
     let full = authorized.is_some_and(|Extension(guard::Authorized(yes))| yes);
     let scoped = principal(&caller);
@@ -78,6 +80,7 @@ pub async fn health(
             upstreams: Vec::new(),
             embedding: None,
             config: None,
+            database: None,
             load: None,
         }
     } else if full {
@@ -91,6 +94,7 @@ pub async fn health(
             upstreams: upstream_health(&app.tools),
             embedding: app.filler.as_ref().and_then(|f| embedding_health(&f.progress())),
             config,
+            database: Some(database),
             load: Some(ServerLoad {
                 connections: app.connections.count() as u64,
                 mcp_sessions: app.sessions.count().await as u64,
@@ -108,10 +112,31 @@ pub async fn health(
             upstreams: Vec::new(),
             embedding: None,
             config: None,
+            database: None,
             load: None,
         }
     };
     ok(&serde_json::to_value(body).unwrap_or(Json::Null))
+}
+
+/// How long `/health` waits for the shared database: a load balancer's probe must not hang on
+/// a database that went silent.
+const DATABASE_PROBE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The backend of the server's state and, for PostgreSQL, whether it answers now.
+async fn database_health(shared: Option<&crate::db::Shared>) -> crate::types::DatabaseHealth {
+    use crate::types::{DatabaseHealth, DatabaseHealthBackend as B, DatabaseHealthStatus as S};
+    let Some(shared) = shared else {
+        return DatabaseHealth { backend: B::Sqlite, status: S::Ok, replica: None, database: None, error: None };
+    };
+    let probed = shared.pg.probe(DATABASE_PROBE).await;
+    DatabaseHealth {
+        backend: B::Postgres,
+        status: if probed.is_ok() { S::Ok } else { S::Unavailable },
+        replica: Some(shared.replica.to_string()),
+        database: Some(shared.pg.url().to_string()),
+        error: probed.err(),
+    }
 }
 
 /// The configured model's vectors and their background filling, for `/health`.

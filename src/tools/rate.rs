@@ -11,11 +11,16 @@
 //!
 //! The buckets live for the process, not for one registry snapshot, so a hot reload does not
 //! hand every caller a fresh burst. A rule that changes gets new buckets (its text is part of
-//! the key).
+//! the key). On a shared database they live there, so a limit holds across every replica: each
+//! take locks its buckets' rows and refills them by the database's clock, not the replica's.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::db::migrate::{Component, Migration};
+use crate::db::Pg;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
@@ -100,8 +105,9 @@ impl Rules {
     }
 
     /// Takes one call of `tool` by `caller` from every rule that covers it, or none when any
-    /// of them refuses: the longest wait among those that refuse.
-    pub fn take(&self, tool: &str, caller: &str) -> Result<(), Refused> {
+    /// of them refuses: the longest wait among those that refuse. `Err` when the shared
+    /// database cannot be asked: the call is refused rather than let through unmetered.
+    pub fn take(&self, tool: &str, caller: &str) -> Result<Result<(), Refused>, crate::db::DbError> {
         let covering: Vec<&Rule> = self
             .rules
             .iter()
@@ -111,9 +117,22 @@ impl Rules {
             })
             .collect();
         if covering.is_empty() {
-            return Ok(());
+            return Ok(Ok(()));
         }
-        take_all(&self.buckets, &covering, tool, caller, Instant::now())
+        match &self.buckets.shared {
+            Some(pg) => shared::take_all(pg, &self.buckets.takes, &covering, tool, caller),
+            None => Ok(take_all(&self.buckets, &covering, tool, caller, Instant::now())),
+        }
+    }
+
+    /// Whether `tool` is covered by a rule whose buckets are in the shared database (taking
+    /// from them waits on it).
+    fn waits_on_database(&self, tool: &str) -> bool {
+        self.buckets.shared.is_some()
+            && self.rules.iter().any(|r| match &r.covers {
+                Covers::Tool(name) => name == tool,
+                Covers::Globs(globs) => globs.is_match(tool),
+            })
     }
 }
 
@@ -122,7 +141,7 @@ type Key = (String, String, String);
 
 /// Takes one call from each rule's bucket, all or none.
 fn take_all(buckets: &Buckets, rules: &[&Rule], tool: &str, caller: &str, now: Instant) -> Result<(), Refused> {
-    let mut all = buckets.0.lock().unwrap_or_else(|p| p.into_inner());
+    let mut all = buckets.local.lock().unwrap_or_else(|p| p.into_inner());
     if all.len() >= MAX_BUCKETS {
         // A full bucket is the same as an absent one.
         all.retain(|_, b| b.tokens < b.burst);
@@ -164,9 +183,125 @@ struct Bucket {
 const MAX_BUCKETS: usize = 100_000;
 
 /// The buckets of one application (see `super::CallState`): they outlive registry snapshots,
-/// so a hot reload does not hand every caller a fresh burst.
+/// so a hot reload does not hand every caller a fresh burst. In memory, or in the shared
+/// database.
 #[derive(Default)]
-pub struct Buckets(Mutex<HashMap<Key, Bucket>>);
+pub struct Buckets {
+    local: Mutex<HashMap<Key, Bucket>>,
+    shared: Option<Pg>,
+    /// Takes from the shared buckets, to sweep full ones now and then.
+    takes: AtomicU64,
+}
+
+impl Buckets {
+    /// Buckets in the shared database (migrated with [`PG`]).
+    pub fn shared(pg: Pg) -> Buckets {
+        Buckets { shared: Some(pg), ..Default::default() }
+    }
+}
+
+/// The shared database's buckets.
+pub static PG: Component = Component {
+    name: "rates",
+    migrations: &[Migration {
+        version: 1,
+        name: "rate-limit buckets",
+        sql: "
+CREATE TABLE rate_buckets (
+    rule        TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    caller      TEXT NOT NULL,
+    tokens      FLOAT8 NOT NULL,
+    burst       FLOAT8 NOT NULL,
+    per_second  FLOAT8 NOT NULL,
+    at          TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (rule, tool, caller)
+);
+",
+    }],
+    tables: &["rate_buckets"],
+};
+
+/// Taking from the shared buckets: one transaction that locks every covering rule's row (in
+/// key order, so two replicas never wait on each other in a cycle), refills each by the
+/// database's clock, and takes one call from all of them or from none.
+mod shared {
+    use super::*;
+
+    /// One take in this many sweeps the buckets that are full again (the same as absent).
+    const SWEEP_EVERY: u64 = 1024;
+
+    pub(super) fn take_all(
+        pg: &Pg,
+        takes: &AtomicU64,
+        rules: &[&Rule],
+        tool: &str,
+        caller: &str,
+    ) -> Result<Result<(), Refused>, crate::db::DbError> {
+        let mut wanted: Vec<(String, f64, f64, String)> =
+            rules.iter().map(|r| (r.key.clone(), r.rate.burst, r.rate.per_second, r.rate.text.clone())).collect();
+        wanted.sort_by(|a, b| a.0.cmp(&b.0));
+        let (tool, caller) = (tool.to_string(), caller.to_string());
+        let sweep = takes.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1;
+        let taken = pg.run(move |mut client| async move {
+            let tx = client.transaction().await?;
+            let mut refused: Option<(String, f64)> = None;
+            let mut levels = Vec::with_capacity(wanted.len());
+            for (rule, burst, per_second, text) in &wanted {
+                tx.execute(
+                    "INSERT INTO rate_buckets (rule, tool, caller, tokens, burst, per_second, at)
+                     VALUES ($1::text, $2::text, $3::text, $4::float8, $4::float8, $5::float8, clock_timestamp())
+                     ON CONFLICT (rule, tool, caller) DO NOTHING",
+                    &[rule, &tool, &caller, burst, per_second],
+                )
+                .await?;
+                let row = tx
+                    .query_one(
+                        "SELECT least($4::float8, tokens + greatest(0, extract(epoch FROM clock_timestamp() - at)::float8) * $5::float8)
+                         FROM rate_buckets WHERE rule = $1::text AND tool = $2::text AND caller = $3::text FOR UPDATE",
+                        &[rule, &tool, &caller, burst, per_second],
+                    )
+                    .await?;
+                let tokens: f64 = row.get(0);
+                if tokens < 1.0 {
+                    let wait = (1.0 - tokens) / per_second;
+                    if refused.as_ref().is_none_or(|(_, w)| *w < wait) {
+                        refused = Some((text.clone(), wait));
+                    }
+                }
+                levels.push(tokens);
+            }
+            if let Some(refused) = refused {
+                tx.rollback().await?;
+                return Ok(Err(refused));
+            }
+            for ((rule, ..), tokens) in wanted.iter().zip(levels) {
+                tx.execute(
+                    "UPDATE rate_buckets SET tokens = $4::float8, at = clock_timestamp()
+                     WHERE rule = $1::text AND tool = $2::text AND caller = $3::text",
+                    &[rule, &tool, &caller, &(tokens - 1.0)],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            if sweep {
+                client
+                    .execute(
+                        "DELETE FROM rate_buckets
+                         WHERE tokens + extract(epoch FROM clock_timestamp() - at)::float8 * per_second >= burst",
+                        &[],
+                    )
+                    .await?;
+            }
+            Ok(Ok(()))
+        });
+        match taken {
+            Ok(Ok(())) => Ok(Ok(())),
+            Ok(Err((rate, wait))) => Ok(Err(Refused { rate, retry_after: Duration::from_secs_f64(wait.max(0.0)) })),
+            Err(e) => Err(e),
+        }
+    }
+}
 
 /// Rate limits are a policy of the call pipeline: a call over its rate is refused with how long
 /// to wait. Agents' prompts are counted under the agent's name like tools under theirs.
@@ -180,12 +315,23 @@ impl super::policy::Policy for Rules {
             return Ok(None);
         }
         let caller = options.principal.as_deref().map(super::Principal::name).unwrap_or("");
-        self.take(&call.name, caller).map_err(|refused| super::CallError::RateLimited {
-            tool: call.name.clone(),
-            rate: refused.rate,
-            retry_after: refused.retry_after,
-        })?;
+        self.take(&call.name, caller)
+            .map_err(|e| {
+                super::CallError::Unavailable(format!(
+                    "tool '{}' has a rate limit, which cannot be checked without the shared database: {e}",
+                    call.name
+                ))
+            })?
+            .map_err(|refused| super::CallError::RateLimited {
+                tool: call.name.clone(),
+                rate: refused.rate,
+                retry_after: refused.retry_after,
+            })?;
         Ok(None)
+    }
+
+    fn blocks(&self, call: &super::Admitted) -> bool {
+        self.waits_on_database(&call.name)
     }
 }
 
@@ -221,6 +367,44 @@ mod tests {
         // One second later, one call is back.
         assert!(take_all(&b, &[&r], "t", "a", t0 + Duration::from_millis(1000)).is_ok());
         assert!(take_all(&b, &[&r], "t", "a", t0 + Duration::from_millis(1000)).is_err());
+    }
+
+    fn shared_rules(pg: &Pg, rules: Vec<Rule>) -> Rules {
+        Rules { rules, buckets: std::sync::Arc::new(Buckets::shared(pg.clone())) }
+    }
+
+    #[test]
+    fn a_limit_in_the_shared_database_holds_across_replicas() {
+        let Some(db) = crate::db::testing::database() else { return };
+        let pg = db.pg();
+        let migrating = pg.clone();
+        crate::db::block(async move { crate::db::migrate::pg(&migrating, &[&PG]).await }).unwrap();
+        // Three replicas, each with buckets of its own in memory but one table: twenty calls
+        // at once against a burst of five let exactly five through.
+        let replicas: Vec<Rules> =
+            (0..3).map(|_| shared_rules(&db.pg(), vec![rule("shared-burst", "1/hour", Some(5))])).collect();
+        let through: usize = std::thread::scope(|s| {
+            let calls: Vec<_> = (0..20)
+                .map(|i| {
+                    let rules = &replicas[i % 3];
+                    s.spawn(move || rules.take("t", "ci").unwrap().is_ok())
+                })
+                .collect();
+            calls.into_iter().map(|c| c.join().unwrap()).filter(|ok| *ok).count()
+        });
+        assert_eq!(through, 5);
+        let refused = replicas[0].take("t", "ci").unwrap().unwrap_err();
+        assert_eq!(refused.rate, "1/hour");
+        assert!(refused.retry_after > Duration::from_secs(3000), "{:?}", refused.retry_after);
+        // Another caller has buckets of its own; a refusing rule takes nothing from the others.
+        let both = shared_rules(&pg, vec![rule("shared-burst", "1/hour", Some(5)), rule("wide", "100/min", None)]);
+        assert!(both.take("t", "ci").unwrap().is_err());
+        let wide = shared_rules(&pg, vec![rule("wide", "100/min", None)]);
+        for _ in 0..100 {
+            assert!(wide.take("t", "ci").unwrap().is_ok());
+        }
+        assert!(wide.take("t", "ci").unwrap().is_err(), "the refused call took none of wide's hundred");
+        assert!(replicas[1].take("t", "someone-else").unwrap().is_ok());
     }
 
     #[test]

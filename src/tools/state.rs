@@ -45,6 +45,7 @@ impl CallState {
     pub fn on(db: Option<crate::db::Shared>) -> Result<CallState, String> {
         let mut state = CallState::default();
         if let Some(shared) = &db {
+            state.rates = Arc::new(super::rate::Buckets::shared(shared.pg.clone()));
             let store = crate::approval::Store::shared(shared.pg.clone());
             let fresh = crate::approval::random_hex(32);
             if let Some(key) = store.shared_question_key(&fresh)? {

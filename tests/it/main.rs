@@ -36,6 +36,7 @@ mod mcp;
 mod mcp_calls_once;
 mod proof;
 mod real_upstreams;
+mod replicas;
 mod repo_scripts;
 mod rest_contract;
 mod sandbox;

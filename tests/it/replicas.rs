@@ -1,0 +1,157 @@
+//! Several real `ctx serve` replicas on one real PostgreSQL database (`[db] url`): an approval
+//! asked through one is approved through a second and runs through a third, once; a rate limit
+//! holds across all of them; `/health` names the backend and is degraded while the database is
+//! down, and the replica recovers by itself when it is back.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::scoped_tokens_and_rates::{serve, Server, ADMIN, CI};
+
+const APPROVER: &str = "approver-token-0123456789";
+
+/// `n` replicas of one config on `url`, each with its own workspace (as on its own machine) and
+/// name.
+fn replicas(url: &str, n: usize, extra: &str) -> Vec<Server> {
+    (0..n).map(|i| serve(&format!("{extra}\n[db]\nurl = \"{url}\"\nreplica = \"replica-{i}\"\n"))).collect()
+}
+
+fn health(s: &Server) -> Value {
+    s.get("/health", Some(ADMIN)).1
+}
+
+#[test]
+fn an_approval_asked_through_one_replica_is_approved_through_a_second_and_runs_once_through_a_third() {
+    let Some(db) = ctx::db::testing::database() else { return };
+    let r = replicas(&db.url, 3, &format!("\n[approval]\ntools = [\"echo\"]\napprover_token = \"{APPROVER}\"\n"));
+    let (status, pending, _) = r[0].send_with("/tools/echo", Some(CI), &[], json!({"message": "deploy"}));
+    assert_eq!(status, 202, "{pending}");
+    let (id, token) = (pending["id"].as_str().unwrap().to_string(), pending["token"].as_str().unwrap().to_string());
+    // The second replica lists it and approves it.
+    let (_, listed) = r[1].get("/approvals", Some(ADMIN));
+    assert!(listed.to_string().contains(&id), "{listed}");
+    let approve =
+        r[1].send_with(&format!("/approvals/{id}/approve"), Some(ADMIN), &[("ctx-approver", APPROVER)], json!({}));
+    assert_eq!(approve.0, 200, "{}", approve.1);
+    // The third runs it, once; the first then refuses the used token.
+    let with_token =
+        |s: &Server| s.send_with("/tools/echo", Some(CI), &[("ctx-approval", &token)], json!({"message": "deploy"}));
+    let (status, body, _) = with_token(&r[2]);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["message"], "deploy");
+    let (status, body, _) = with_token(&r[0]);
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("used already"), "{body}");
+    // The CLI beside any replica sees the same approvals.
+    let listed = r[2].cli(&["approvals", "list", "--all"]);
+    assert!(listed.ok().contains(&id), "{}", listed.stdout());
+}
+
+#[test]
+fn a_rate_limit_lets_exactly_its_burst_through_across_three_replicas() {
+    let Some(db) = ctx::db::testing::database() else { return };
+    let r = replicas(&db.url, 3, "\n[[server.rate_limits]]\ntools = [\"echo\"]\nrate = \"1/hour\"\nburst = 5\n");
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..21)
+            .map(|i| {
+                let replica = &r[i % 3];
+                s.spawn(move || replica.send_with("/tools/echo", Some(CI), &[], json!({"message": "m"})).0)
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 5, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 16, "{statuses:?}");
+    // Another caller has its own bucket, on every replica.
+    assert_eq!(r[2].send_with("/tools/echo", Some(ADMIN), &[], json!({"message": "m"})).0, 200);
+}
+
+/// A PostgreSQL server of this test's own (`scripts/pg up`), which it stops and starts.
+struct Cluster {
+    dir: String,
+    admin_url: String,
+}
+
+impl Cluster {
+    fn up() -> Cluster {
+        let out = Command::new(crate::common::repo().join("scripts/pg")).arg("up").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let var = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}='")))
+                .map(|v| v.trim_end_matches('\'').to_string())
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+        };
+        Cluster { dir: var("CTX_TEST_PG_DIR"), admin_url: var("CTX_TEST_DATABASE_URL") }
+    }
+
+    fn pg(&self, what: &str) {
+        let out = Command::new(crate::common::repo().join("scripts/pg")).args([what, &self.dir]).output().unwrap();
+        assert!(out.status.success(), "scripts/pg {what}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(crate::common::repo().join("scripts/pg")).args(["down", &self.dir]).output();
+    }
+}
+
+/// Polls `/health` until `done` says yes, or fails after `within`.
+fn wait_health(s: &Server, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let seen = health(s);
+        if done(&seen) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "health never changed: {seen}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_replica_is_degraded_while_postgresql_is_down_fails_fast_and_recovers_by_itself() {
+    // Skipped, like every PostgreSQL test, when the suite has no server.
+    if ctx::db::testing::admin().is_none() {
+        return;
+    }
+    let cluster = Cluster::up();
+    let admin = ctx::db::testing::pool(ctx::db::DbUrl::parse(&cluster.admin_url, None).unwrap());
+    let db = ctx::db::testing::database_on(admin, &cluster.admin_url);
+    let r = replicas(&db.url, 1, "\n[[server.rate_limits]]\ntools = [\"echo\"]\nrate = \"100/min\"\n");
+    let up = health(&r[0]);
+    assert_eq!(up["status"], "ok", "{up}");
+    assert_eq!(up["database"]["backend"], "postgres", "{up}");
+    assert_eq!(up["database"]["status"], "ok", "{up}");
+    assert_eq!(up["database"]["replica"], "replica-0", "{up}");
+    let shown = up["database"]["database"].as_str().unwrap();
+    assert!(!shown.contains(db.url.split(':').nth(2).unwrap().split('@').next().unwrap()), "no password: {shown}");
+    assert_eq!(r[0].send_with("/tools/echo", Some(CI), &[], json!({"message": "m"})).0, 200);
+
+    cluster.pg("stop");
+    let down = wait_health(&r[0], Duration::from_secs(10), |h| h["status"] == "degraded");
+    assert_eq!(down["database"]["status"], "unavailable", "{down}");
+    assert!(down["database"]["error"].as_str().is_some_and(|e| !e.is_empty()), "{down}");
+    // Without the token, only the status.
+    let (_, bare) = r[0].get("/health", None);
+    assert_eq!(bare["status"], "degraded", "{bare}");
+    assert!(bare.get("database").is_none(), "{bare}");
+    // A call that needs the database fails at once, saying why.
+    let started = Instant::now();
+    let (status, body, _) = r[0].send_with("/tools/echo", Some(CI), &[], json!({"message": "m"}));
+    assert_eq!(status, 503, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("database"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+
+    cluster.pg("start");
+    let back = wait_health(&r[0], Duration::from_secs(20), |h| h["status"] == "ok");
+    assert_eq!(back["database"]["status"], "ok", "{back}");
+    let (status, body, _) = r[0].send_with("/tools/echo", Some(CI), &[], json!({"message": "again"}));
+    assert_eq!(status, 200, "{body}");
+    drop(r);
+    drop(db);
+}
