@@ -177,6 +177,12 @@ impl Pg {
         }
     }
 
+    /// A driver error of a connection from this pool, classified (and the database marked
+    /// down when it is one of reaching it).
+    pub fn classify(&self, error: &tokio_postgres::Error) -> DbError {
+        self.saw(DbError::from_driver(error, self.url()))
+    }
+
     fn saw(&self, error: DbError) -> DbError {
         if error.is_unavailable() {
             *self.0.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());

@@ -31,6 +31,9 @@ pub enum KbError {
     TooNew { path: String, found: i64, known: i64 },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The shared database (`[db] url`) failed or is away.
+    #[error("{0}")]
+    Database(crate::db::DbError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -60,6 +63,7 @@ impl crate::contract::CallError {
         match err {
             KbError::NotFound(_) => Self::NotFound(err.to_string()),
             KbError::Embed(_) => Self::Unavailable(err.to_string()),
+            KbError::Database(ref e) if e.is_unavailable() => Self::Unavailable(err.to_string()),
             _ if err.is_callers_mistake() => Self::BadRequest(err.to_string()),
             // A budgeted inline query that ran out of time: the call runs again on the pool.
             KbError::Sqlite(ref e) if super::budget::is_interrupt(e) => {

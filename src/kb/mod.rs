@@ -9,6 +9,8 @@ pub mod connector_state;
 pub mod embedding;
 mod error;
 pub mod filler;
+mod mirror;
+pub mod pg_store;
 mod pool;
 pub mod prune;
 pub mod query;
@@ -39,6 +41,20 @@ pub fn document_id(source: &str, source_id: &str) -> String {
     uuid::Uuid::new_v5(&ID_NAMESPACE, format!("{source}\n{source_id}").as_bytes()).to_string()
 }
 
+/// How `config` has the keyword index tokenize text.
+fn stemming(config: &Config) -> store::Stemming {
+    match config.spec.retrieval.stemming {
+        crate::types::RetrievalConfigStemming::English => store::Stemming::English,
+        crate::types::RetrievalConfigStemming::None => store::Stemming::None,
+    }
+}
+
+/// A replica's local copy of the shared knowledge base: beside where the SQLite one would be,
+/// under its own name (a laptop's knowledge base is never mistaken for a copy).
+pub fn copy_path(config: &Config) -> std::path::PathBuf {
+    config.db_path().with_file_name("replica-kb.sqlite")
+}
+
 /// The knowledge base of one config: its store plus the configured sources.
 #[derive(Clone)]
 pub struct Kb {
@@ -55,20 +71,16 @@ pub struct Kb {
 impl Kb {
     /// Opens the SQLite store named by the config.
     pub fn open(config: Arc<Config>) -> Result<Kb, KbError> {
-        let stemming = match config.spec.retrieval.stemming {
-            crate::types::RetrievalConfigStemming::English => store::Stemming::English,
-            crate::types::RetrievalConfigStemming::None => store::Stemming::None,
-        };
-        let store = SqliteStore::open(&config.db_path(), stemming)?;
+        let store = SqliteStore::open(&config.db_path(), stemming(&config))?;
         Ok(Kb { config, store: Arc::new(store), embedder: Arc::default(), shared: None })
     }
 
     /// [`Kb::open`] for a replica of a shared database: the state the other features keep
     /// goes there (see `app::open`).
     pub fn open_shared(config: Arc<Config>, shared: Option<crate::db::Shared>) -> Result<Kb, KbError> {
-        let mut kb = Kb::open(config)?;
-        kb.shared = shared;
-        Ok(kb)
+        let Some(shared) = shared else { return Kb::open(config) };
+        let store = pg_store::PgStore::open(shared.pg.clone(), &copy_path(&config), stemming(&config))?;
+        Ok(Kb { config, store: Arc::new(store), embedder: Arc::default(), shared: Some(shared) })
     }
 
     /// The shared database, when `[db] url` names one.

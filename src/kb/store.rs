@@ -192,7 +192,16 @@ pub trait Store: Send + Sync {
     /// Deletes every document of `source` (with its chunks, index rows and vectors) and what
     /// the store remembers of its syncs, in one transaction: the source is whole or gone.
     fn remove_source(&self, source: &str) -> Result<Removed, KbError>;
+    /// The right to sync `source`, held until the value is dropped: on a shared database one
+    /// process syncs a source at a time, the others wait (up to `wait`) and then say who holds it.
+    /// A SQLite file serializes its writers itself.
+    fn claim_source(&self, _source: &str, _wait: std::time::Duration) -> Result<Claim, KbError> {
+        Ok(Box::new(()))
+    }
 }
+
+/// What [`Store::claim_source`] holds.
+pub type Claim = Box<dyn std::any::Any + Send>;
 
 /// What [`Store::remove_source`] deleted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -338,6 +347,12 @@ impl SqliteStore {
 
     pub fn path(&self) -> &Path {
         self.pool.path()
+    }
+
+    /// The connections, for the replica's copy ([`super::mirror`]), which writes rows as the
+    /// shared database holds them.
+    pub(super) fn pool(&self) -> &Pool {
+        &self.pool
     }
 }
 

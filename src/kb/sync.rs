@@ -141,6 +141,9 @@ pub struct Index<'a> {
     pub embedder: Option<&'a dyn Embedder>,
 }
 
+/// How long a sync waits for another process's sync of the same source to end.
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Syncs one source. `scan` runs the connector, feeding the sink it is given.
 pub fn sync_source(
     index: Index<'_>,
@@ -157,6 +160,15 @@ pub fn sync_source(
     let started_at = super::now_rfc3339();
     let mut end = crate::connectors::ScanEnd::default();
     let mut summary = SourceSummary { source: source.to_string(), dry_run: options.dry_run, ..Default::default() };
+    // On a shared database another replica may be syncing this source: one at a time.
+    let _claim = match store.claim_source(source, CLAIM_WAIT) {
+        Ok(claim) => claim,
+        Err(e) => {
+            summary.errors += 1;
+            summary.error = Some(e.to_string());
+            return summary;
+        }
+    };
     let known = match store.known_hashes(source) {
         Ok(known) => known,
         Err(e) => {

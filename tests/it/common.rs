@@ -10,16 +10,38 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A temporary folder with a `ctx.toml`.
+/// A temporary folder with a `ctx.toml`; on SQLite, or on a PostgreSQL database of its own
+/// (every `ctx` it runs gets `CTX_DATABASE_URL`).
 pub struct Workspace {
     pub dir: tempfile::TempDir,
+    pub shared: Option<ctx::db::testing::TestDb>,
 }
 
 impl Workspace {
     pub fn new(config: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("ctx.toml"), config).expect("write ctx.toml");
-        Self { dir }
+        Self { dir, shared: None }
+    }
+
+    /// [`Workspace::new`] on a fresh PostgreSQL database; `None` when the tests have no server.
+    pub fn on_postgres(config: &str) -> Option<Self> {
+        let shared = ctx::db::testing::database()?;
+        Some(Self { shared: Some(shared), ..Self::new(config) })
+    }
+
+    /// Runs `test` in a workspace of `config` on each backend: SQLite, then PostgreSQL (when
+    /// the tests have a server). `backend` names it for messages.
+    pub fn each_backend(config: &str, test: impl Fn(&Workspace, &str)) {
+        test(&Self::new(config), "sqlite");
+        if let Some(ws) = Self::on_postgres(config) {
+            test(&ws, "postgres");
+        }
+    }
+
+    /// The variables every `ctx` of this workspace runs with.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        self.shared.iter().map(|db| (ctx::db::URL_ENV, db.url.clone())).collect()
     }
 
     pub fn path(&self) -> &Path {
@@ -31,7 +53,7 @@ impl Workspace {
     pub fn sample() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         run_in(dir.path(), &["init", "--sample", "."]).ok();
-        let ws = Self { dir };
+        let ws = Self { dir, shared: None };
         ws.ctx(&["sync"]).ok();
         ws
     }
@@ -45,18 +67,27 @@ impl Workspace {
 
     /// Runs `ctx --config ctx.toml <args>` inside the workspace.
     pub fn ctx(&self, args: &[&str]) -> Run {
-        run_in(self.path(), &[&["--config", "ctx.toml"], args].concat())
+        run_in_with(self.path(), &[&["--config", "ctx.toml"], args].concat(), &self.env())
     }
 
+    /// The knowledge base's SQLite file: on PostgreSQL, the replica's copy of it, which holds
+    /// the same rows once a command has caught it up.
     pub fn db(&self) -> rusqlite::Connection {
-        rusqlite::Connection::open(self.path().join("data/ctx.sqlite")).expect("open db")
+        let file = if self.shared.is_some() { "data/replica-kb.sqlite" } else { "data/ctx.sqlite" };
+        rusqlite::Connection::open(self.path().join(file)).expect("open db")
     }
 }
 
 /// Runs the binary in `dir` with `args`, without inheriting CTX_CONFIG.
 pub fn run_in(dir: &Path, args: &[&str]) -> Run {
+    run_in_with(dir, args, &[])
+}
+
+/// [`run_in`] with more variables set.
+pub fn run_in_with(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Run {
     let output = Command::new(BIN)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .current_dir(dir)
         // `ctx init` configures a local model it finds installed; tests get none unless asked.
         .env("CTX_MODEL_DIR", "/nonexistent/ctx-test-model")

@@ -155,3 +155,28 @@ fn a_replica_is_degraded_while_postgresql_is_down_fails_fast_and_recovers_by_its
     drop(r);
     drop(db);
 }
+
+#[test]
+fn a_sync_from_any_machine_is_seen_by_a_search_on_every_replica() {
+    let Some(db) = ctx::db::testing::database() else { return };
+    let r = replicas(&db.url, 3, "");
+    // Each replica's own `ctx sync` indexed the shared docs folder's runbook before it started.
+    let search = |s: &Server, word: &str| {
+        let (status, body) = s.post("/tools/search", Some(ADMIN), json!({"query": word}));
+        assert_eq!(status, 200, "{body}");
+        body["results"].as_array().unwrap().iter().map(|h| h["title"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(search(&r[2], "runbook"), vec!["Deploy"]);
+    // A new document synced beside the first replica...
+    r[0].ws.write("docs/rollback.md", "# Rollback\n\nThe quokka procedure undoes a release.\n");
+    let synced = r[0].cli(&["sync", "--json"]);
+    assert!(synced.ok().contains("\"added\":1"), "{}", synced.stdout());
+    // ...is found through every replica, the other two included.
+    for replica in &r {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while search(replica, "quokka").is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(search(replica, "quokka"), vec!["Rollback"]);
+    }
+}

@@ -65,7 +65,18 @@ path = "model"
 
 /// A workspace with the tiny model and a few documents, synced.
 fn workspace() -> Workspace {
-    let ws = Workspace::new(CONFIG);
+    fill(Workspace::new(CONFIG))
+}
+
+/// Runs `test` on [`workspace`]'s corpus on each backend (SQLite, then PostgreSQL).
+fn each_backend(test: impl Fn(&Workspace)) {
+    test(&workspace());
+    if let Some(ws) = Workspace::on_postgres(CONFIG) {
+        test(&fill(ws));
+    }
+}
+
+fn fill(ws: Workspace) -> Workspace {
     write_tiny_model(&ws.path().join("model"), 8);
     ws.write("docs/release.md", "# Shipping\n\nHow to release and ship a rollout.\n");
     ws.write("docs/undo.md", "# Going back\n\nRevert the last change and restore service.\n");
@@ -89,55 +100,59 @@ fn count(ws: &Workspace, sql: &str) -> i64 {
 
 #[test]
 fn sync_writes_a_vector_per_chunk_and_finds_paraphrases() {
-    let ws = workspace();
-    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), count(&ws, "SELECT COUNT(*) FROM chunks"));
-    let tagged: (String, i64) =
-        ws.db().query_row("SELECT name, dims FROM embedding_models", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
-    assert_eq!(tagged, ("local:model".to_string(), 8));
-    let stats = ws.ctx(&["stats", "--json"]).json();
-    assert_eq!(stats["vectors"][0]["chunks"], stats["chunks"], "{stats}");
-    assert_eq!(stats["vectors"][0]["model"], "local:model");
-    // No document says "rollback", but one is about reverting.
-    let keyword = search(&ws, "rollback", &[]);
-    assert!(titles(&keyword).is_empty(), "{keyword}");
-    let semantic = search(&ws, "rollback", &["--mode", "semantic", "--limit", "1"]);
-    assert_eq!(titles(&semantic), vec!["Going back"], "{semantic}");
-    assert_eq!(semantic["mode"], "semantic");
-    assert_eq!(semantic["explain"]["model"], "local:model");
-    let hit = &semantic["results"][0];
-    assert_eq!(hit["explain"]["semantic"]["rank"], 1);
-    assert!(hit["explain"]["keyword"].is_null());
-    assert!(hit["score"].as_f64().unwrap() > 0.5, "{hit}");
+    each_backend(|ws| {
+        assert_eq!(count(ws, "SELECT COUNT(*) FROM chunk_vectors"), count(ws, "SELECT COUNT(*) FROM chunks"));
+        let tagged: (String, i64) =
+            ws.db().query_row("SELECT name, dims FROM embedding_models", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+        assert_eq!(tagged, ("local:model".to_string(), 8));
+        let stats = ws.ctx(&["stats", "--json"]).json();
+        assert_eq!(stats["vectors"][0]["chunks"], stats["chunks"], "{stats}");
+        assert_eq!(stats["vectors"][0]["model"], "local:model");
+        // No document says "rollback", but one is about reverting.
+        let keyword = search(ws, "rollback", &[]);
+        assert!(titles(&keyword).is_empty(), "{keyword}");
+        let semantic = search(ws, "rollback", &["--mode", "semantic", "--limit", "1"]);
+        assert_eq!(titles(&semantic), vec!["Going back"], "{semantic}");
+        assert_eq!(semantic["mode"], "semantic");
+        assert_eq!(semantic["explain"]["model"], "local:model");
+        let hit = &semantic["results"][0];
+        assert_eq!(hit["explain"]["semantic"]["rank"], 1);
+        assert!(hit["explain"]["keyword"].is_null());
+        assert!(hit["score"].as_f64().unwrap() > 0.5, "{hit}");
+    });
 }
 
 #[test]
 fn sync_embeds_only_new_or_changed_chunks_and_deletes_with_them() {
-    let ws = workspace();
-    let second = ws.ctx(&["sync", "--json"]).ok();
-    let embedded: u64 =
-        second.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["embedded"].as_u64().unwrap()).sum();
-    assert_eq!(embedded, 0, "an unchanged corpus embeds nothing: {second}");
-    // A long document whose second chunk changes: only that chunk is embedded again.
-    let para = |word: &str| format!("{word} ").repeat(400);
-    ws.write("docs/long.md", &format!("# Long\n\n{}\n\n{}\n", para("deploy"), para("token")));
-    let first = ws.ctx(&["sync", "filesystem:docs", "--json"]).json();
-    let chunks =
-        count(&ws, "SELECT COUNT(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.title = 'Long'");
-    assert!(chunks >= 2, "the long document has several chunks");
-    assert_eq!(first["embedded"].as_i64().unwrap(), chunks);
-    ws.write("docs/long.md", &format!("# Long\n\n{}\n\n{}\n", para("deploy"), para("invoice")));
-    let changed = ws.ctx(&["sync", "filesystem:docs", "--json"]).json();
-    assert!(
-        changed["embedded"].as_i64().unwrap() < chunks,
-        "the unchanged chunks keep their vectors: {changed} of {chunks} chunks"
-    );
-    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), count(&ws, "SELECT COUNT(*) FROM chunks"));
-    std::fs::remove_file(ws.path().join("docs/long.md")).unwrap();
-    ws.ctx(&["sync"]).ok();
-    assert_eq!(count(&ws, "SELECT COUNT(*) FROM chunk_vectors"), count(&ws, "SELECT COUNT(*) FROM chunks"));
-    let orphans =
-        count(&ws, "SELECT COUNT(*) FROM chunk_vectors v LEFT JOIN chunks c ON c.id = v.chunk_id WHERE c.id IS NULL");
-    assert_eq!(orphans, 0);
+    each_backend(|ws| {
+        let second = ws.ctx(&["sync", "--json"]).ok();
+        let embedded: u64 =
+            second.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["embedded"].as_u64().unwrap()).sum();
+        assert_eq!(embedded, 0, "an unchanged corpus embeds nothing: {second}");
+        // A long document whose second chunk changes: only that chunk is embedded again.
+        let para = |word: &str| format!("{word} ").repeat(400);
+        ws.write("docs/long.md", &format!("# Long\n\n{}\n\n{}\n", para("deploy"), para("token")));
+        let first = ws.ctx(&["sync", "filesystem:docs", "--json"]).json();
+        let chunks =
+            count(ws, "SELECT COUNT(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.title = 'Long'");
+        assert!(chunks >= 2, "the long document has several chunks");
+        assert_eq!(first["embedded"].as_i64().unwrap(), chunks);
+        ws.write("docs/long.md", &format!("# Long\n\n{}\n\n{}\n", para("deploy"), para("invoice")));
+        let changed = ws.ctx(&["sync", "filesystem:docs", "--json"]).json();
+        assert!(
+            changed["embedded"].as_i64().unwrap() < chunks,
+            "the unchanged chunks keep their vectors: {changed} of {chunks} chunks"
+        );
+        assert_eq!(count(ws, "SELECT COUNT(*) FROM chunk_vectors"), count(ws, "SELECT COUNT(*) FROM chunks"));
+        std::fs::remove_file(ws.path().join("docs/long.md")).unwrap();
+        ws.ctx(&["sync"]).ok();
+        assert_eq!(count(ws, "SELECT COUNT(*) FROM chunk_vectors"), count(ws, "SELECT COUNT(*) FROM chunks"));
+        let orphans = count(
+            ws,
+            "SELECT COUNT(*) FROM chunk_vectors v LEFT JOIN chunks c ON c.id = v.chunk_id WHERE c.id IS NULL",
+        );
+        assert_eq!(orphans, 0);
+    });
 }
 
 #[test]
@@ -203,35 +218,36 @@ fn filters_apply_before_top_k() {
 
 #[test]
 fn hybrid_fuses_both_lists_and_explains_each_rank() {
-    let ws = workspace();
-    let hybrid = search(&ws, "rollback revert", &["--mode", "hybrid"]);
-    assert_eq!(hybrid["mode"], "hybrid");
-    assert_eq!(titles(&hybrid)[0], "Going back", "{hybrid}");
-    let top = &hybrid["results"][0]["explain"];
-    assert_eq!(top["keyword"]["rank"], 1, "{top}");
-    assert_eq!(top["semantic"]["rank"], 1, "{top}");
-    let explain = &hybrid["explain"];
-    assert_eq!(explain["rrf_k"], 2);
-    assert!(explain["hybrid_weight"].is_number());
-    // The terminal shows the ranks too.
-    let text = ws.ctx(&["search", "--mode", "hybrid", "--explain", "rollback revert"]).ok();
-    assert!(
-        text.contains("keyword #1") && text.contains("semantic #1") && text.contains("fusion: reciprocal rank"),
-        "{text}"
-    );
-    // Without --explain, neither the terminal nor the JSON carries ranks.
-    let plain = ws.ctx(&["search", "--mode", "hybrid", "rollback revert"]).ok();
-    assert!(!plain.contains("semantic #1"), "{plain}");
-    let json = ws.ctx(&["search", "--mode", "hybrid", "--json", "rollback revert"]).json();
-    assert!(json["results"][0].get("explain").is_none() && json.get("explain").is_none(), "{json}");
+    each_backend(|ws| {
+        let hybrid = search(ws, "rollback revert", &["--mode", "hybrid"]);
+        assert_eq!(hybrid["mode"], "hybrid");
+        assert_eq!(titles(&hybrid)[0], "Going back", "{hybrid}");
+        let top = &hybrid["results"][0]["explain"];
+        assert_eq!(top["keyword"]["rank"], 1, "{top}");
+        assert_eq!(top["semantic"]["rank"], 1, "{top}");
+        let explain = &hybrid["explain"];
+        assert_eq!(explain["rrf_k"], 2);
+        assert!(explain["hybrid_weight"].is_number());
+        // The terminal shows the ranks too.
+        let text = ws.ctx(&["search", "--mode", "hybrid", "--explain", "rollback revert"]).ok();
+        assert!(
+            text.contains("keyword #1") && text.contains("semantic #1") && text.contains("fusion: reciprocal rank"),
+            "{text}"
+        );
+        // Without --explain, neither the terminal nor the JSON carries ranks.
+        let plain = ws.ctx(&["search", "--mode", "hybrid", "rollback revert"]).ok();
+        assert!(!plain.contains("semantic #1"), "{plain}");
+        let json = ws.ctx(&["search", "--mode", "hybrid", "--json", "rollback revert"]).json();
+        assert!(json["results"][0].get("explain").is_none() && json.get("explain").is_none(), "{json}");
+    });
 }
 
 #[test]
 fn rest_and_context_search_take_every_mode() {
-    let ws = workspace();
-    ws.write(
-        "tools/modes.lua",
-        r#"tool = { name = "modes", description = "search in each mode", parameters = {} }
+    each_backend(|ws| {
+        ws.write(
+            "tools/modes.lua",
+            r#"tool = { name = "modes", description = "search in each mode", parameters = {} }
 function tool.execute(params, context)
   local out = {}
   for _, mode in ipairs({"keyword", "semantic", "hybrid"}) do
@@ -241,15 +257,16 @@ function tool.execute(params, context)
   return out
 end
 "#,
-    );
-    let mut config = std::fs::read_to_string(ws.path().join("ctx.toml")).unwrap();
-    config.push_str("\n[tools.script.modes]\npath = \"tools/modes.lua\"\n");
-    std::fs::write(ws.path().join("ctx.toml"), config).unwrap();
-    let out = ws.ctx(&["tool", "call", "modes", "--json"]).json();
-    let value = if out.get("result").is_some() { out["result"].clone() } else { out.clone() };
-    for mode in ["keyword", "semantic", "hybrid"] {
-        assert_eq!(value[mode], "Going back", "{mode}: {out}");
-    }
+        );
+        let mut config = std::fs::read_to_string(ws.path().join("ctx.toml")).unwrap();
+        config.push_str("\n[tools.script.modes]\npath = \"tools/modes.lua\"\n");
+        std::fs::write(ws.path().join("ctx.toml"), config).unwrap();
+        let out = ws.ctx(&["tool", "call", "modes", "--json"]).json();
+        let value = if out.get("result").is_some() { out["result"].clone() } else { out.clone() };
+        for mode in ["keyword", "semantic", "hybrid"] {
+            assert_eq!(value[mode], "Going back", "{mode}: {out}");
+        }
+    });
 }
 
 #[test]
