@@ -66,10 +66,21 @@ pub fn position(store: &SqliteStore) -> Result<(i64, i64), KbError> {
     Ok((read(SOURCE_KEY)?, read(GENERATION_KEY)?))
 }
 
-/// Lands `batch` in the copy, in one transaction: readers see the old copy until it commits.
+/// Lands `batch` in the copy, in one transaction: readers see the old copy until it commits. A
+/// copy already at or past the batch's generation is left as it is. A batch read from an older
+/// generation than the copy holds is still right to apply: it holds the rows as they are now.
 pub fn apply(store: &SqliteStore, instance: i64, batch: &Batch) -> Result<(), KbError> {
     let mut conn = store.pool().get()?;
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    // Another process on this folder (a `ctx sync` beside the server) may have brought the copy
+    // further meanwhile: an older batch must not undo its newer rows.
+    let held: i64 = tx
+        .query_row("SELECT value FROM store_meta WHERE key = ?1", [GENERATION_KEY], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    if held >= batch.generation {
+        return Ok(());
+    }
     if batch.full {
         tx.execute_batch(
             "DELETE FROM chunk_vectors; DELETE FROM chunks; DELETE FROM documents;

@@ -135,7 +135,6 @@ pub struct PgStore {
 }
 
 struct CaughtUp {
-    generation: i64,
     checked: Option<Instant>,
     /// The last catch-up failed for want of the database (said once in the log).
     stale: bool,
@@ -150,7 +149,7 @@ impl PgStore {
             .map_err(KbError::Database)?
             .get(0);
         let mut copy = SqliteStore::open(copy_path, stemming)?;
-        let (of, generation) = mirror::position(&copy)?;
+        let (of, _) = mirror::position(&copy)?;
         if of != instance && of != 0 {
             tracing::info!(path = %copy_path.display(), "the local copy of the knowledge base is of another database; making it afresh");
             drop(copy);
@@ -160,9 +159,7 @@ impl PgStore {
             }
             copy = SqliteStore::open(copy_path, stemming)?;
         }
-        let generation = if of == instance { generation } else { 0 };
-        let store =
-            PgStore { pg, copy, instance, caught_up: Mutex::new(CaughtUp { generation, checked: None, stale: false }) };
+        let store = PgStore { pg, copy, instance, caught_up: Mutex::new(CaughtUp { checked: None, stale: false }) };
         store.catch_up(true)?;
         Ok(store)
     }
@@ -175,7 +172,9 @@ impl PgStore {
         if !force && state.checked.is_some_and(|at| at.elapsed() < FRESH) {
             return Ok(());
         }
-        let since = state.generation;
+        // The file's own generation, not this process's: several processes of one folder (a
+        // server and a `ctx sync` beside it) share the copy.
+        let since = mirror::position(&self.copy)?.1;
         let fetched = self.pg.run(move |mut client| async move { fetch(&mut client, since).await });
         let batch = match fetched {
             Ok(batch) => batch,
@@ -192,7 +191,6 @@ impl PgStore {
         state.stale = false;
         if let Some(batch) = batch {
             mirror::apply(&self.copy, self.instance, &batch)?;
-            state.generation = batch.generation;
         }
         state.checked = Some(Instant::now());
         Ok(())
@@ -867,6 +865,26 @@ mod tests {
         drop(b.claim_source("git:handbook", Duration::ZERO).unwrap());
         drop(held);
         drop(b.claim_source("filesystem:docs", Duration::ZERO).unwrap());
+    }
+
+    #[test]
+    fn two_processes_of_one_folder_share_its_copy_without_undoing_each_other() {
+        let Some(db) = crate::db::testing::database() else { return };
+        let pg = migrated(&db);
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("replica-kb.sqlite");
+        // A server and a `ctx sync` beside it: two stores on one copy file.
+        let server = PgStore::open(pg, &copy, Stemming::None).unwrap();
+        let sync = PgStore::open(db.pg(), &copy, Stemming::None).unwrap();
+        sync.apply(&[doc("a.md", "first walrus")]).unwrap();
+        server.apply(&[doc("a.md", "second narwhal")]).unwrap();
+        sync.apply(&[doc("b.md", "third okapi")]).unwrap();
+        std::thread::sleep(FRESH);
+        for store in [&server, &sync] {
+            assert!(hits(store, "walrus").is_empty());
+            assert_eq!(hits(store, "narwhal"), vec!["a.md"]);
+            assert_eq!(hits(store, "okapi"), vec!["b.md"]);
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod config_loading;
 mod config_upstreams;
 mod console;
 mod console_cookie;
+mod database_errors;
 mod embed_providers;
 mod fault_upstream;
 mod file_formats;

@@ -180,3 +180,101 @@ fn a_sync_from_any_machine_is_seen_by_a_search_on_every_replica() {
         assert_eq!(search(replica, "quokka"), vec!["Rollback"]);
     }
 }
+
+/// The `echo` calls a replica served, from its `/metrics`.
+fn echo_calls(s: &Server) -> u64 {
+    let text = s.get_text("/metrics", Some(ADMIN));
+    text.lines()
+        .filter(|l| l.starts_with("ctx_tool_calls_total{tool=\"echo\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// HAProxy with `examples/deploy/haproxy.cfg`, in front of `replicas`; stopped on drop.
+struct Balancer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Balancer {
+    fn start(replicas: &[Server]) -> Option<Balancer> {
+        let Ok(haproxy) = which("haproxy") else {
+            assert!(std::env::var_os("CI").is_none(), "no haproxy: scripts/test-env installs it");
+            eprintln!("skipped: no haproxy (apt-get install haproxy)");
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut command = Command::new(haproxy);
+        command
+            .args(["-db", "-f"])
+            .arg(crate::common::repo().join("examples/deploy/haproxy.cfg"))
+            .env("CTX_LB_BIND", format!("127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        for (i, replica) in replicas.iter().enumerate() {
+            command.env(format!("CTX_REPLICA_{}", i + 1), &replica.serve.addr);
+        }
+        let child = command.spawn().expect("haproxy starts");
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "haproxy did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Balancer { child, url })
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn which(program: &str) -> Result<std::path::PathBuf, ()> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or(())
+}
+
+/// Runs `tests/clients/mcp_replicas.py` (the official Python SDK) for one era through `url`.
+fn sdk_through(url: &str, era: &str, calls: usize) -> Option<String> {
+    let python = crate::common::test_python()?;
+    let output = Command::new(python)
+        .arg(crate::common::repo().join("tests/clients/mcp_replicas.py"))
+        .args(["--url", url, "--token", ADMIN, "--era", era, "--calls", &calls.to_string()])
+        .output()
+        .expect("run mcp_replicas.py");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{era}:\n{stdout}\n{stderr}");
+    Some(stdout.into_owned())
+}
+
+#[test]
+fn mcp_sessions_stick_to_their_replica_behind_the_example_haproxy_and_stateless_calls_spread() {
+    let Some(db) = ctx::db::testing::database() else { return };
+    let r = replicas(&db.url, 3, "");
+    let Some(lb) = Balancer::start(&r) else { return };
+    let before: Vec<u64> = r.iter().map(echo_calls).collect();
+    // A 2025-11-25 session: every request after initialize names it, and only its replica
+    // knows it; all eight calls succeed, so all reached that one replica.
+    let Some(out) = sdk_through(&lb.url, "2025", 8) else { return };
+    assert!(out.contains("ok: 2025 8"), "{out}");
+    let after_session: Vec<u64> = r.iter().map(echo_calls).collect();
+    let served: Vec<u64> = after_session.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(served.iter().filter(|n| **n > 0).count(), 1, "one replica served the session: {served:?}");
+    assert_eq!(served.iter().sum::<u64>(), 8);
+    // The 2026-07-28 era is stateless: any replica answers. Three clients (three connections;
+    // HAProxy keeps one client connection on one server) go round the replicas.
+    for _ in 0..3 {
+        let out = sdk_through(&lb.url, "2026", 3).unwrap();
+        assert!(out.contains("ok: 2026 3"), "{out}");
+    }
+    let spread: Vec<u64> = r.iter().map(echo_calls).zip(&after_session).map(|(a, b)| a - b).collect();
+    assert_eq!(spread.iter().sum::<u64>(), 9, "{spread:?}");
+    assert!(spread.iter().filter(|n| **n > 0).count() >= 2, "stateless calls reached several replicas: {spread:?}");
+}

@@ -93,6 +93,18 @@ impl Server {
         })
     }
 
+    /// A GET whose body is text (`/metrics`).
+    pub fn get_text(&self, path: &str, token: Option<&str>) -> String {
+        let url = format!("http://{}{path}", self.serve.addr);
+        self.runtime.block_on(async {
+            let mut request = self.client.get(url);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            request.send().await.unwrap().text().await.unwrap()
+        })
+    }
+
     pub fn send(
         &self,
         method: &str,
