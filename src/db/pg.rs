@@ -251,6 +251,90 @@ mod tests {
         assert!(!text.contains("not-the-password"), "{text}");
     }
 
+    /// A stand-in for a PostgreSQL older than 14, which this machine cannot run: it speaks just
+    /// enough of the wire protocol (trust login, one extended-protocol query) to answer the
+    /// version check as PostgreSQL 13 would.
+    fn old_server() -> u16 {
+        use std::io::{Read, Write};
+        fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+            let mut out = vec![kind];
+            out.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
+            out.extend_from_slice(body);
+            out
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let Ok((mut stream, _)) = listener.accept() else { return };
+            // The startup message: length, then the rest.
+            let mut len = [0u8; 4];
+            stream.read_exact(&mut len).unwrap();
+            let mut startup = vec![0u8; i32::from_be_bytes(len) as usize - 4];
+            stream.read_exact(&mut startup).unwrap();
+            let mut hello = message(b'R', &0i32.to_be_bytes());
+            hello.extend(message(b'S', b"server_version\x0013.9\x00"));
+            hello.extend(message(b'K', &[0, 0, 0, 1, 0, 0, 0, 2]));
+            hello.extend(message(b'Z', b"I"));
+            stream.write_all(&hello).unwrap();
+            let columns: [(&str, i32); 4] = [("v", 25), ("n", 23), ("u", 25), ("d", 25)];
+            loop {
+                let mut kind = [0u8; 1];
+                if stream.read_exact(&mut kind).is_err() {
+                    return;
+                }
+                stream.read_exact(&mut len).unwrap();
+                let mut body = vec![0u8; i32::from_be_bytes(len) as usize - 4];
+                stream.read_exact(&mut body).unwrap();
+                let reply = match kind[0] {
+                    b'P' => message(b'1', b""),
+                    b'D' => {
+                        let mut fields = (columns.len() as i16).to_be_bytes().to_vec();
+                        for (name, oid) in columns {
+                            fields.extend(name.as_bytes());
+                            fields.push(0);
+                            fields.extend(0i32.to_be_bytes());
+                            fields.extend(0i16.to_be_bytes());
+                            fields.extend(oid.to_be_bytes());
+                            fields.extend(if oid == 23 { 4i16 } else { -1i16 }.to_be_bytes());
+                            fields.extend((-1i32).to_be_bytes());
+                            fields.extend(0i16.to_be_bytes());
+                        }
+                        let mut reply = message(b't', &0i16.to_be_bytes());
+                        reply.extend(message(b'T', &fields));
+                        reply
+                    }
+                    b'B' => message(b'2', b""),
+                    b'E' => {
+                        let values: [&[u8]; 4] = [b"13.9", &130009i32.to_be_bytes(), b"ctx", b"ctx"];
+                        let mut row = (values.len() as i16).to_be_bytes().to_vec();
+                        for value in values {
+                            row.extend((value.len() as i32).to_be_bytes());
+                            row.extend(value);
+                        }
+                        let mut reply = message(b'D', &row);
+                        reply.extend(message(b'C', b"SELECT 1\x00"));
+                        reply
+                    }
+                    b'S' => message(b'Z', b"I"),
+                    _ => return,
+                };
+                stream.write_all(&reply).unwrap();
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn a_postgresql_older_than_14_is_refused_saying_which_it_is() {
+        let port = old_server();
+        let url = DbUrl::parse(&format!("postgres://ctx@127.0.0.1:{port}/ctx?sslmode=disable"), None).unwrap();
+        let pg = crate::db::testing::pool(url);
+        let error = block(async move { pg.check().await }).unwrap_err();
+        assert!(matches!(error, DbError::TooOld { .. }), "{error}");
+        assert!(error.to_string().contains("PostgreSQL 13.9"), "{error}");
+        assert!(error.to_string().contains("needs PostgreSQL 14 or newer"), "{error}");
+    }
+
     #[test]
     fn a_server_that_is_not_there_is_unreachable_and_the_pool_says_so() {
         // A port nothing listens on: bound, then released.
