@@ -16,7 +16,7 @@ pub mod url;
 use std::time::Duration;
 
 pub use error::{detail, DbError};
-pub use pg::{block, Pg, Server, Settings, MIN_VERSION_NUM};
+pub use pg::{block, blocking, Pg, Server, Settings, MIN_VERSION_NUM};
 pub use url::{DbUrl, SslMode};
 
 /// The variable that overrides `[db] url`, so one config serves a laptop and a deployment.

@@ -204,13 +204,20 @@ impl Pg {
 pub fn block<T: Send + 'static>(
     future: impl Future<Output = Result<T, DbError>> + Send + 'static,
 ) -> Result<T, DbError> {
-    let wait =
-        || crate::runtime::wait(future).unwrap_or_else(|| Err(DbError::Unavailable("ctx is shutting down".into())));
+    blocking(|| {
+        crate::runtime::wait(future).unwrap_or_else(|| Err(DbError::Unavailable("ctx is shutting down".into())))
+    })
+}
+
+/// Runs `f`, which may block on the database or on a lock held by code that waits for it, telling
+/// tokio first when this thread is an async worker of a multi-threaded runtime. Without that, a
+/// few such waits would hold every worker, and the query they wait for could never run.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(wait)
+            tokio::task::block_in_place(f)
         }
-        _ => wait(),
+        _ => f(),
     }
 }
 

@@ -168,7 +168,18 @@ impl PgStore {
     /// last checked more than [`FRESH`] ago. While the database is away, reads go on from the
     /// copy as it is (said once in the log); writes fail.
     fn catch_up(&self, force: bool) -> Result<(), KbError> {
-        let mut state = self.caught_up.lock().unwrap_or_else(|p| p.into_inner());
+        // The lock is held across a query: waiting for it is waiting for the database.
+        crate::db::blocking(|| self.catch_up_now(force))
+    }
+
+    fn catch_up_now(&self, force: bool) -> Result<(), KbError> {
+        let mut state = match self.caught_up.try_lock() {
+            Ok(state) => state,
+            // Another search is catching the copy up: this one reads it as it is, a moment old.
+            Err(std::sync::TryLockError::WouldBlock) if !force => return Ok(()),
+            Err(std::sync::TryLockError::WouldBlock) => self.caught_up.lock().unwrap_or_else(|p| p.into_inner()),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
         if !force && state.checked.is_some_and(|at| at.elapsed() < FRESH) {
             return Ok(());
         }
