@@ -12,7 +12,7 @@ use crate::kb::Kb;
 
 /// Every store that keeps its state in the shared database, in the order they migrate.
 pub fn components() -> Vec<&'static Component> {
-    vec![&crate::approval::store::PG]
+    vec![&crate::approval::store::PG, &crate::calllog::store::PG, &crate::tasks::store::PG]
 }
 
 /// Who is opening the database: a server names itself by its port, a command by its process.
