@@ -12,7 +12,13 @@ use crate::kb::Kb;
 
 /// Every store that keeps its state in the shared database, in the order they migrate.
 pub fn components() -> Vec<&'static Component> {
-    vec![&crate::approval::store::PG, &crate::tools::rate::PG, &crate::kb::pg_store::PG]
+    vec![
+        &crate::approval::store::PG,
+        &crate::calllog::store::PG,
+        &crate::tasks::store::PG,
+        &crate::tools::rate::PG,
+        &crate::kb::pg_store::PG,
+    ]
 }
 
 /// Who is opening the database: a server names itself by its port, a command by its process.

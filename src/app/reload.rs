@@ -80,10 +80,10 @@ fn reload(located: &Located, kb: &Kb, tools: &Tools, changed: &dyn Fn(bool, bool
         tracing::warn!("{}", section.message());
     }
     let state = Arc::clone(tools.current().state());
-    if let Err(e) = state.log.install(&config) {
+    if let Err(e) = state.log.install(&config, state.db.as_ref()) {
         tracing::error!("{e}");
     }
-    if let Err(e) = state.tasks.reconfigure(&config) {
+    if let Err(e) = state.tasks.reconfigure(&config, state.db.as_ref()) {
         tracing::error!("tasks: {e}");
     }
     state.metrics.set_enabled(config.spec.server.metrics);

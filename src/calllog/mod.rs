@@ -1,4 +1,5 @@
-//! The tool-call log: every call through the registry, kept in SQLite beside the knowledge base.
+//! The tool-call log: every call through the registry, kept in SQLite beside the knowledge base,
+//! or in the shared database (`[db] url`), where each entry names the replica that served it.
 //!
 //! The call path hands each finished call to [`CallLog::record`], which only pushes it on a
 //! bounded queue. One writer thread drains the queue in batches, one transaction each (WAL, so
@@ -15,7 +16,7 @@
 //! The call path renders the parameters and the result once, redacted and cut, straight into
 //! the text the log keeps ([`render_into`]); the writer only binds them.
 
-mod store;
+pub mod store;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value as Json;
 
-pub use store::{Filter, Store};
+pub use store::{Filter, Store, StoreError, PG};
 
 use crate::config::Config;
 
@@ -271,6 +272,8 @@ struct Log {
     counters: Arc<Counters>,
     /// The writer's health, shared like `writer` by the versions of one log.
     health: Arc<Health>,
+    /// The shared database the log is kept in, instead of `settings.path`.
+    shared: Option<crate::db::Shared>,
 }
 
 enum Message {
@@ -332,31 +335,44 @@ impl CallLog {
         })
     }
 
-    /// Starts the log of `config`, or stops it when the config turns it off. A log already
-    /// running with the same file keeps running with the new settings' retention applied from
-    /// its next batch. Fails when the file cannot be opened.
-    pub fn install(&self, config: &Config) -> Result<(), String> {
+    /// Starts the log of `config`, in the shared database when there is one, or stops it when
+    /// the config turns it off. A log already running with the same file keeps running with the
+    /// new settings' retention applied from its next batch. Fails when the file cannot be opened.
+    pub fn install(&self, config: &Config, shared: Option<&crate::db::Shared>) -> Result<(), String> {
         let Some(settings) = Settings::of(config) else {
             self.shutdown();
             return Ok(());
         };
         let running = self.running.read().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(log) = running.as_ref().filter(|log| log.settings == settings) {
+        let same_place = |log: &&Arc<Log>| match (&log.shared, shared) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.replica == b.replica && a.pg.url().to_string() == b.pg.url().to_string(),
+            _ => false,
+        };
+        if let Some(log) = running.as_ref().filter(|log| log.settings == settings).filter(same_place) {
             // Same log; a reload may have changed the config's secrets, which render_into uses.
             let secrets = crate::config::redact::current();
             if !Arc::ptr_eq(&log.secrets, &secrets) {
                 let (writer, counters, health) =
                     (Arc::clone(&log.writer), Arc::clone(&log.counters), Arc::clone(&log.health));
-                self.swap(Some(Arc::new(Log { writer, settings: log.settings.clone(), secrets, counters, health })));
+                let (settings, shared) = (log.settings.clone(), log.shared.clone());
+                self.swap(Some(Arc::new(Log { writer, settings, secrets, counters, health, shared })));
             }
             return Ok(());
         }
         // Opened now, so a file that cannot be written is a startup error, and retention runs at
-        // start; the writer opens it again when the first call comes.
-        let problem = match Store::open(&settings.path) {
+        // start; the writer opens it again when the first call comes. (The shared database was
+        // checked and migrated as the application opened it; one down now fails the writes,
+        // and the writer finds out when it is back.)
+        let mut unreachable = false;
+        let problem = match Store::open_for(&settings, shared) {
             Ok(mut store) => {
                 if let Err(e) = store.prune(settings.max_age, settings.max_entries) {
                     tracing::warn!("the tool-call log's retention failed: {e}");
+                    // The shared database did not answer: calls that must be logged are refused
+                    // from the start, as by a writer whose last write failed, until the writer
+                    // finds it back (a file that opens takes writes).
+                    unreachable = shared.is_some();
                 }
                 None
             }
@@ -369,6 +385,7 @@ impl CallLog {
         // that must be logged are refused (not run unlogged); the first call tries the file again.
         let health = Health::default();
         health.gone.store(problem.is_some(), Ordering::Relaxed);
+        health.failing.store(unreachable, Ordering::Relaxed);
         let counters = Arc::clone(&self.counters);
         let log = Log {
             writer: Arc::default(),
@@ -376,6 +393,7 @@ impl CallLog {
             secrets: crate::config::redact::current(),
             counters,
             health: Arc::new(health),
+            shared: shared.cloned(),
         };
         let old = self.swap(Some(Arc::new(log)));
         // The old writer finishes its queue; no lock is held meanwhile.
@@ -417,13 +435,17 @@ impl CallLog {
             if log.health.gone.load(Ordering::Relaxed) {
                 return refused(format!(
                     "the tool-call log's writer is not running ({} cannot be written; the server's log says why)",
-                    log.settings.path.display()
+                    log.place()
                 ));
             }
             if log.health.failing.load(Ordering::Relaxed) {
+                let why = match log.shared {
+                    Some(_) => "is it down?",
+                    None => "a full disk?",
+                };
                 return refused(format!(
-                    "the tool-call log failed to write its last entries to {} (a full disk? the server's log says why)",
-                    log.settings.path.display()
+                    "the tool-call log failed to write its last entries to {} ({why} the server's log says why)",
+                    log.place()
                 ));
             }
             self.counters.reserved.fetch_add(1, Ordering::Relaxed);
@@ -498,6 +520,14 @@ impl CallLog {
 }
 
 impl Log {
+    /// Where the log is kept, for messages.
+    fn place(&self) -> String {
+        match &self.shared {
+            Some(shared) => format!("the shared database {}", shared.pg.url()),
+            None => self.settings.path.display().to_string(),
+        }
+    }
+
     /// The queue to the writer, started on first use. A writer that cannot open the file
     /// logs why and ends; what is sent to it then counts as dropped.
     fn queue(&self) -> &SyncSender<Message> {
@@ -507,13 +537,13 @@ impl Log {
                 (self.settings.clone(), Arc::clone(&self.counters), Arc::clone(&self.health));
             // Opened here, before any call that must be logged runs: one the file cannot take
             // is refused, never run and then left unlogged.
-            let store = match Store::open(&settings.path) {
+            let store = match Store::open_for(&settings, self.shared.as_ref()) {
                 Ok(store) => store,
                 Err(e) => {
                     self.health.gone.store(true, Ordering::Relaxed);
                     tracing::error!(
                         "the tool-call log {} cannot be opened any more: {e}; calls that change something are refused, read-only ones are not logged",
-                        settings.path.display()
+                        self.place()
                     );
                     return tx;
                 }
@@ -857,5 +887,29 @@ mod tests {
         assert!(out.cut);
         assert!(out.text.ends_with("… [cut at 64 bytes]"), "{}", out.text);
         assert!(out.text.len() < 64 + 30);
+    }
+
+    #[test]
+    fn with_the_shared_database_down_a_call_that_changes_something_is_refused_and_a_read_only_one_does_not_wait() {
+        // A port nothing listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("postgres://ctx:pw@127.0.0.1:{port}/ctx?sslmode=disable");
+        let pg = crate::db::testing::pool(crate::db::DbUrl::parse(&url, None).unwrap());
+        let shared = crate::db::Shared { pg, replica: Arc::from("host-a:7391") };
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("[db]\npath = \"{}\"\n", dir.path().join("kb.sqlite").display());
+        let file = dir.path().join("ctx.toml");
+        let config = Config::from_text(&text, std::path::Path::new("ctx.toml"), &file, &|_| None).unwrap();
+        let log = CallLog::default();
+        log.install(&config, Some(&shared)).unwrap();
+        let refused = log.reserve().err().expect("refused before it runs");
+        assert!(refused.contains("the shared database") && refused.contains(&port.to_string()), "{refused}");
+        let started = Instant::now();
+        let entry = log.begin(&json!({"q": 1})).unwrap();
+        log.record(entry);
+        assert!(started.elapsed() < Duration::from_millis(500), "a read-only call's entry is only queued");
+        assert!(log.reserve().is_err(), "still refused while the database is down");
+        assert!(!dir.path().join("calls.sqlite").exists(), "no file instead of the shared database");
+        log.shutdown();
     }
 }

@@ -87,7 +87,7 @@ pub fn run(args: RunArgs, globals: &Globals) -> Result<(), CliError> {
     let upstreams = (!named.is_empty()).then(|| super::mcp_cmd::connect(&globals.runtime, &named));
     let kb = crate::app::database::open_kb(Arc::new(config), crate::app::database::Role::Command)?;
     let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
-    if let Err(e) = registry.state().log.install(registry.kb().config()) {
+    if let Err(e) = registry.state().log.install(registry.kb().config(), registry.state().db.as_ref()) {
         tracing::warn!("{e}");
     }
     let options = CallOptions { caller: "cli", ..Default::default() };

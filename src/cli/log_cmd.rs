@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{CliError, Globals};
-use crate::calllog::{self, Filter, Settings, Store};
+use crate::calllog::{self, Filter, Settings, Store, StoreError};
 use crate::lua::api::log::one_line;
 use crate::types::{CallRecord, CallsResponse};
 
@@ -45,8 +45,14 @@ pub fn run(args: LogArgs, globals: &Globals) -> Result<(), CliError> {
     if args.limit == 0 || args.limit > 100_000 {
         return Err(CliError::Usage(format!("--limit {} is out of range: give 1 to 100000", args.limit)));
     }
-    let store = Store::open_existing(&path)
-        .map_err(|e| CliError::Failed(anyhow::anyhow!("cannot read the tool-call log {}: {e}", path.display())))?;
+    // The shared database's log when the config names one (every replica's calls), else the file.
+    let shared = crate::app::database::open(&config, crate::app::database::Role::Command)
+        .map_err(|e| CliError::Failed(anyhow::anyhow!(e)))?;
+    let store = match &shared {
+        Some(shared) => Some(Store::shared(shared.pg.clone(), shared.replica.clone())),
+        None => Store::open_existing(&path)
+            .map_err(|e| CliError::Failed(anyhow::anyhow!("cannot read the tool-call log {}: {e}", path.display())))?,
+    };
     let Some(store) = store else {
         if !config.spec.log.enabled {
             eprintln!("the tool-call log is off (log.enabled = false in ctx.toml); nothing was logged");
@@ -67,7 +73,7 @@ pub fn run(args: LogArgs, globals: &Globals) -> Result<(), CliError> {
         after: None,
         limit: args.limit,
     };
-    let failed = |e: rusqlite::Error| CliError::Failed(anyhow::anyhow!("cannot read the tool-call log: {e}"));
+    let failed = |e: StoreError| CliError::Failed(anyhow::anyhow!("cannot read the tool-call log: {e}"));
     let newest = store.query(&filter).map_err(failed)?;
     let mut last = store.newest().map_err(failed)?.unwrap_or(0);
     if args.json && !args.follow {
@@ -112,6 +118,8 @@ struct Row {
     ms: f64,
     tool: String,
     who: String,
+    /// The replica that served it, in the shared database's log.
+    replica: Option<String>,
     params: String,
     parent: String,
     message: Option<String>,
@@ -130,6 +138,7 @@ impl Row {
             ms: record.ms,
             tool: cut(&record.tool, 60),
             who: cut(&who, 60),
+            replica: record.replica.as_deref().map(|r| cut(r, 60)),
             params: cut(&params, 100),
             parent: record.parent.map(|p| format!("  (inside call {p})")).unwrap_or_default(),
             message: record.message.as_deref().map(|m| cut(m, 300)),
@@ -144,11 +153,12 @@ struct Columns {
     outcome: usize,
     tool: usize,
     who: usize,
+    replica: usize,
 }
 
 impl Columns {
     fn new() -> Columns {
-        Columns { outcome: "approval_required".len(), tool: 20, who: 10 }
+        Columns { outcome: "approval_required".len(), tool: 20, who: 10, replica: 0 }
     }
 
     fn fit(&mut self, rows: &[Row]) {
@@ -156,13 +166,19 @@ impl Columns {
             self.outcome = self.outcome.max(row.outcome.chars().count());
             self.tool = self.tool.max(row.tool.chars().count());
             self.who = self.who.max(row.who.chars().count());
+            self.replica = self.replica.max(row.replica.as_ref().map_or(0, |r| r.chars().count()));
         }
     }
 
     fn print(&self, row: &Row) {
-        let Columns { outcome, tool, who } = self;
+        let Columns { outcome, tool, who, replica } = self;
+        // The replica column only in the shared database's log: a file's lines stay as they were.
+        let served = match &row.replica {
+            Some(name) => format!("{name:<replica$} "),
+            None => String::new(),
+        };
         println!(
-            "{}  {:<outcome$} {:>9.1} ms  {:<tool$} {:<who$} {}{}",
+            "{}  {:<outcome$} {:>9.1} ms  {:<tool$} {:<who$} {served}{}{}",
             row.at, row.outcome, row.ms, row.tool, row.who, row.params, row.parent
         );
         if let Some(message) = &row.message {

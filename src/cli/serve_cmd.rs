@@ -54,11 +54,11 @@ pub fn run(args: ServeArgs, globals: &Globals) -> Result<(), CliError> {
     // The application's state comes with its first registry; a reload hands it on.
     let state = Arc::clone(registry.state());
     // A log that cannot be opened costs the log only: the server runs, and says why.
-    if let Err(e) = state.log.install(kb.config()) {
+    if let Err(e) = state.log.install(kb.config(), state.db.as_ref()) {
         tracing::error!("{e}");
     }
     // Tasks too: a store that cannot be opened costs tasks only, each refused saying why.
-    if let Err(e) = state.tasks.install(kb.config(), Arc::new(server::tasks::Renderer)) {
+    if let Err(e) = state.tasks.install(kb.config(), Arc::new(server::tasks::Renderer), state.db.as_ref()) {
         tracing::error!("tasks: {e}");
     }
     state.metrics.set_enabled(kb.config().spec.server.metrics);

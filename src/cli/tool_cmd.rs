@@ -327,7 +327,7 @@ fn call(name: &str, raw: &[String], json: bool, globals: &Globals) -> Result<(),
     let upstreams = upstreams_of(&config, &globals.runtime);
     let kb = crate::app::database::open_kb(Arc::new(config), crate::app::database::Role::Command)?;
     let registry = with_upstreams(crate::app::build(kb, None), upstreams.as_ref());
-    if let Err(e) = registry.state().log.install(registry.kb().config()) {
+    if let Err(e) = registry.state().log.install(registry.kb().config(), registry.state().db.as_ref()) {
         tracing::warn!("{e}");
     }
     // Without a spec (unknown, or failed to load) the call itself says why.

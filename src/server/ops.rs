@@ -60,8 +60,14 @@ pub async fn calls(
         Err(message) => return ApiError::new(ErrorCode::BadRequest, message).into_response(),
     };
     let path = Settings::path_of(app.tools.current().kb().config());
+    // Every replica's calls when the log is kept in the shared database.
+    let shared = app.tools.current().state().db.clone();
     let read = tokio::task::spawn_blocking(move || -> Result<CallsResponse, String> {
-        let Some(store) = Store::open_existing(&path).map_err(|e| e.to_string())? else {
+        let store = match shared {
+            Some(shared) => Some(Store::shared(shared.pg, shared.replica)),
+            None => Store::open_existing(&path).map_err(|e| e.to_string())?,
+        };
+        let Some(store) = store else {
             return Ok(CallsResponse { calls: Vec::new(), next_before: None });
         };
         let calls = store.query(&filter).map_err(|e| e.to_string())?;

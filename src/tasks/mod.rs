@@ -4,12 +4,18 @@
 //! ([`Live`]), every task in the store ([`store`]) for `[tasks] ttl_secs`, each scoped to the
 //! caller that started it, and the per-caller cap. Running a task's call is the call
 //! pipeline's (`tools::task_run`); rendering its outcome is each door's ([`Render`]).
+//!
+//! On the shared database (`[db] url`) replicas share the tasks: any of them reads a task and
+//! asks to cancel it, caps count every replica's tasks, and a task is failed as lost only once
+//! its run stopped saying it is alive (a heartbeat every [`HEARTBEAT_EVERY`], a lease of
+//! [`LEASE`]); the run's own replica stops what was cancelled or failed elsewhere.
 
 pub mod store;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -29,6 +35,20 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// How often a running task's progress is written to the store at most: readers of this
 /// process see every report at once, from memory.
 const PROGRESS_WRITE_EVERY: Duration = Duration::from_secs(1);
+
+/// How often a run says it is alive in the shared database, and sweeps for lost runs.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a run may go without a heartbeat before its open tasks are failed as lost: several
+/// beats, so a slow database or a pause of the process does not fail a live run's tasks (and
+/// the replicas' clocks may differ by a good part of it).
+pub const LEASE: Duration = Duration::from_secs(30);
+
+/// Why a task whose run was lost failed.
+const LOST: &str = "ctx stopped while this task ran, and its run was lost; call the tool again";
+/// The same, found by another replica.
+const LOST_REPLICA: &str =
+    "the replica running this task stopped (no heartbeat in the shared database), and its run was lost; call the tool again";
 
 /// What a task's run became, in every door's form, as the store keeps it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -77,10 +97,13 @@ pub fn store_path(config: &Config) -> std::path::PathBuf {
 
 /// The tasks of one application (see `tools::CallState`).
 pub struct Tasks {
-    installed: Mutex<Option<Installed>>,
-    live: Mutex<HashMap<String, Arc<Live>>>,
+    /// Shared with the heartbeat thread (weakly: it ends with the application).
+    installed: Arc<Mutex<Option<Installed>>>,
+    live: Arc<Mutex<HashMap<String, Arc<Live>>>>,
     /// This process run's id: a task of another run that never ended was lost.
     run: String,
+    /// Whether the heartbeat thread runs (started by the first install on the shared database).
+    beating: Arc<AtomicBool>,
 }
 
 #[derive(Clone)]
@@ -88,11 +111,13 @@ struct Installed {
     store: Arc<Store>,
     settings: Settings,
     render: Arc<dyn Render>,
+    /// The name of this replica in the shared database (empty for a file).
+    replica: Arc<str>,
 }
 
 impl Default for Tasks {
     fn default() -> Tasks {
-        Tasks { installed: Mutex::new(None), live: Default::default(), run: new_id() }
+        Tasks { installed: Default::default(), live: Default::default(), run: new_id(), beating: Default::default() }
     }
 }
 
@@ -195,31 +220,70 @@ fn wire(row: &Row, poll: Duration) -> Task {
 }
 
 impl Tasks {
-    /// Opens the store of `config` (a server's), fails the tasks an earlier run left open and
-    /// drops the expired ones. Called again on reload with the new settings.
-    pub fn install(&self, config: &Config, render: Arc<dyn Render>) -> Result<(), String> {
+    /// Opens the store of `config` (a server's), in the shared database when there is one,
+    /// fails the tasks an earlier run left open and drops the expired ones. Called again on
+    /// reload with the new settings.
+    ///
+    /// On the shared database only the tasks of runs whose heartbeat stopped fail (other
+    /// replicas' live runs keep theirs), and this run starts beating.
+    pub fn install(
+        &self,
+        config: &Config,
+        render: Arc<dyn Render>,
+        shared: Option<&crate::db::Shared>,
+    ) -> Result<(), String> {
         let path = store_path(config);
         let settings = Settings::of(config);
         let mut installed = self.installed.lock().unwrap_or_else(|p| p.into_inner());
-        let store = match installed.take() {
-            Some(old) if old.store.path() == path => old.store,
-            _ => Arc::new(Store::new(path)),
+        let (store, replica) = match (installed.take(), shared) {
+            (Some(old), Some(_)) if old.store.is_shared() => (old.store, old.replica),
+            (Some(old), None) if old.store.path() == Some(path.as_path()) => (old.store, old.replica),
+            (_, Some(shared)) => (Arc::new(Store::shared(shared.pg.clone())), Arc::clone(&shared.replica)),
+            (_, None) => (Arc::new(Store::new(path)), Arc::from("")),
         };
         let now = now_ms();
-        let result = store
-            .fail_lost(&self.run, "ctx stopped while this task ran, and its run was lost; call the tool again", now)
-            .and_then(|_| store.purge(now).map(|_| ()));
-        *installed = Some(Installed { store, settings, render });
+        let result = match store.is_shared() {
+            true => store
+                .beat(&self.run, &replica, now)
+                .and_then(|()| store.fail_stale(LOST_REPLICA, now, LEASE))
+                .and_then(|_| store.purge(now).map(|_| ())),
+            false => store.fail_lost(&self.run, LOST, now).and_then(|_| store.purge(now).map(|_| ())),
+        };
+        let beat = store.is_shared();
+        *installed = Some(Installed { store, settings, render, replica });
+        drop(installed);
+        if beat && !self.beating.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.start_heartbeat();
+        }
         result
     }
 
     /// After a reload: the new config's settings (and store, if it moved), for a server that
     /// keeps tasks.
-    pub fn reconfigure(&self, config: &Config) -> Result<(), String> {
+    pub fn reconfigure(&self, config: &Config, shared: Option<&crate::db::Shared>) -> Result<(), String> {
         let render = self.installed.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|i| Arc::clone(&i.render));
         match render {
-            Some(render) => self.install(config, render),
+            Some(render) => self.install(config, render, shared),
             None => Ok(()),
+        }
+    }
+
+    /// Starts the thread that keeps this run alive in the shared database: a heartbeat and a
+    /// sweep for lost runs every [`HEARTBEAT_EVERY`], and, at the tasks' poll interval while
+    /// this run has tasks, a look for the ones to stop (cancelled through another replica, or
+    /// failed as lost by one). It ends with the application.
+    fn start_heartbeat(&self) {
+        let (installed, live, run) = (Arc::downgrade(&self.installed), Arc::downgrade(&self.live), self.run.clone());
+        let beating = Arc::clone(&self.beating);
+        let started = std::thread::Builder::new().name("ctx-task-runs".into()).spawn(move || {
+            heartbeat(installed, live, &run);
+            beating.store(false, std::sync::atomic::Ordering::Release);
+        });
+        if let Err(e) = started {
+            self.beating.store(false, std::sync::atomic::Ordering::Release);
+            tracing::error!(
+                "the tasks' heartbeat thread did not start: {e}; other replicas will fail this one's tasks as lost"
+            );
         }
     }
 
@@ -240,7 +304,11 @@ impl Tasks {
     /// Records a new working task of `tool` for `owner` (a scoped token's name, or empty),
     /// refusing one past the owner's cap. `cancel` is the handle of the call it runs.
     pub fn create(&self, owner: &str, tool: &str, via: &str, cancel: CancelHandle) -> Result<Arc<Live>, CallError> {
-        let Installed { store, settings, .. } = self.installed().map_err(|e| CallError::Unavailable(e.to_string()))?;
+        let Installed { store, settings, replica, .. } =
+            self.installed().map_err(|e| CallError::Unavailable(e.to_string()))?;
+        if store.is_shared() {
+            return self.create_shared(&store, settings, &replica, owner, tool, via, cancel);
+        }
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         let running = live.values().filter(|t| t.owner == owner).count();
         if running >= settings.max_running_per_caller {
@@ -269,21 +337,58 @@ impl Tasks {
             updated_ms: now,
             expires_ms: now + settings.ttl.as_millis() as i64,
             run: self.run.clone(),
+            replica: String::new(),
         };
         store.insert(&row).map_err(|e| CallError::Unavailable(format!("the task store failed: {e}")))?;
-        let task = Arc::new(Live {
-            id: row.id.clone(),
+        let task = Live::of(row, cancel);
+        live.insert(task.id.clone(), Arc::clone(&task));
+        Ok(task)
+    }
+
+    /// [`Tasks::create`] on the shared database: the owner's running tasks are counted there,
+    /// on every replica, in the transaction that records the new one.
+    #[allow(clippy::too_many_arguments)]
+    fn create_shared(
+        &self,
+        store: &Store,
+        settings: Settings,
+        replica: &str,
+        owner: &str,
+        tool: &str,
+        via: &str,
+        cancel: CancelHandle,
+    ) -> Result<Arc<Live>, CallError> {
+        let now = now_ms();
+        let row = Row {
+            id: new_id(),
             owner: owner.to_string(),
             tool: tool.to_string(),
-            cancel,
-            row: Mutex::new(row),
-            cancel_asked: Default::default(),
-            pending: Mutex::new(None),
-            last_write: Mutex::new(std::time::Instant::now()),
-            writing: Mutex::new(()),
-            changed: tokio::sync::watch::channel(0).0,
-        });
-        live.insert(task.id.clone(), Arc::clone(&task));
+            via: via.to_string(),
+            status: "working".into(),
+            message: None,
+            progress: None,
+            approval: None,
+            outcome: None,
+            mcp_status: None,
+            created_ms: now,
+            updated_ms: now,
+            expires_ms: now + settings.ttl.as_millis() as i64,
+            run: self.run.clone(),
+            replica: replica.to_string(),
+        };
+        let keep = settings.max_kept_per_caller.saturating_sub(1);
+        match store.insert_capped(&row, settings.max_running_per_caller, keep, now) {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                return Err(CallError::TooManyTasks {
+                    limit: settings.max_running_per_caller,
+                    retry_after: settings.poll_interval,
+                })
+            }
+            Err(e) => return Err(CallError::Unavailable(format!("the task store failed: {e}"))),
+        }
+        let task = Live::of(row, cancel);
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(task.id.clone(), Arc::clone(&task));
         Ok(task)
     }
 
@@ -426,7 +531,7 @@ impl Tasks {
     /// Task `id` as `owner` sees it: another caller's task is not found, exactly like one that
     /// does not exist.
     pub fn get(&self, owner: &str, id: &str) -> Result<Seen, TaskError> {
-        let Installed { store, settings, render } = self.installed()?;
+        let Installed { store, settings, render, .. } = self.installed()?;
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned();
         let row = match live {
             Some(task) => task.row.lock().unwrap_or_else(|p| p.into_inner()).clone(),
@@ -476,22 +581,52 @@ impl Tasks {
     /// Asks `owner`'s running task `id` to stop (its run is cancelled and it ends
     /// `cancelled`), and waits up to [`CANCEL_WAIT`] for the run to stop, so that what the
     /// caller reads next shows it.
+    ///
+    /// On the shared database a task that another replica runs is cancelled there: the cancel
+    /// is written in its row, that replica's run sees it within the poll interval, and this
+    /// waits (up to the same [`CANCEL_WAIT`]) for the row to show the end.
     pub async fn cancel(&self, owner: &str, id: &str) -> Result<(), TaskError> {
+        if !self.is_live(id) {
+            let Installed { store, .. } = self.installed()?;
+            if store.is_shared() && self.ask_cancel_elsewhere(&store, owner, id).await? {
+                let stopping = Instant::now();
+                while stopping.elapsed() < CANCEL_WAIT {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let (store, id) = (Arc::clone(&store), id.to_string());
+                    let row = tokio::task::spawn_blocking(move || store.get(&id, now_ms()))
+                        .await
+                        .map_err(|e| TaskError::Store(e.to_string()))?
+                        .map_err(TaskError::Store)?;
+                    if row.is_none_or(|row| is_terminal(&row.status)) {
+                        break;
+                    }
+                }
+                return Ok(());
+            }
+        }
         self.ask_cancel(owner, id)?;
-        let stopping = std::time::Instant::now();
+        let stopping = Instant::now();
         while self.is_live(id) && stopping.elapsed() < CANCEL_WAIT {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(())
     }
 
+    /// Writes a cancel in the row of `owner`'s open task `id`, which this process does not run:
+    /// `false` when there is no such task open (the caller then says why, as for a file).
+    async fn ask_cancel_elsewhere(&self, store: &Arc<Store>, owner: &str, id: &str) -> Result<bool, TaskError> {
+        let (store, owner, id) = (Arc::clone(store), owner.to_string(), id.to_string());
+        tokio::task::spawn_blocking(move || store.request_cancel(&owner, &id, now_ms()))
+            .await
+            .map_err(|e| TaskError::Store(e.to_string()))?
+            .map_err(TaskError::Store)
+    }
+
     fn ask_cancel(&self, owner: &str, id: &str) -> Result<(), TaskError> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned();
         match live {
             Some(task) if task.owner == owner => {
-                task.cancel_asked.store(true, std::sync::atomic::Ordering::Release);
-                task.cancel.cancel();
-                task.changed.send_modify(|n| *n += 1);
+                task.stop();
                 Ok(())
             }
             _ => {
@@ -513,5 +648,160 @@ impl Tasks {
     /// Whether task `id` still runs in this process.
     fn is_live(&self, id: &str) -> bool {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id)
+    }
+}
+
+impl Live {
+    fn of(row: Row, cancel: CancelHandle) -> Arc<Live> {
+        Arc::new(Live {
+            id: row.id.clone(),
+            owner: row.owner.clone(),
+            tool: row.tool.clone(),
+            cancel,
+            row: Mutex::new(row),
+            cancel_asked: Default::default(),
+            pending: Mutex::new(None),
+            last_write: Mutex::new(Instant::now()),
+            writing: Mutex::new(()),
+            changed: tokio::sync::watch::channel(0).0,
+        })
+    }
+
+    /// Cancels the run: it ends `cancelled`, whatever it returns.
+    fn stop(&self) {
+        self.cancel_asked.store(true, std::sync::atomic::Ordering::Release);
+        self.cancel.cancel();
+        self.changed.send_modify(|n| *n += 1);
+    }
+}
+
+/// The heartbeat thread's loop (see [`Tasks::start_heartbeat`]); returns once the application
+/// is gone or no longer keeps its tasks in the shared database.
+fn heartbeat(installed: Weak<Mutex<Option<Installed>>>, live: Weak<Mutex<HashMap<String, Arc<Live>>>>, run: &str) {
+    let mut last_beat: Option<Instant> = None;
+    loop {
+        let Some(Installed { store, settings, replica, .. }) =
+            installed.upgrade().and_then(|i| i.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        else {
+            return;
+        };
+        if !store.is_shared() {
+            return;
+        }
+        if last_beat.is_none_or(|t| t.elapsed() >= HEARTBEAT_EVERY) {
+            let now = now_ms();
+            let beat = store.beat(run, &replica, now).and_then(|()| store.fail_stale(LOST_REPLICA, now, LEASE));
+            match beat {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!("{n} tasks of replicas that stopped failed as lost"),
+                Err(e) => tracing::warn!("the tasks' heartbeat failed: {e}"),
+            }
+            last_beat = Some(Instant::now());
+        }
+        let Some(live) = live.upgrade() else { return };
+        let running: Vec<Arc<Live>> = live.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        drop(live);
+        if !running.is_empty() {
+            let ids = running.iter().map(|t| t.id.clone()).collect();
+            match store.to_stop(run, ids) {
+                Ok(stop) => {
+                    let asked = |t: &&Arc<Live>| t.cancel_asked.load(std::sync::atomic::Ordering::Acquire);
+                    for task in running.iter().filter(|t| stop.contains(&t.id) && !asked(t)) {
+                        tracing::info!(task = %task.id, "cancelled through another replica (or failed as lost there)");
+                        task.stop();
+                    }
+                }
+                Err(e) => tracing::warn!("cannot read the tasks' cancels: {e}"),
+            }
+        }
+        drop((store, running));
+        std::thread::sleep(settings.poll_interval.min(HEARTBEAT_EVERY));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// The outcome's bodies do not matter here, only its status.
+    struct Plain;
+
+    impl Render for Plain {
+        fn render(&self, _tool: &str, result: &Result<Output, CallError>) -> Outcome {
+            let rest_status = if result.is_ok() { 200 } else { 500 };
+            Outcome { rest_status, rest_body: Json::Null, mcp: Json::Null, mcp_error: result.is_err() }
+        }
+    }
+
+    fn config(dir: &Path) -> Config {
+        let text = format!(
+            "[db]\npath = \"{}\"\n\n[tasks]\npoll_interval_ms = 100\nmax_running_per_caller = 2\n",
+            dir.join("kb.sqlite").display()
+        );
+        Config::from_text(&text, Path::new("ctx.toml"), &dir.join("ctx.toml"), &|_| None).unwrap()
+    }
+
+    /// A replica's tasks on the test's database.
+    fn replica(db: &crate::db::testing::TestDb, name: &str, dir: &Path) -> Tasks {
+        let tasks = Tasks::default();
+        let shared = crate::db::Shared { pg: db.pg(), replica: Arc::from(name) };
+        tasks.install(&config(dir), Arc::new(Plain), Some(&shared)).unwrap();
+        tasks
+    }
+
+    #[test]
+    fn a_task_started_through_one_replica_is_read_and_cancelled_through_another() {
+        let Some(db) = crate::db::testing::database() else { return };
+        store::migrated(&db);
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (replica(&db, "host-a:7391", dir.path()), replica(&db, "host-b:7391", dir.path()));
+        let cancel = CancelHandle::new();
+        let task = a.create("alice", "deploy", "rest", cancel.clone()).unwrap();
+        // The row is the truth: B reads A's task, and only its owner does.
+        assert_eq!(b.get("alice", &task.id).unwrap().task.status, TaskStatus::Working);
+        assert!(matches!(b.get("bob", &task.id), Err(TaskError::NotFound(_))));
+        let listed: Vec<String> = b.list("alice").unwrap().into_iter().map(|s| s.task.id).collect();
+        assert_eq!(listed, [task.id.as_str()]);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        std::thread::scope(|s| {
+            // A's run: it stops once cancelled, as a Lua run does at its next instruction.
+            s.spawn(|| {
+                let started = Instant::now();
+                while !cancel.is_cancelled() && started.elapsed() < Duration::from_secs(10) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                a.finish(&task, Err(CallError::cancelled("deploy")));
+            });
+            let asked = Instant::now();
+            runtime.block_on(b.cancel("alice", &task.id)).unwrap();
+            assert!(asked.elapsed() < CANCEL_WAIT, "B's cancel returned once A's run stopped");
+        });
+        assert!(cancel.is_cancelled(), "A's run was cancelled");
+        let seen = b.get("alice", &task.id).unwrap();
+        assert_eq!(seen.task.status, TaskStatus::Cancelled);
+        assert!(seen.outcome.is_some());
+        // Cancelling it again says it ended, through either replica.
+        assert!(matches!(runtime.block_on(b.cancel("alice", &task.id)), Err(TaskError::Ended { .. })));
+        assert!(matches!(runtime.block_on(a.cancel("alice", &task.id)), Err(TaskError::Ended { .. })));
+    }
+
+    #[test]
+    fn the_cap_on_running_tasks_counts_both_replicas() {
+        let Some(db) = crate::db::testing::database() else { return };
+        store::migrated(&db);
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (replica(&db, "host-a:7391", dir.path()), replica(&db, "host-b:7391", dir.path()));
+        let first = a.create("alice", "deploy", "rest", CancelHandle::new()).unwrap();
+        b.create("alice", "deploy", "rest", CancelHandle::new()).unwrap();
+        assert!(matches!(
+            a.create("alice", "deploy", "mcp", CancelHandle::new()),
+            Err(CallError::TooManyTasks { limit: 2, .. })
+        ));
+        b.create("bob", "deploy", "rest", CancelHandle::new()).expect("another caller has a cap of its own");
+        // One ends on A: a place frees on B.
+        a.finish(&first, Ok(Output::Value(Json::Null)));
+        b.create("alice", "deploy", "rest", CancelHandle::new()).unwrap();
     }
 }

@@ -21,7 +21,7 @@ fn serve(runtime: &tokio::runtime::Runtime, tools_toml: &str) -> Served {
     let echo = shipped("echo.lua");
     let (dir, registry) = fixture(tools_toml, &[("echo.lua", echo.as_str())]).into_parts();
     let state = Arc::clone(registry.state());
-    state.log.install(registry.kb().config()).unwrap();
+    state.log.install(registry.kb().config(), state.db.as_ref()).unwrap();
     state.metrics.set_enabled(true);
     let tools = Arc::new(Tools::new(registry));
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
