@@ -729,26 +729,4 @@ mod tests {
         assert_eq!(all.len(), 2);
         assert_eq!(all[1].message.as_deref(), Some("before\u{fffd}after"));
     }
-
-    /// Entries per second each backend takes in batches of the writer's size; prints, asserts
-    /// nothing (run with --ignored --nocapture).
-    #[test]
-    #[ignore]
-    fn insert_throughput() {
-        each_backend(|mut store, backend| {
-            let settings = settings(10_000_000, 4096);
-            let batch: Vec<Box<Entry>> = (0..1000).map(|id| entry(id, "search", "ok", SystemTime::now())).collect();
-            let started = std::time::Instant::now();
-            for _ in 0..50 {
-                store.insert(&batch, &settings).unwrap();
-            }
-            let rate = 50_000.0 / started.elapsed().as_secs_f64();
-            let started = std::time::Instant::now();
-            for _ in 0..200 {
-                store.insert(&batch[..10], &settings).unwrap();
-            }
-            let small = 200.0 / started.elapsed().as_secs_f64();
-            println!("{backend}: {rate:.0} entries/s in batches of 1000; {small:.0} batches/s of 10");
-        });
-    }
 }
