@@ -24,12 +24,34 @@ end
 "#;
 
 fn serve(ws: &Workspace) -> ServeChild {
-    ServeChild::spawn(Command::new(BIN).current_dir(ws.path()).env_remove("CTX_CONFIG").args([
+    ServeChild::spawn(Command::new(BIN).current_dir(ws.path()).env_remove("CTX_CONFIG").envs(ws.env()).args([
         "serve",
         "--no-reload",
         "--bind",
         "127.0.0.1:0",
     ]))
+}
+
+/// The `text` of every logged call of `note`: from the log's file, or the shared database.
+fn logged_notes(ws: &Workspace) -> std::collections::HashSet<String> {
+    let params: Vec<String> = match &ws.shared {
+        None => {
+            let db = rusqlite::Connection::open(ws.path().join("data/calls.sqlite")).unwrap();
+            let mut rows = db.prepare("SELECT params FROM calls WHERE tool = 'note'").unwrap();
+            rows.query_map([], |row| row.get::<_, String>(0)).unwrap().map(Result::unwrap).collect()
+        }
+        Some(shared) => shared
+            .pg()
+            .run(|c| async move {
+                let rows = c.query("SELECT params FROM calls WHERE tool = 'note'", &[]).await?;
+                Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+            })
+            .unwrap(),
+    };
+    params
+        .iter()
+        .map(|p| serde_json::from_str::<Value>(p).unwrap()["text"].as_str().unwrap_or_default().to_string())
+        .collect()
 }
 
 /// `POST` `body` to `path` of `serve`: the status and the JSON answer (null when not JSON).
@@ -54,66 +76,61 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn every_answered_call_that_may_change_something_is_in_the_log_after_kill_9() {
-    let ws = Workspace::new("[tools.script.note]\npath = \"tools/note.lua\"\n");
-    ws.write("tools/note.lua", NOTE);
-    let mut serve = serve(&ws);
-    let url = format!("http://{}/tools/note", serve.addr);
-    let answered: Arc<Mutex<Vec<String>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let rt = runtime();
-    let clients: Vec<_> = (0..8)
-        .map(|c| {
-            let (url, answered, stop) = (url.clone(), Arc::clone(&answered), Arc::clone(&stop));
-            rt.spawn(async move {
-                let client = reqwest::Client::new();
-                for n in 0.. {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
+    Workspace::each_backend("[tools.script.note]\npath = \"tools/note.lua\"\n", |ws, backend| {
+        ws.write("tools/note.lua", NOTE);
+        let mut serve = serve(ws);
+        let url = format!("http://{}/tools/note", serve.addr);
+        let answered: Arc<Mutex<Vec<String>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let rt = runtime();
+        let clients: Vec<_> = (0..8)
+            .map(|c| {
+                let (url, answered, stop) = (url.clone(), Arc::clone(&answered), Arc::clone(&stop));
+                rt.spawn(async move {
+                    let client = reqwest::Client::new();
+                    for n in 0.. {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let text = format!("c{c}-{n}");
+                        let Ok(response) = client.post(&url).json(&json!({ "text": text })).send().await else { break };
+                        if response.status() != 200 {
+                            break;
+                        }
+                        // Answered: the whole body arrived.
+                        let Ok(body) = response.json::<Value>().await else { break };
+                        assert_eq!(body["result"]["noted"], json!(text), "{body}");
+                        answered.lock().unwrap().push(text);
                     }
-                    let text = format!("c{c}-{n}");
-                    let Ok(response) = client.post(&url).json(&json!({ "text": text })).send().await else { break };
-                    if response.status() != 200 {
-                        break;
-                    }
-                    // Answered: the whole body arrived.
-                    let Ok(body) = response.json::<Value>().await else { break };
-                    assert_eq!(body["result"]["noted"], json!(text), "{body}");
-                    answered.lock().unwrap().push(text);
-                }
+                })
             })
-        })
-        .collect();
-    // Calls as fast as 8 clients make them, then the server is killed in the middle of them.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while answered.lock().unwrap().len() < 1_500 {
-        assert!(Instant::now() < deadline, "only {} calls answered in 30 s", answered.lock().unwrap().len());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    serve.child.kill().unwrap(); // SIGKILL
-    serve.child.wait().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    rt.block_on(async {
-        for client in clients {
-            let _ = client.await;
+            .collect();
+        // Calls as fast as 8 clients make them, then the server is killed in the middle of them.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while answered.lock().unwrap().len() < 1_500 {
+            assert!(Instant::now() < deadline, "only {} calls answered in 30 s", answered.lock().unwrap().len());
+            std::thread::sleep(Duration::from_millis(20));
         }
-    });
-    let answered = answered.lock().unwrap().clone();
+        serve.child.kill().unwrap(); // SIGKILL
+        serve.child.wait().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        rt.block_on(async {
+            for client in clients {
+                let _ = client.await;
+            }
+        });
+        let answered = answered.lock().unwrap().clone();
 
-    let db = rusqlite::Connection::open(ws.path().join("data/calls.sqlite")).unwrap();
-    let mut logged = std::collections::HashSet::new();
-    let mut rows = db.prepare("SELECT params FROM calls WHERE tool = 'note'").unwrap();
-    for params in rows.query_map([], |row| row.get::<_, String>(0)).unwrap() {
-        let params: Value = serde_json::from_str(&params.unwrap()).unwrap();
-        logged.insert(params["text"].as_str().unwrap_or_default().to_string());
-    }
-    let missing: Vec<&String> = answered.iter().filter(|t| !logged.contains(*t)).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {} answered calls are not in the log: {:?}",
-        missing.len(),
-        answered.len(),
-        &missing[..missing.len().min(10)]
-    );
+        let logged = logged_notes(ws);
+        let missing: Vec<&String> = answered.iter().filter(|t| !logged.contains(*t)).collect();
+        assert!(
+            missing.is_empty(),
+            "{backend}: {} of {} answered calls are not in the log: {:?}",
+            missing.len(),
+            answered.len(),
+            &missing[..missing.len().min(10)]
+        );
+    });
 }
 
 #[test]

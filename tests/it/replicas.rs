@@ -122,38 +122,102 @@ fn a_replica_is_degraded_while_postgresql_is_down_fails_fast_and_recovers_by_its
     let cluster = Cluster::up();
     let admin = ctx::db::testing::pool(ctx::db::DbUrl::parse(&cluster.admin_url, None).unwrap());
     let db = ctx::db::testing::database_on(admin, &cluster.admin_url);
-    let r = replicas(&db.url, 1, "\n[[server.rate_limits]]\ntools = [\"echo\"]\nrate = \"100/min\"\n");
-    let up = health(&r[0]);
-    assert_eq!(up["status"], "ok", "{up}");
-    assert_eq!(up["database"]["backend"], "postgres", "{up}");
-    assert_eq!(up["database"]["status"], "ok", "{up}");
-    assert_eq!(up["database"]["replica"], "replica-0", "{up}");
-    let shown = up["database"]["database"].as_str().unwrap();
-    assert!(!shown.contains(db.url.split(':').nth(2).unwrap().split('@').next().unwrap()), "no password: {shown}");
-    assert_eq!(r[0].send_with("/tools/echo", Some(CI), &[], json!({"message": "m"})).0, 200);
+    let r = replicas(&db.url, 2, "\n[[server.rate_limits]]\ntools = [\"echo\"]\nrate = \"100000/min\"\n");
+    // Load on both replicas all along: searches and rate-limited calls, from four threads.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let answered = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for i in 0..4 {
+            let (replica, stop, answered) = (&r[i % 2], &stop, &answered);
+            scope.spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (status, _, _) = replica.send_with("/tools/echo", Some(CI), &[], json!({"message": "load"}));
+                    let (searched, _) = replica.post("/tools/search", Some(ADMIN), json!({"query": "runbook"}));
+                    if status == 200 && searched == 200 {
+                        answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        let up = health(&r[0]);
+        assert_eq!(up["status"], "ok", "{up}");
+        assert_eq!(up["database"]["backend"], "postgres", "{up}");
+        assert_eq!(up["database"]["status"], "ok", "{up}");
+        assert_eq!(up["database"]["replica"], "replica-0", "{up}");
+        let shown = up["database"]["database"].as_str().unwrap();
+        assert!(!shown.contains(db.url.split(':').nth(2).unwrap().split('@').next().unwrap()), "no password: {shown}");
+        assert_eq!(r[0].send_with("/tools/echo", Some(CI), &[], json!({"message": "m"})).0, 200);
 
-    cluster.pg("stop");
-    let down = wait_health(&r[0], Duration::from_secs(10), |h| h["status"] == "degraded");
-    assert_eq!(down["database"]["status"], "unavailable", "{down}");
-    assert!(down["database"]["error"].as_str().is_some_and(|e| !e.is_empty()), "{down}");
-    // Without the token, only the status.
-    let (_, bare) = r[0].get("/health", None);
-    assert_eq!(bare["status"], "degraded", "{bare}");
-    assert!(bare.get("database").is_none(), "{bare}");
-    // A call that needs the database fails at once, saying why.
-    let started = Instant::now();
-    let (status, body, _) = r[0].send_with("/tools/echo", Some(CI), &[], json!({"message": "m"}));
-    assert_eq!(status, 503, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("database"), "{body}");
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        cluster.pg("stop");
+        let down = wait_health(&r[0], Duration::from_secs(10), |h| h["status"] == "degraded");
+        assert_eq!(down["database"]["status"], "unavailable", "{down}");
+        assert!(down["database"]["error"].as_str().is_some_and(|e| !e.is_empty()), "{down}");
+        // Without the token, only the status.
+        let (_, bare) = r[0].get("/health", None);
+        assert_eq!(bare["status"], "degraded", "{bare}");
+        assert!(bare.get("database").is_none(), "{bare}");
+        // A call that needs the database fails at once, saying why.
+        let started = Instant::now();
+        let (status, body, _) = r[0].send_with("/tools/echo", Some(CI), &[], json!({"message": "m"}));
+        assert_eq!(status, 503, "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("database"), "{body}");
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
 
-    cluster.pg("start");
-    let back = wait_health(&r[0], Duration::from_secs(20), |h| h["status"] == "ok");
-    assert_eq!(back["database"]["status"], "ok", "{back}");
-    let (status, body, _) = r[0].send_with("/tools/echo", Some(CI), &[], json!({"message": "again"}));
-    assert_eq!(status, 200, "{body}");
+        // Searches go on from each replica's copy meanwhile.
+        let (status, found) = r[1].post("/tools/search", Some(ADMIN), json!({"query": "runbook"}));
+        assert_eq!(status, 200, "{found}");
+
+        cluster.pg("start");
+        for replica in &r {
+            let back = wait_health(replica, Duration::from_secs(20), |h| h["status"] == "ok");
+            assert_eq!(back["database"]["status"], "ok", "{back}");
+            let (status, body, _) = replica.send_with("/tools/echo", Some(CI), &[], json!({"message": "again"}));
+            assert_eq!(status, 200, "{body}");
+        }
+        // The load is answered again, on both, without a restart.
+        let before = answered.load(std::sync::atomic::Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while answered.load(std::sync::atomic::Ordering::Relaxed) < before + 20 {
+            assert!(Instant::now() < deadline, "the load is not answered again after the database came back");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
     drop(r);
     drop(db);
+}
+
+#[test]
+fn a_replica_answers_many_searches_at_once_while_its_copy_catches_up() {
+    let Some(db) = ctx::db::testing::database() else { return };
+    let r = replicas(&db.url, 2, "");
+    // One replica writes while the other is searched by twenty callers at once: its copy catches
+    // up under them (a catch-up once held every async worker and the query it waited for
+    // never ran).
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            for n in 0..5 {
+                r[0].ws.write(&format!("docs/new-{n}.md"), &format!("# New {n}\n\nThe runbook, part {n}.\n"));
+                r[0].cli(&["sync"]).ok();
+            }
+        });
+        let searches: Vec<_> = (0..20)
+            .map(|_| {
+                scope.spawn(|| {
+                    for _ in 0..10 {
+                        let (status, body) = r[1].post("/tools/search", Some(ADMIN), json!({"query": "runbook"}));
+                        assert_eq!(status, 200, "{body}");
+                    }
+                })
+            })
+            .collect();
+        for search in searches {
+            search.join().unwrap();
+        }
+        writer.join().unwrap();
+    });
+    let (_, found) = r[1].post("/tools/search", Some(ADMIN), json!({"query": "runbook", "limit": 20}));
+    assert_eq!(found["results"].as_array().unwrap().len(), 6, "{found}");
 }
 
 #[test]
