@@ -23,12 +23,7 @@ use crate::types::{LoadProblem, LoadProblemKind};
 pub fn build(kb: Kb, previous: Option<&Registry>) -> Registry {
     let state = match previous {
         Some(previous) => Arc::clone(previous.state()),
-        None => Arc::new(tools::CallState::on(kb.shared().cloned()).unwrap_or_else(|e| {
-            // The database was opened and migrated a moment ago; should it fail now, this
-            // replica still runs, and only answers to its own approval questions.
-            tracing::error!("the shared approval question key: {e}");
-            tools::CallState { db: kb.shared().cloned(), ..Default::default() }
-        })),
+        None => Arc::new(tools::CallState::on(kb.shared().cloned())),
     };
     let config = Arc::clone(kb.config());
     let sections: Vec<&ScriptSection> = config.scripts_of(ScriptKind::Tool).collect();

@@ -492,7 +492,9 @@ mod pg {
         expire(tx, now_ms()).await?;
         let same = tx
             .query_opt(
-                "SELECT id FROM approvals WHERE state = 'pending' AND tool = $1::text AND params = $2::text AND caller = $3::text",
+                // Locked: a decision through another replica waits until the new token is in.
+                "SELECT id FROM approvals WHERE state = 'pending' AND tool = $1::text AND params = $2::text AND caller = $3::text
+                 FOR UPDATE",
                 &[&row.tool, &row.params, &row.caller],
             )
             .await?;

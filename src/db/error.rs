@@ -30,6 +30,9 @@ pub enum DbError {
     HalfMigrated { component: String, version: i32, table: String },
     #[error("the database is unavailable ({0}); ctx reconnects by itself when it is back")]
     Unavailable(String),
+    /// Every pooled connection is in use: the call may succeed later; the database is fine.
+    #[error("the database is busy: {0}")]
+    Busy(String),
     #[error("database: {0}")]
     Query(String),
 }
@@ -38,7 +41,7 @@ impl DbError {
     /// The database could not be reached or answered in time: the call may succeed later, and
     /// the replica reports itself degraded meanwhile.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, DbError::Unavailable(_) | DbError::Unreachable { .. })
+        matches!(self, DbError::Unavailable(_) | DbError::Unreachable { .. } | DbError::Busy(_))
     }
 
     /// A driver error, classified: a connection problem, a refusal of the login, a missing
@@ -65,8 +68,7 @@ impl DbError {
                 if *c == SqlState::ADMIN_SHUTDOWN
                     || *c == SqlState::CRASH_SHUTDOWN
                     || *c == SqlState::CANNOT_CONNECT_NOW
-                    || *c == SqlState::TOO_MANY_CONNECTIONS
-                    || *c == SqlState::QUERY_CANCELED =>
+                    || *c == SqlState::TOO_MANY_CONNECTIONS =>
             {
                 DbError::Unavailable(detail)
             }

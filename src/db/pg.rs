@@ -33,7 +33,12 @@ struct Inner {
     /// Whether the last use of the database failed for want of it.
     down: AtomicBool,
     last_error: Mutex<Option<String>>,
+    /// The last probe's answer, and when it was asked.
+    probed: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), String>)>>,
 }
+
+/// How long one probe's answer serves every caller of [`Pg::probe`].
+const PROBE_SHARED: Duration = Duration::from_secs(1);
 
 /// What the server said of itself on [`Pg::check`].
 #[derive(Clone, Debug)]
@@ -60,9 +65,17 @@ impl Pg {
             None => timeout,
         };
         config.options(&options);
+        // A server that vanishes without closing the connection (a host down, a partition) is
+        // noticed within about a minute, not the kernel's two hours.
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(30));
-        let manager = Manager::from_config(config, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        config.keepalives_interval(Duration::from_secs(10));
+        config.keepalives_retries(3);
+        config.tcp_user_timeout(Duration::from_secs(60));
+        // A connection given back inside a transaction (a panic or a dropped future mid-way)
+        // is rolled back, and any session lock it held let go, before anyone gets it again.
+        let recycling = RecyclingMethod::Custom("ROLLBACK; SELECT pg_advisory_unlock_all()".into());
+        let manager = Manager::from_config(config, tls, ManagerConfig { recycling_method: recycling });
         let wait = Some(settings.connect_timeout);
         let pool = Pool::builder(manager)
             .max_size(settings.pool_size)
@@ -72,7 +85,13 @@ impl Pg {
             .recycle_timeout(wait)
             .build()
             .map_err(|e| DbError::Url(e.to_string()))?;
-        Ok(Pg(Arc::new(Inner { pool, settings, down: AtomicBool::new(false), last_error: Mutex::new(None) })))
+        Ok(Pg(Arc::new(Inner {
+            pool,
+            settings,
+            down: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+            probed: tokio::sync::Mutex::new(None),
+        })))
     }
 
     pub fn url(&self) -> &DbUrl {
@@ -97,6 +116,15 @@ impl Pg {
         let client = match got {
             Ok(client) => client,
             Err(PoolError::Backend(e)) => return Err(self.saw(DbError::from_driver(&e, self.url()))),
+            // Every connection busy: this replica's pool, not the database, is the limit.
+            Err(PoolError::Timeout(deadpool_postgres::TimeoutType::Wait)) => {
+                return Err(DbError::Busy(format!(
+                    "all {} connections to {} stayed in use for {} ms; raise [db] pool_size",
+                    self.0.settings.pool_size,
+                    self.url().address(),
+                    self.0.settings.connect_timeout.as_millis()
+                )))
+            }
             Err(PoolError::Timeout(_)) => {
                 return Err(self.saw(DbError::Unavailable(format!(
                     "no connection to {} within {} ms",
@@ -117,12 +145,20 @@ impl Pg {
         Fut: Future<Output = Result<T, tokio_postgres::Error>>,
     {
         let client = self.client().await?;
-        match work(client).await {
-            Ok(value) => {
+        // The server bounds each statement (statement_timeout); this bounds the wait for a
+        // server that stopped answering at all.
+        let within = self.0.settings.statement_timeout + self.0.settings.connect_timeout;
+        match tokio::time::timeout(within, work(client)).await {
+            Ok(Ok(value)) => {
                 self.saw_up();
                 Ok(value)
             }
-            Err(e) => Err(self.saw(DbError::from_driver(&e, self.url()))),
+            Ok(Err(e)) => Err(self.saw(DbError::from_driver(&e, self.url()))),
+            Err(_) => Err(self.saw(DbError::Unavailable(format!(
+                "no answer from {} within {} ms",
+                self.url().address(),
+                within.as_millis()
+            )))),
         }
     }
 
@@ -162,6 +198,18 @@ impl Pg {
     /// Asks the database whether it answers, within `within`: `Err` with why not. Marks it
     /// down or up as it finds it, so a replica that was idle while it was away knows too.
     pub async fn probe(&self, within: Duration) -> Result<(), String> {
+        // One probe a second however many ask (a load balancer, a flood of /health): the
+        // others share its answer.
+        let mut last = self.0.probed.lock().await;
+        if let Some((_, answer)) = last.as_ref().filter(|(at, _)| at.elapsed() < PROBE_SHARED) {
+            return answer.clone();
+        }
+        let answer = self.probe_now(within).await;
+        *last = Some((std::time::Instant::now(), answer.clone()));
+        answer
+    }
+
+    async fn probe_now(&self, within: Duration) -> Result<(), String> {
         let asked = self.with(|client| async move { client.simple_query("SELECT 1").await.map(drop) });
         match tokio::time::timeout(within, asked).await {
             Ok(Ok(())) => Ok(()),
@@ -184,7 +232,8 @@ impl Pg {
     }
 
     fn saw(&self, error: DbError) -> DbError {
-        if error.is_unavailable() {
+        // A busy pool is this replica's own limit: the database may be fine.
+        if error.is_unavailable() && !matches!(error, DbError::Busy(_)) {
             *self.0.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
             if !self.0.down.swap(true, Ordering::AcqRel) {
                 tracing::warn!(database = %self.url(), "the database is unavailable: {error}");

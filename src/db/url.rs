@@ -70,6 +70,17 @@ impl DbUrl {
                 redact(url)
             ));
         };
+        // The driver takes everything before the first '@' as the user and password: a '/', '?'
+        // or '#' there, or a second '@', would make ctx and the driver read the URL differently
+        // (and the password could show where ctx hides a user name).
+        if let Some((userinfo, after)) = rest.split_once('@') {
+            if userinfo.contains(['/', '?', '#']) || after.contains('@') {
+                return Err(format!(
+                    "'{}': the user or password holds a character a URL reserves; write it percent-encoded (/ as %2F, ? as %3F, # as %23, @ as %40)",
+                    redact(url)
+                ));
+            }
+        }
         let (main, query) = match rest.split_once('?') {
             Some((main, query)) => (main, Some(query)),
             None => (rest, None),
@@ -80,6 +91,9 @@ impl DbUrl {
         let mut kept = Vec::new();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if key.contains('%') {
+                return Err(format!("'{}': write option names plainly, not percent-encoded", redact(url)));
+            }
             match key {
                 "sslmode" => {
                     ssl_mode = match value {
@@ -162,40 +176,42 @@ impl DbUrl {
     }
 }
 
-/// `url` with the password of its user part and any `password=` option replaced by `***`.
+/// `url` with the password of its user part and any `password=` option replaced by `***`. For a
+/// URL too odd to parse, everything between the user name and the last '@' is hidden: whatever
+/// a driver might take for the password never shows.
 pub fn redact(url: &str) -> String {
     let (scheme, rest) = match url.find("://") {
         Some(i) => (&url[..i + 3], &url[i + 3..]),
         None => ("", url),
     };
-    let (main, query) = match rest.split_once('?') {
-        Some((m, q)) => (m, Some(q)),
-        None => (rest, None),
+    let (userinfo, after) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at..]),
+        None => (None, rest),
     };
-    // The user part ends at the last '@' before the path: a password may hold '@' unescaped.
-    let authority_end = main.find('/').unwrap_or(main.len());
-    let main = match main[..authority_end].rfind('@') {
-        Some(at) => {
-            let userinfo = &main[..at];
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let hidden = if userinfo.contains(':') { format!("{user}:***") } else { user.to_string() };
-            format!("{hidden}{}", &main[at..])
-        }
-        None => main.to_string(),
+    let user = userinfo.map(|u| match u.split_once(':') {
+        Some((user, _)) => format!("{}:***", user.split(['/', '?', '#']).next().unwrap_or("")),
+        None if u.contains(['/', '?', '#']) => "***".to_string(),
+        None => u.to_string(),
+    });
+    let (main, query) = match after.split_once('?') {
+        Some((m, q)) => (m, Some(q)),
+        None => (after, None),
     };
     let query = query.map(|q| {
         q.split('&')
             .map(|pair| match pair.split_once('=') {
-                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                Some((key, _)) if key.eq_ignore_ascii_case("password") || key.contains('%') => format!("{key}=***"),
                 _ => pair.to_string(),
             })
             .collect::<Vec<_>>()
             .join("&")
     });
-    match query {
-        Some(q) => format!("{scheme}{main}?{q}"),
-        None => format!("{scheme}{main}"),
+    let mut shown = format!("{scheme}{}{main}", user.unwrap_or_default());
+    if let Some(q) = query {
+        shown.push('?');
+        shown.push_str(&q);
     }
+    shown
 }
 
 fn percent_decode(text: &str) -> Result<String, String> {
@@ -225,6 +241,23 @@ mod tests {
         assert_eq!(redact("postgres://ctx:p@ss@db/ctx?sslmode=require"), "postgres://ctx:***@db/ctx?sslmode=require");
         assert_eq!(redact("postgres://db/ctx?user=a&password=x"), "postgres://db/ctx?user=a&password=***");
         assert_eq!(redact("postgres://ctx@db/ctx"), "postgres://ctx@db/ctx");
+        assert_eq!(redact("postgres://db/ctx"), "postgres://db/ctx");
+        // A password with URL characters, read as the driver would read it, never shows.
+        assert_eq!(redact("postgres://ctx:ab/cd@db/ctx"), "postgres://ctx:***@db/ctx");
+        assert_eq!(redact("postgres://ctx:ab?c@d@db/ctx?sslmode=require"), "postgres://ctx:***@db/ctx?sslmode=require");
+        assert_eq!(redact("postgres://db/ctx?pass%77ord=x"), "postgres://db/ctx?pass%77ord=***");
+        for odd in
+            ["postgres://ctx:ab/cd@db/ctx", "postgres://ctx:a?sslmode=disable@db/ctx", "postgres://ctx:a@b@db/ctx"]
+        {
+            let error = DbUrl::parse(odd, None).err().unwrap_or_else(|| panic!("{odd} parsed"));
+            assert!(error.contains("percent-encoded"), "{error}");
+            assert!(!error.contains("ab/cd") && !error.contains(":a?") && !error.contains(":a@b"), "{error}");
+        }
+        // Percent-encoded, the same password works and stays hidden.
+        let url = DbUrl::parse("postgres://ctx:ab%2Fcd@db/ctx?sslmode=require", None).unwrap();
+        assert_eq!(url.password().as_deref(), Some("ab/cd"));
+        assert_eq!(url.ssl_mode, SslMode::Require);
+        assert!(!url.to_string().contains("ab"), "{url}");
         let url = DbUrl::parse("postgres://ctx:s3cret@db:5432/ctx", None).unwrap();
         assert!(!format!("{url} {url:?}").contains("s3cret"));
         assert_eq!(url.password().as_deref(), Some("s3cret"));

@@ -78,7 +78,7 @@ pub fn apply(store: &SqliteStore, instance: i64, batch: &Batch) -> Result<(), Kb
         .query_row("SELECT value FROM store_meta WHERE key = ?1", [GENERATION_KEY], |r| r.get(0))
         .optional()?
         .unwrap_or(0);
-    if held >= batch.generation {
+    if held >= batch.generation && !batch.full {
         return Ok(());
     }
     if batch.full {

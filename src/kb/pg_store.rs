@@ -304,8 +304,9 @@ async fn fetch(client: &mut Object, since: i64) -> Result<Option<Batch>, tokio_p
     if generation == since {
         return Ok(None);
     }
-    // Too far behind (tombstones it needs were pruned), or a new copy: everything.
-    let full = since == 0 || since < pruned_below;
+    // A new copy, one too far behind (tombstones it needs were pruned), or one ahead of the
+    // database (restored from a backup under it): everything.
+    let full = since == 0 || since < pruned_below || generation < since;
     let after = if full { 0 } else { since };
     let mut batch = Batch { generation, full, ..Default::default() };
     if !full {
@@ -536,7 +537,9 @@ impl Store for PgStore {
                     &[&source, &now, &error, &failed, &took],
                 )
                 .await?;
-            // Tombstones older than a day go; a copy away longer than that starts over.
+            // Tombstones older than a day go; a copy away longer than that starts over. Under
+            // the knowledge base's lock first, as every writer takes it before kb_state.
+            client.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || 'ctx kb'))", &[]).await?;
             client
                 .execute(
                     &format!(
@@ -650,26 +653,30 @@ impl Store for PgStore {
     }
 
     fn claim_source(&self, source: &str, wait: Duration) -> Result<Claim, KbError> {
-        let key = source.to_string();
         let deadline = Instant::now() + wait;
-        let claimed = self.pg.run(move |client| async move {
-            let sql = "SELECT pg_try_advisory_lock(hashtext(current_schema() || 'ctx sync ' || $1::text))";
-            loop {
-                if client.query_one(sql, &[&key]).await?.get::<_, bool>(0) {
-                    return Ok(Some(client));
-                }
-                if Instant::now() >= deadline {
-                    return Ok(None);
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
+        loop {
+            // One try per connection checked out: a connection goes back when the lock is taken
+            // by someone else, so waiting holds none of the pool.
+            let key = source.to_string();
+            let claimed = self
+                .pg
+                .run(move |client| async move {
+                    let sql = "SELECT pg_try_advisory_lock(hashtext(current_schema() || 'ctx sync ' || $1::text))";
+                    let got: bool = client.query_one(sql, &[&key]).await?.get(0);
+                    Ok(got.then_some(client))
+                })
+                .map_err(KbError::Database)?;
+            if let Some(client) = claimed {
+                return Ok(Box::new(SourceClaim { client: Some(client), key: source.to_string() }));
             }
-        });
-        match claimed.map_err(KbError::Database)? {
-            Some(client) => Ok(Box::new(SourceClaim { client: Some(client), key: source.to_string() })),
-            None => Err(KbError::Database(DbError::Query(format!(
-                "another ctx is syncing {source} on the shared database and did not finish within {} s; its result is what searches see. Run the sync again later",
-                wait.as_secs()
-            )))),
+            if Instant::now() >= deadline {
+                return Err(KbError::Database(DbError::Query(format!(
+                    "another ctx is syncing {source} on the shared database and did not finish within {} s; what it \
+                     writes is what searches see. Run the sync again later",
+                    wait.as_secs()
+                ))));
+            }
+            crate::db::blocking(|| std::thread::sleep(Duration::from_millis(250)));
         }
     }
 

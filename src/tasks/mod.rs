@@ -243,10 +243,9 @@ impl Tasks {
         };
         let now = now_ms();
         let result = match store.is_shared() {
-            true => store
-                .beat(&self.run, &replica, now)
-                .and_then(|()| store.fail_stale(LOST_REPLICA, now, LEASE))
-                .and_then(|_| store.purge(now).map(|_| ())),
+            // Not swept here: replicas that lost the database a moment ago may not have beaten
+            // again yet. The heartbeat loop sweeps once this run has been healthy a lease long.
+            true => store.beat(&self.run, &replica, now).and_then(|()| store.purge(now).map(|_| ())),
             false => store.fail_lost(&self.run, LOST, now).and_then(|_| store.purge(now).map(|_| ())),
         };
         let beat = store.is_shared();
@@ -679,6 +678,9 @@ impl Live {
 /// is gone or no longer keeps its tasks in the shared database.
 fn heartbeat(installed: Weak<Mutex<Option<Installed>>>, live: Weak<Mutex<HashMap<String, Arc<Live>>>>, run: &str) {
     let mut last_beat: Option<Instant> = None;
+    // Since when every beat of this run succeeded: it sweeps others' runs only after a lease of
+    // that, so that after an outage the others have had the time to beat again too.
+    let mut healthy_since: Option<Instant> = None;
     loop {
         let Some(Installed { store, settings, replica, .. }) =
             installed.upgrade().and_then(|i| i.lock().unwrap_or_else(|p| p.into_inner()).clone())
@@ -690,7 +692,16 @@ fn heartbeat(installed: Weak<Mutex<Option<Installed>>>, live: Weak<Mutex<HashMap
         }
         if last_beat.is_none_or(|t| t.elapsed() >= HEARTBEAT_EVERY) {
             let now = now_ms();
-            let beat = store.beat(run, &replica, now).and_then(|()| store.fail_stale(LOST_REPLICA, now, LEASE));
+            let beat = store.beat(run, &replica, now).and_then(|()| {
+                let healthy = *healthy_since.get_or_insert_with(Instant::now);
+                match healthy.elapsed() >= LEASE {
+                    true => store.fail_stale(LOST_REPLICA, now, LEASE),
+                    false => Ok(0),
+                }
+            });
+            if beat.is_err() {
+                healthy_since = None;
+            }
             match beat {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!("{n} tasks of replicas that stopped failed as lost"),

@@ -391,7 +391,10 @@ impl Store {
         pg.run(move |client| async move {
             client
                 .execute(
-                    "INSERT INTO task_runs (run_id, replica, started_ms, heartbeat_ms) VALUES ($1::text, $2::text, $3::int8, $3::int8)
+                    // The database's clock, not this replica's: a replica whose clock is off
+                    // must not look dead (or alive) to the others.
+                    "INSERT INTO task_runs (run_id, replica, started_ms, heartbeat_ms)
+                     VALUES ($1::text, $2::text, $3::int8, (extract(epoch FROM clock_timestamp()) * 1000)::int8)
                      ON CONFLICT (run_id) DO UPDATE SET heartbeat_ms = GREATEST(task_runs.heartbeat_ms, excluded.heartbeat_ms)",
                     &[&run, &replica, &now_ms],
                 )
@@ -407,9 +410,14 @@ impl Store {
     pub fn fail_stale(&self, why: &str, now_ms: i64, lease: Duration) -> Result<usize, String> {
         let Some(pg) = self.pg() else { return Ok(0) };
         let why = why.to_string();
-        let stale = now_ms - lease.as_millis() as i64;
+        let lease = lease.as_millis() as i64;
         pg.run(move |mut client| async move {
             let tx = client.transaction().await?;
+            // Stale by the database's clock, which every heartbeat was written with.
+            let stale: i64 = tx
+                .query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8 - $1::int8", &[&lease])
+                .await?
+                .get(0);
             let failed = tx
                 .execute(
                     &format!(
@@ -719,7 +727,8 @@ mod tests {
     fn a_run_whose_heartbeat_stopped_loses_its_tasks_to_another_replicas_sweep_and_a_live_run_keeps_them() {
         let Some(db) = crate::db::testing::database() else { return };
         let (a, b) = (Store::shared(migrated(&db)), Store::shared(db.pg()));
-        let lease = Duration::from_secs(30);
+        // Heartbeats carry the database's clock: a short lease, and real time.
+        let lease = Duration::from_millis(800);
         let t0 = 1_000_000;
         a.beat("run-a", "host-a", t0).unwrap();
         b.beat("run-b", "host-b", t0).unwrap();
@@ -732,6 +741,7 @@ mod tests {
         // Within the lease nothing is lost, whoever sweeps.
         assert_eq!(b.fail_stale("lost", t0 + 10_000, lease).unwrap(), 0);
         // B keeps beating; A stops. Past A's lease, B's sweep fails A's task and only it.
+        std::thread::sleep(lease + Duration::from_millis(200));
         b.beat("run-b", "host-b", t0 + 40_000).unwrap();
         assert_eq!(b.fail_stale("its replica stopped", t0 + 41_000, lease).unwrap(), 1);
         let lost = b.get("of-a", t0).unwrap().unwrap();

@@ -248,17 +248,14 @@ mod shared {
             let mut refused: Option<(String, f64)> = None;
             let mut levels = Vec::with_capacity(wanted.len());
             for (rule, burst, per_second, text) in &wanted {
-                tx.execute(
-                    "INSERT INTO rate_buckets (rule, tool, caller, tokens, burst, per_second, at)
-                     VALUES ($1::text, $2::text, $3::text, $4::float8, $4::float8, $5::float8, clock_timestamp())
-                     ON CONFLICT (rule, tool, caller) DO NOTHING",
-                    &[rule, &tool, &caller, burst, per_second],
-                )
-                .await?;
+                // One statement that makes the bucket if it is new and locks it either way: a
+                // sweep deleting it meanwhile cannot leave the take without a row.
                 let row = tx
                     .query_one(
-                        "SELECT least($4::float8, tokens + greatest(0, extract(epoch FROM clock_timestamp() - at)::float8) * $5::float8)
-                         FROM rate_buckets WHERE rule = $1::text AND tool = $2::text AND caller = $3::text FOR UPDATE",
+                        "INSERT INTO rate_buckets AS b (rule, tool, caller, tokens, burst, per_second, at)
+                         VALUES ($1::text, $2::text, $3::text, $4::float8, $4::float8, $5::float8, clock_timestamp())
+                         ON CONFLICT (rule, tool, caller) DO UPDATE SET burst = excluded.burst
+                         RETURNING least($4::float8, b.tokens + greatest(0, extract(epoch FROM clock_timestamp() - b.at)::float8) * $5::float8)",
                         &[rule, &tool, &caller, burst, per_second],
                     )
                     .await?;

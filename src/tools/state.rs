@@ -40,20 +40,23 @@ impl Default for CallState {
 }
 
 impl CallState {
-    /// The state of an application on `db`: its approval questions' key is the database's, so a
-    /// question asked through one replica is answered through any.
-    pub fn on(db: Option<crate::db::Shared>) -> Result<CallState, String> {
+    /// The state of an application on `db`: its rate buckets are the database's, and so is its
+    /// approval questions' key, so a question asked through one replica is answered through any.
+    /// Should the key not be readable now, this replica answers only its own questions (said in
+    /// the log); its rate limits are shared whatever happens.
+    pub fn on(db: Option<crate::db::Shared>) -> CallState {
         let mut state = CallState::default();
         if let Some(shared) = &db {
             state.rates = Arc::new(super::rate::Buckets::shared(shared.pg.clone()));
             let store = crate::approval::Store::shared(shared.pg.clone());
-            let fresh = crate::approval::random_hex(32);
-            if let Some(key) = store.shared_question_key(&fresh)? {
-                state.question_key = key.into_bytes().into();
+            match store.shared_question_key(&crate::approval::random_hex(32)) {
+                Ok(Some(key)) => state.question_key = key.into_bytes().into(),
+                Ok(None) => {}
+                Err(e) => tracing::error!("the shared approval question key: {e}"),
             }
         }
         state.db = db;
-        Ok(state)
+        state
     }
 }
 
