@@ -23,7 +23,9 @@ use tokio_postgres::GenericClient;
 
 use super::mirror::{self, Batch, Doc};
 use super::store::Candidate;
-use super::store::{Change, Claim, Removed, SearchFilter, SourceRow, SqliteStore, Stats, Stemming, Store, Writes};
+use super::store::{
+    Change, Claim, NewDocument, Removed, SearchFilter, SourceRow, SqliteStore, Stats, Stemming, Store, Writes,
+};
 use super::{connector_state, vectors, KbError};
 use crate::db::migrate::{Component, Migration};
 use crate::db::{DbError, Pg};
@@ -168,6 +170,15 @@ impl PgStore {
     /// last checked more than [`FRESH`] ago. While the database is away, reads go on from the
     /// copy as it is (said once in the log); writes fail.
     fn catch_up(&self, force: bool) -> Result<(), KbError> {
+        // Most searches find the copy checked a moment ago, or another search checking it:
+        // they go on at once, without telling tokio they might block.
+        if !force {
+            match self.caught_up.try_lock() {
+                Ok(state) if state.checked.is_some_and(|at| at.elapsed() < FRESH) => return Ok(()),
+                Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
+                _ => {}
+            }
+        }
         // The lock is held across a query: waiting for it is waiting for the database.
         crate::db::blocking(|| self.catch_up_now(force))
     }
@@ -386,7 +397,101 @@ async fn fetch(client: &mut Object, since: i64) -> Result<Option<Batch>, tokio_p
 /// The statements of one batch of changes, inside the caller's transaction; rows get generation
 /// 0 until [`stamp`].
 async fn apply_changes(client: &impl GenericClient, changes: &[Change]) -> Result<(), tokio_postgres::Error> {
-    for change in changes {
+    let mut rest = changes;
+    while !rest.is_empty() {
+        // A run of new or changed documents goes in a few statements, not a few per document:
+        // a sync's batch costs a handful of round trips.
+        let run = rest.iter().take_while(|c| matches!(c, Change::Upsert(_))).count();
+        if run > 1 {
+            let docs: Vec<&NewDocument> = rest[..run]
+                .iter()
+                .filter_map(|c| if let Change::Upsert(doc) = c { Some(&**doc) } else { None })
+                .collect();
+            let distinct: std::collections::HashSet<&str> = docs.iter().map(|d| d.id.as_str()).collect();
+            // The same document twice in one run would be one row written twice by one
+            // statement, which PostgreSQL refuses: those go one by one.
+            if distinct.len() == docs.len() {
+                upsert_many(client, &docs).await?;
+                rest = &rest[run..];
+                continue;
+            }
+        }
+        apply_one(client, &rest[0]).await?;
+        rest = &rest[1..];
+    }
+    Ok(())
+}
+
+/// Writes documents and their chunks (and vectors) in a few statements.
+async fn upsert_many(client: &impl GenericClient, docs: &[&NewDocument]) -> Result<(), tokio_postgres::Error> {
+    let column = |f: &dyn Fn(&NewDocument) -> String| docs.iter().map(|d| f(d)).collect::<Vec<String>>();
+    let optional =
+        |f: &dyn Fn(&NewDocument) -> Option<String>| docs.iter().map(|d| f(d)).collect::<Vec<Option<String>>>();
+    let ids = column(&|d| d.id.clone());
+    client.execute("DELETE FROM kb_chunks WHERE document_id = ANY($1::text[])", &[&ids]).await?;
+    client
+        .execute(
+            "INSERT INTO kb_documents (id, source, source_id, title, body, content_type, source_url, author,
+                                       created_at, updated_at, metadata_json, content_hash, generation)
+             SELECT *, 0 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                                     $8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
+             ON CONFLICT (id) DO UPDATE SET
+                 title = excluded.title, body = excluded.body, content_type = excluded.content_type,
+                 source_url = excluded.source_url, author = excluded.author, created_at = excluded.created_at,
+                 updated_at = excluded.updated_at, metadata_json = excluded.metadata_json,
+                 content_hash = excluded.content_hash, generation = 0",
+            &[
+                &ids,
+                &column(&|d| d.source.clone()),
+                &column(&|d| d.source_id.clone()),
+                &column(&|d| d.title.clone()),
+                &column(&|d| d.body.clone()),
+                &column(&|d| d.content_type.clone()),
+                &optional(&|d| d.source_url.clone()),
+                &optional(&|d| d.author.clone()),
+                &column(&|d| d.created_at.clone()),
+                &column(&|d| d.updated_at.clone()),
+                &column(&|d| d.metadata.to_string()),
+                &column(&|d| d.content_hash.clone()),
+            ],
+        )
+        .await?;
+    let (mut owner, mut idx, mut text, mut tokens) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for doc in docs {
+        for chunk in &doc.chunks {
+            owner.push(doc.id.as_str());
+            idx.push(chunk.index as i64);
+            text.push(chunk.text.as_str());
+            tokens.push(chunk.tokens as i64);
+        }
+    }
+    let inserted = client
+        .query(
+            "INSERT INTO kb_chunks (document_id, idx, text, tokens)
+             SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[])
+             RETURNING id, document_id, idx",
+            &[&owner, &idx, &text, &tokens],
+        )
+        .await?;
+    if docs.iter().all(|d| d.vectors.is_none()) {
+        return Ok(());
+    }
+    let chunk_ids: HashMap<(String, i64), i64> =
+        inserted.iter().map(|r| ((r.get::<_, String>(1), r.get::<_, i64>(2)), r.get::<_, i64>(0))).collect();
+    for doc in docs {
+        let Some(v) = doc.vectors.as_ref().filter(|v| v.rows.len() == doc.chunks.len()) else { continue };
+        let model = model_id(client, &v.model, v.dims).await?;
+        let ids: Vec<i64> =
+            doc.chunks.iter().filter_map(|c| chunk_ids.get(&(doc.id.clone(), c.index as i64)).copied()).collect();
+        let blobs: Vec<Vec<u8>> = v.rows.iter().map(|row| vectors::to_blob(row)).collect();
+        put_vectors(client, model, &ids, &blobs).await?;
+    }
+    Ok(())
+}
+
+/// One change, on its own.
+async fn apply_one(client: &impl GenericClient, change: &Change) -> Result<(), tokio_postgres::Error> {
+    {
         match change {
             Change::Upsert(doc) => {
                 client.execute("DELETE FROM kb_chunks WHERE document_id = $1::text", &[&doc.id]).await?;
