@@ -41,6 +41,7 @@ CREATE INDEX IF NOT EXISTS approval_tokens_id ON approval_tokens(id);
 
 /// The SQLite file's tables. Step 1 is what files made before versioned migrations hold, so
 /// it applies to them as a no-op.
+// Static: immutable, a store's migrations: SQL text compiled in, the same for every application.
 static SQLITE: Component = Component {
     name: "approvals",
     migrations: &[Migration { version: 1, name: "approvals and their tokens", sql: SCHEMA }],
@@ -48,6 +49,7 @@ static SQLITE: Component = Component {
 };
 
 /// The tables in the shared database.
+// Static: immutable, a store's migrations: SQL text compiled in, the same for every application.
 pub static PG: Component = Component {
     name: "approvals",
     migrations: &[Migration {

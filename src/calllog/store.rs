@@ -37,6 +37,7 @@ DROP INDEX IF EXISTS calls_at;
 
 /// The SQLite file's table. Step 1 is what files made before versioned migrations hold, so it
 /// applies to them as a no-op.
+// Static: immutable, a store's migrations: SQL text compiled in, the same for every application.
 static SQLITE: Component = Component {
     name: "calls",
     migrations: &[Migration { version: 1, name: "the calls", sql: SCHEMA }],
@@ -45,6 +46,7 @@ static SQLITE: Component = Component {
 
 /// The table in the shared database. Replicas' entries interleave, so they are read in time
 /// order (the index on `at_ms, seq`), not in the order they were committed alone.
+// Static: immutable, a store's migrations: SQL text compiled in, the same for every application.
 pub static PG: Component = Component {
     name: "calls",
     migrations: &[Migration {

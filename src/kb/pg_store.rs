@@ -32,6 +32,7 @@ use crate::db::{DbError, Pg};
 use crate::types;
 
 /// The knowledge base's tables in the shared database.
+// Static: immutable, a store's migrations: SQL text compiled in, the same for every application.
 pub static PG: Component = Component {
     name: "kb",
     migrations: &[Migration {

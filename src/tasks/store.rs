@@ -37,6 +37,7 @@ CREATE INDEX IF NOT EXISTS tasks_open ON tasks(status, run);
 
 /// The SQLite file's table. Step 1 is what files made before versioned migrations hold, so it
 /// applies to them as a no-op.
+// Static: immutable, a store's migrations: SQL text compiled in, the same for every application.
 static SQLITE: Component = Component {
     name: "tasks",
     migrations: &[Migration { version: 1, name: "the tasks", sql: SCHEMA }],
@@ -44,6 +45,7 @@ static SQLITE: Component = Component {
 };
 
 /// The tables in the shared database.
+// Static: immutable, a store's migrations: SQL text compiled in, the same for every application.
 pub static PG: Component = Component {
     name: "tasks",
     migrations: &[Migration {

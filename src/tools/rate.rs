@@ -201,6 +201,7 @@ impl Buckets {
 }
 
 /// The shared database's buckets.
+// Static: immutable, a store's migrations: SQL text compiled in, the same for every application.
 pub static PG: Component = Component {
     name: "rates",
     migrations: &[Migration {
