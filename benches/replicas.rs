@@ -38,11 +38,10 @@ mod wrk;
 
 use corpus::*;
 use ctx::config::Config;
-use ctx::kb::chunk::chunk;
-use ctx::kb::store::{Change, NewDocument};
+use ctx::kb::store::Change;
 use ctx::kb::{document_id, Kb};
 use ctx::types::SearchRequest;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// The bar for keyword search on PostgreSQL at 100k chunks, per query class.
 const P50_TARGET: Duration = Duration::from_millis(10);
@@ -173,30 +172,9 @@ fn grow(sqlite: &Kb, shared: &Kb, target: usize, verdicts: &mut Vec<String>) {
     let (mut on_sqlite, mut on_pg) = (Duration::ZERO, Duration::ZERO);
     let mut batch: Vec<Change> = Vec::with_capacity(BATCH);
     while chunks < target {
-        let wanted = gen.rng.range(1, 8);
-        let (title, body) = gen.document(wanted * 1400);
-        let (source, folder) =
-            if docs.is_multiple_of(WIKI_ONE_IN) { ("filesystem:wiki", "wiki") } else { ("filesystem:docs", "docs") };
-        let source_id = format!("{folder}/{:03}/{docs:07}.md", docs % 1000);
-        let updated_at = gen.date();
-        let pieces = chunk(&body, spec);
-        chunks += pieces.len();
-        batch.push(Change::Upsert(Box::new(NewDocument {
-            id: document_id(source, &source_id),
-            source: source.to_string(),
-            source_id,
-            title,
-            body,
-            content_type: "text/markdown".to_string(),
-            source_url: None,
-            author: None,
-            created_at: updated_at.clone(),
-            updated_at,
-            metadata: Value::Null,
-            content_hash: format!("{docs:064x}"),
-            chunks: pieces,
-            vectors: None,
-        })));
+        let (change, count) = gen.change(docs, spec);
+        chunks += count;
+        batch.push(change);
         docs += 1;
         if batch.len() == BATCH || chunks >= target {
             let t = Instant::now();

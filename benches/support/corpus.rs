@@ -238,6 +238,36 @@ pub struct Generator {
 }
 
 impl Generator {
+    /// Document number `n` of the search corpus, as the write sync makes of it, and its number of
+    /// chunks: one to eight chunks of text, one document in [`WIKI_ONE_IN`] in `filesystem:wiki`.
+    pub fn change(&mut self, n: usize, spec: ChunkSpec) -> (Change, usize) {
+        let wanted = self.rng.range(1, 8);
+        let (title, body) = self.document(wanted * 1400);
+        let (source, folder) =
+            if n.is_multiple_of(WIKI_ONE_IN) { ("filesystem:wiki", "wiki") } else { ("filesystem:docs", "docs") };
+        let source_id = format!("{folder}/{:03}/{n:07}.md", n % 1000);
+        let updated_at = self.date();
+        let chunks = chunk(&body, spec);
+        let count = chunks.len();
+        let change = Change::Upsert(Box::new(NewDocument {
+            id: document_id(source, &source_id),
+            source: source.to_string(),
+            source_id,
+            title,
+            body,
+            content_type: "text/markdown".to_string(),
+            source_url: None,
+            author: None,
+            created_at: updated_at.clone(),
+            updated_at,
+            metadata: Value::Null,
+            content_hash: format!("{n:064x}"),
+            chunks,
+            vectors: None,
+        }));
+        (change, count)
+    }
+
     pub fn new(seed: u64) -> Generator {
         let mut rng = Rng(seed);
         let vocab = Vocab::new(&mut rng);
@@ -384,34 +414,12 @@ impl Corpus {
         let mut batch: Vec<Change> = Vec::with_capacity(BATCH);
         while self.chunks < target {
             let started = Instant::now();
-            let wanted = self.gen.rng.range(1, 8);
-            let (title, body) = self.gen.document(wanted * 1400);
-            let n = self.docs;
-            let (source, folder) =
-                if n.is_multiple_of(WIKI_ONE_IN) { ("filesystem:wiki", "wiki") } else { ("filesystem:docs", "docs") };
-            let source_id = format!("{folder}/{:03}/{n:07}.md", n % 1000);
-            let updated_at = self.gen.date();
-            let chunks = chunk(&body, self.spec);
+            let (change, chunks) = self.gen.change(self.docs, self.spec);
             self.docs += 1;
-            self.chunks += chunks.len();
+            self.chunks += chunks;
             growth.docs += 1;
-            growth.chunks += chunks.len();
-            batch.push(Change::Upsert(Box::new(NewDocument {
-                id: document_id(source, &source_id),
-                source: source.to_string(),
-                source_id,
-                title,
-                body,
-                content_type: "text/markdown".to_string(),
-                source_url: None,
-                author: None,
-                created_at: updated_at.clone(),
-                updated_at,
-                metadata: Value::Null,
-                content_hash: format!("{n:064x}"),
-                chunks,
-                vectors: None,
-            })));
+            growth.chunks += chunks;
+            batch.push(change);
             growth.generate += started.elapsed();
             if batch.len() == BATCH || self.chunks >= target {
                 let started = Instant::now();
