@@ -47,6 +47,21 @@ fn an_approval_asked_through_one_replica_is_approved_through_a_second_and_runs_o
     // The CLI beside any replica sees the same approvals.
     let listed = r[2].cli(&["approvals", "list", "--all"]);
     assert!(listed.ok().contains(&id), "{}", listed.stdout());
+    // One call log: the first replica's `GET /calls` has the run through the third, naming it,
+    // and `ctx log` beside the second shows it too.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ran = loop {
+        let (_, calls) = r[0].get("/calls?tool=echo&limit=100", Some(ADMIN));
+        let found = calls["calls"].as_array().unwrap().iter().find(|c| c["outcome"] == "ok").cloned();
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "the run never reached the shared log: {calls}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(ran["replica"], "replica-2", "{ran}");
+    let log = r[1].cli(&["log", "--tool", "echo"]);
+    assert!(log.ok().contains("replica-2"), "{}", log.stdout());
 }
 
 #[test]
