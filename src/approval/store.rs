@@ -3,13 +3,12 @@
 //! so an approval asked through one replica is decided through a second and runs through a third.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::db::migrate::{Component, Migration};
-use crate::db::Pg;
+use crate::db::{Pg, Place};
 use crate::types::{Approval, ApprovalState};
 
 const SCHEMA: &str = "
@@ -100,12 +99,7 @@ const KEEP: i64 = 10_000;
 /// Where approvals are kept: one file, opened on first use (a config without approvals never
 /// creates it), or the shared database.
 pub struct Store {
-    backend: Backend,
-}
-
-enum Backend {
-    File { path: PathBuf, conn: Mutex<Option<Connection>> },
-    Shared(Pg),
+    place: Place,
 }
 
 /// A row as stored.
@@ -131,20 +125,17 @@ pub fn now_ms() -> i64 {
 
 impl Store {
     pub fn new(path: PathBuf) -> Store {
-        Store { backend: Backend::File { path, conn: Mutex::new(None) } }
+        Store { place: Place::file(path, open) }
     }
 
     /// The approvals of the shared database (migrated by `app::database`).
     pub fn shared(pg: Pg) -> Store {
-        Store { backend: Backend::Shared(pg) }
+        Store { place: Place::Shared(pg) }
     }
 
     /// The SQLite file, when approvals are kept in one.
     pub fn path(&self) -> Option<&Path> {
-        match &self.backend {
-            Backend::File { path, .. } => Some(path),
-            Backend::Shared(_) => None,
-        }
+        self.place.path()
     }
 
     /// Whether any approval was ever kept (a file not yet made holds none).
@@ -152,8 +143,7 @@ impl Store {
         self.path().is_none_or(Path::exists)
     }
 
-    /// Runs `f` on the file's connection, opening it first if needed; `g` on the shared
-    /// database.
+    /// Runs `f` on the file's connection, or `g` on the shared database.
     fn either<T: Send + 'static, Fut>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
@@ -162,17 +152,7 @@ impl Store {
     where
         Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>> + Send,
     {
-        match &self.backend {
-            Backend::File { path, conn } => {
-                let mut slot = conn.lock().unwrap_or_else(|p| p.into_inner());
-                if slot.is_none() {
-                    *slot = Some(open(path).map_err(|e| format!("{}: {e}", path.display()))?);
-                }
-                let conn = slot.as_ref().expect("opened above");
-                f(conn).map_err(|e| format!("{}: {e}", path.display()))
-            }
-            Backend::Shared(pg) => pg.run(g).map_err(|e| format!("approvals: {e}")),
-        }
+        self.place.either("approvals", f, g)
     }
 
     /// Records a pending approval, or gives the pending one of the same tool, parameters and
@@ -346,7 +326,7 @@ impl Store {
     /// The key of approval questions' MACs in the shared database, made by the first replica
     /// that asks; `None` for a file (each process keeps its own, as before).
     pub fn shared_question_key(&self, fresh: &str) -> Result<Option<String>, String> {
-        let Backend::Shared(pg) = &self.backend else { return Ok(None) };
+        let Some(pg) = self.place.pg() else { return Ok(None) };
         let fresh = fresh.to_string();
         pg.run(move |client| async move {
             client

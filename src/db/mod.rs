@@ -8,6 +8,7 @@
 mod error;
 pub mod migrate;
 mod pg;
+mod place;
 #[doc(hidden)]
 pub mod testing;
 mod tls;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 pub use error::{detail, DbError};
 pub use pg::{block, blocking, Pg, Server, Settings, MIN_VERSION_NUM};
+pub use place::Place;
 pub use url::{DbUrl, SslMode};
 
 /// The variable that overrides `[db] url`, so one config serves a laptop and a deployment.

@@ -321,7 +321,16 @@ impl Tasks {
         // the file holds at most a TTL's worth, and one caller cannot fill it.
         let _ = store.purge(now);
         let _ = store.keep(owner, settings.max_kept_per_caller.saturating_sub(1));
-        let row = Row {
+        let row = self.new_row(owner, tool, via, &settings, "", now);
+        store.insert(&row).map_err(|e| CallError::Unavailable(format!("the task store failed: {e}")))?;
+        let task = Live::of(row, cancel);
+        live.insert(task.id.clone(), Arc::clone(&task));
+        Ok(task)
+    }
+
+    /// A task that starts now, run by this process (of `replica`, empty in a file).
+    fn new_row(&self, owner: &str, tool: &str, via: &str, settings: &Settings, replica: &str, now: i64) -> Row {
+        Row {
             id: new_id(),
             owner: owner.to_string(),
             tool: tool.to_string(),
@@ -336,12 +345,8 @@ impl Tasks {
             updated_ms: now,
             expires_ms: now + settings.ttl.as_millis() as i64,
             run: self.run.clone(),
-            replica: String::new(),
-        };
-        store.insert(&row).map_err(|e| CallError::Unavailable(format!("the task store failed: {e}")))?;
-        let task = Live::of(row, cancel);
-        live.insert(task.id.clone(), Arc::clone(&task));
-        Ok(task)
+            replica: replica.to_string(),
+        }
     }
 
     /// [`Tasks::create`] on the shared database: the owner's running tasks are counted there,
@@ -358,23 +363,7 @@ impl Tasks {
         cancel: CancelHandle,
     ) -> Result<Arc<Live>, CallError> {
         let now = now_ms();
-        let row = Row {
-            id: new_id(),
-            owner: owner.to_string(),
-            tool: tool.to_string(),
-            via: via.to_string(),
-            status: "working".into(),
-            message: None,
-            progress: None,
-            approval: None,
-            outcome: None,
-            mcp_status: None,
-            created_ms: now,
-            updated_ms: now,
-            expires_ms: now + settings.ttl.as_millis() as i64,
-            run: self.run.clone(),
-            replica: replica.to_string(),
-        };
+        let row = self.new_row(owner, tool, via, &settings, replica, now);
         let keep = settings.max_kept_per_caller.saturating_sub(1);
         match store.insert_capped(&row, settings.max_running_per_caller, keep, now) {
             Ok(Ok(())) => {}

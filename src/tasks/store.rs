@@ -5,13 +5,12 @@
 //! run's replica to act on it.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::db::migrate::{Component, Migration};
-use crate::db::Pg;
+use crate::db::{Pg, Place};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tasks (
@@ -89,12 +88,7 @@ CREATE TABLE task_runs (
 
 /// Where tasks are kept: one file, opened on first use, or the shared database.
 pub struct Store {
-    backend: Backend,
-}
-
-enum Backend {
-    File { path: PathBuf, conn: Mutex<Option<Connection>> },
-    Shared(Pg),
+    place: Place,
 }
 
 /// A task as stored.
@@ -153,29 +147,25 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
 
 impl Store {
     pub fn new(path: PathBuf) -> Store {
-        Store { backend: Backend::File { path, conn: Mutex::new(None) } }
+        Store { place: Place::file(path, open) }
     }
 
     /// The tasks of the shared database (migrated by `app::database`).
     pub fn shared(pg: Pg) -> Store {
-        Store { backend: Backend::Shared(pg) }
+        Store { place: Place::Shared(pg) }
     }
 
     /// The SQLite file, when tasks are kept in one.
     pub fn path(&self) -> Option<&Path> {
-        match &self.backend {
-            Backend::File { path, .. } => Some(path),
-            Backend::Shared(_) => None,
-        }
+        self.place.path()
     }
 
     /// Whether replicas share these tasks (the shared database).
     pub fn is_shared(&self) -> bool {
-        matches!(self.backend, Backend::Shared(_))
+        self.place.pg().is_some()
     }
 
-    /// Runs `f` on the file's connection, opening it first if needed; `g` on the shared
-    /// database.
+    /// Runs `f` on the file's connection, or `g` on the shared database.
     fn either<T: Send + 'static, Fut>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
@@ -184,30 +174,12 @@ impl Store {
     where
         Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>> + Send,
     {
-        match &self.backend {
-            Backend::File { path, conn } => {
-                let mut slot = conn.lock().unwrap_or_else(|p| p.into_inner());
-                if slot.is_none() {
-                    *slot = Some(open(path).map_err(|e| format!("{}: {e}", path.display()))?);
-                }
-                let conn = slot.as_ref().expect("opened above");
-                f(conn).map_err(|e| {
-                    // A broken connection is opened again on the next use.
-                    let message = format!("{}: {e}", path.display());
-                    *slot = None;
-                    message
-                })
-            }
-            Backend::Shared(pg) => pg.run(g).map_err(|e| format!("tasks: {e}")),
-        }
+        self.place.either("tasks", f, g)
     }
 
     /// The shared database, for what only it does.
     fn pg(&self) -> Option<&Pg> {
-        match &self.backend {
-            Backend::Shared(pg) => Some(pg),
-            Backend::File { .. } => None,
-        }
+        self.place.pg()
     }
 
     pub fn insert(&self, task: &Row) -> Result<(), String> {
