@@ -117,11 +117,7 @@ pub fn check(config: &Config) -> Result<Option<String>, String> {
             user: server.user.clone(),
             what: format!("create ctx's tables in database {}", server.database),
             detail: format!("migrations to apply: {}", pending.join(", ")),
-            fix: format!(
-                "as the database's owner or a superuser run GRANT CREATE ON SCHEMA public TO {user} (or ALTER DATABASE {db} OWNER TO {user})",
-                user = server.user,
-                db = server.database
-            ),
+            fix: db::grant_create(&server.user, &server.database),
         }
         .to_string());
     }

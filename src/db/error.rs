@@ -90,10 +90,13 @@ impl DbError {
 /// The grant that lets `url`'s user create ctx's tables. PostgreSQL 15 no longer lets every
 /// user create tables in `public`.
 pub(super) fn privilege_fix(url: &DbUrl) -> String {
+    grant_create(url.user(), url.dbname())
+}
+
+/// The grant that lets `user` create ctx's tables in database `db`.
+pub fn grant_create(user: &str, db: &str) -> String {
     format!(
-        "as the database's owner or a superuser run GRANT CREATE ON SCHEMA public TO {user} (or make {user} the owner: ALTER DATABASE {db} OWNER TO {user})",
-        user = url.user(),
-        db = url.dbname()
+        "as the database's owner or a superuser run GRANT CREATE ON SCHEMA public TO {user} (or make {user} the owner: ALTER DATABASE {db} OWNER TO {user})"
     )
 }
 

@@ -16,7 +16,7 @@ pub mod url;
 
 use std::time::Duration;
 
-pub use error::{detail, DbError};
+pub use error::{detail, grant_create, DbError};
 pub use pg::{block, blocking, Pg, Server, Settings, MIN_VERSION_NUM};
 pub use place::Place;
 pub use url::{DbUrl, SslMode};
